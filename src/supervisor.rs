@@ -1621,6 +1621,7 @@ async fn start_persistent(
                 }
                 Event::Msg(_) => continue,
                 Event::Garbage(why) => break format!("sent garbage before `ready`: {why}"),
+                Event::Closed => break "closed its protocol channel before `ready`".to_owned(),
                 Event::Exited(status) => break format!("exited before `ready` ({})", worker::describe_exit(status)),
             },
             _ = &mut deadline => break format!(
@@ -1852,6 +1853,15 @@ async fn run_trial(
                     break (failed(Kind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Msg(_) => {}
+                // A persistent worker without its channel can never deliver this trial's
+                // outcome: it is as good as dead, whatever its process does (a oneshot worker
+                // may not use the channel at all; its exit ends the trial).
+                Event::Closed if result_file.is_none() => {
+                    let why = "the worker closed its protocol channel during the trial and kept running".to_owned();
+                    w.kill_group(KILL_GRACE).await;
+                    break (failed(Kind::WorkerDied, format!("{why}; its process group was killed"), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                Event::Closed => {}
                 Event::Garbage(what) => {
                     let why = format!("worker sent garbage on the protocol channel: {what}");
                     w.kill_group(KILL_GRACE).await;

@@ -28,6 +28,9 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 pub const CHANNEL_FD: i32 = 3;
 /// The longest protocol line accepted; a longer one is a protocol error.
 pub const MAX_LINE: usize = 1 << 20;
+/// How long a worker whose channel reached end of file has to exit before it counts as one that
+/// dropped its channel and lives on.
+const EXIT_AFTER_CLOSE: Duration = Duration::from_millis(500);
 /// Lines of stderr kept in memory to explain a failure.
 const TAIL_LINES: usize = 40;
 const TAIL_LINE_CHARS: usize = 2000;
@@ -78,6 +81,10 @@ pub enum Event {
     Msg(Message),
     /// A line that is not a protocol message; the text says why.
     Garbage(String),
+    /// The worker closed its end of the channel but its process has not exited (yet). Said
+    /// once; after it, only `Exited` follows. What it means is the caller's to decide: a
+    /// persistent worker that keeps running without a channel can never finish its trial.
+    Closed,
     Exited(ExitStatus),
 }
 
@@ -93,6 +100,8 @@ pub struct Worker {
     /// Events already read but not yet handed out (messages drained after the process exited).
     pending: VecDeque<Event>,
     exit: Option<ExitStatus>,
+    /// The channel reached end of file: nothing more can be read from it.
+    channel_closed: bool,
 }
 
 impl Worker {
@@ -170,16 +179,21 @@ impl Worker {
             output,
             pending: VecDeque::new(),
             exit: None,
+            channel_closed: false,
         })
     }
 
-    /// The next message, garbage line or exit. Cancel-safe: dropping the future loses nothing.
+    /// The next message, garbage line, channel close or exit. Cancel-safe: dropping the future
+    /// loses nothing.
     pub async fn next_event(&mut self) -> Event {
         if let Some(e) = self.pending.pop_front() {
             return e;
         }
         if let Some(status) = self.exit {
             return Event::Exited(status);
+        }
+        if self.channel_closed {
+            return self.wait_exit().await;
         }
         tokio::select! {
             line = self.reader.next() => match line {
@@ -188,27 +202,37 @@ impl Worker {
                     Event::Garbage(format!("a protocol line longer than {MAX_LINE} bytes"))
                 }
                 Some(Err(e)) => Event::Garbage(e.to_string()),
-                // The worker closed its end: it is exiting, or it never used the channel.
-                None => self.wait_exit().await,
+                // The worker closed its end: it is exiting, or it dropped the channel and lives
+                // on. A process that exits closes it a moment before its exit is seen.
+                None => {
+                    self.channel_closed = true;
+                    match tokio::time::timeout(EXIT_AFTER_CLOSE, self.child.wait()).await {
+                        Ok(status) => self.exited(status).await,
+                        Err(_) => Event::Closed,
+                    }
+                }
             },
             status = self.child.wait() => {
-                let status = status.unwrap_or_else(|_| ExitStatus::from_raw(0));
-                self.exit = Some(status);
+                let status = self.exited(status).await;
                 self.drain_after_exit().await;
-                self.pending.pop_front().unwrap_or(Event::Exited(status))
+                self.pending.pop_front().unwrap_or(status)
             }
         }
     }
 
-    async fn wait_exit(&mut self) -> Event {
-        let status = self
-            .child
-            .wait()
-            .await
-            .unwrap_or_else(|_| ExitStatus::from_raw(0));
+    /// Records the exit seen by `child.wait()`. An error there (the child was reaped elsewhere)
+    /// is not an exit status: it is reported as a kill by an unknown signal rather than read as
+    /// a clean exit 0.
+    async fn exited(&mut self, status: std::io::Result<ExitStatus>) -> Event {
+        let status = status.unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL));
         self.exit = Some(status);
         self.settle_output().await;
         Event::Exited(status)
+    }
+
+    async fn wait_exit(&mut self) -> Event {
+        let status = self.child.wait().await;
+        self.exited(status).await
     }
 
     /// What a dead worker wrote just before dying may still be in its pipes: read it before
@@ -228,8 +252,9 @@ impl Worker {
     }
 
     /// Messages sent just before exiting are still in the socket: read them, briefly (a forked
-    /// grandchild may hold the channel open forever).
+    /// grandchild may hold the channel open forever). Queued before the exit already recorded.
     async fn drain_after_exit(&mut self) {
+        let exit = self.exit.map(Event::Exited);
         let deadline = tokio::time::sleep(Duration::from_millis(300));
         tokio::pin!(deadline);
         loop {
@@ -242,10 +267,7 @@ impl Worker {
                 _ = &mut deadline => break,
             }
         }
-        self.settle_output().await;
-        if let Some(status) = self.exit {
-            self.pending.push_back(Event::Exited(status));
-        }
+        self.pending.extend(exit);
     }
 
     /// Sends one message. Bounded: a worker that stops reading must not wedge the supervisor.
@@ -291,8 +313,8 @@ impl Worker {
     /// Waits up to `grace` for the worker to exit on its own (after a `shutdown` message).
     pub async fn wait_for_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
         if self.exit.is_none() {
-            if let Ok(Ok(status)) = tokio::time::timeout(grace, self.child.wait()).await {
-                self.exit = Some(status);
+            if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
+                self.exited(status).await;
             }
         }
         self.exit

@@ -11,6 +11,7 @@ SWEEPD_TEST_EXIT_ON=N     os._exit(3) in the middle of trial N (after one report
 SWEEPD_TEST_GARBAGE_ON=N  during trial N, write "this is not json\\n" straight
                           onto the protocol channel, then go on normally
 SWEEPD_TEST_HANG_ON=N     sleep forever in trial N
+SWEEPD_TEST_CLOSE_ON=N    close the protocol channel in trial N, then sleep forever
 SWEEPD_TEST_RAISE_ON=N    raise ValueError("rejected param in trial N") in trial N
 SWEEPD_TEST_NAN_ON=N      return float("nan") from trial N
 SWEEPD_TEST_FORK=1        every trial forks a child that ignores SIGTERM and
@@ -50,6 +51,7 @@ RECORD = os.environ.get("SWEEPD_TEST_RECORD")
 EXIT_ON = _env_number("SWEEPD_TEST_EXIT_ON")
 GARBAGE_ON = _env_number("SWEEPD_TEST_GARBAGE_ON")
 HANG_ON = _env_number("SWEEPD_TEST_HANG_ON")
+CLOSE_ON = _env_number("SWEEPD_TEST_CLOSE_ON")
 RAISE_ON = _env_number("SWEEPD_TEST_RAISE_ON")
 NAN_ON = _env_number("SWEEPD_TEST_NAN_ON")
 
@@ -103,6 +105,11 @@ def objective(trial):
     if CHATTY:
         chatter(number)
     if number == HANG_ON:
+        while True:
+            time.sleep(3600)
+    if number == CLOSE_ON and CHANNEL_FD is not None:
+        # Only in the first attempt: the retry of this trial gets a new number.
+        os.close(int(CHANNEL_FD))
         while True:
             time.sleep(3600)
 
