@@ -293,6 +293,59 @@ fn decode_value(value: Option<f64>, value_type: &str) -> Value {
     }
 }
 
+/// SQLite stores a REAL that equals an integer as that integer, so a -0.0 written to Optuna's
+/// float columns (`trial_values`, `trial_intermediate_values`, `trial_params`) reads back as 0.0,
+/// for Optuna as for us. sweepd keeps the sign of such zeros in this trial system attribute and
+/// applies it wherever it reads its own values back, so what a worker sent is what sweepd shows.
+const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
+
+/// The content of [`NEGATIVE_ZERO_ATTR`]: which of a trial's stored zeros are really -0.0.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct NegativeZeros {
+    /// Objective indices of `trial_values`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    values: Vec<i64>,
+    /// Steps of `trial_intermediate_values`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    intermediate: Vec<i64>,
+    /// Names of float params.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    params: Vec<String>,
+}
+
+impl NegativeZeros {
+    fn parse(json: Option<&str>) -> NegativeZeros {
+        json.and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default()
+    }
+
+    /// The value of objective `objective` as the worker sent it.
+    fn value(&self, objective: i64, v: f64) -> f64 {
+        restore_sign(v, self.values.contains(&objective))
+    }
+
+    /// Float params as the worker received them.
+    fn params(&self, params: &mut Params) {
+        for name in &self.params {
+            if let Some(ParamValue::Float(x)) = params.get_mut(name) {
+                *x = restore_sign(*x, true);
+            }
+        }
+    }
+}
+
+fn is_negative_zero(v: f64) -> bool {
+    v == 0.0 && v.is_sign_negative()
+}
+
+fn restore_sign(v: f64, negative: bool) -> f64 {
+    if negative && v == 0.0 {
+        -0.0
+    } else {
+        v
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the database for `sweepd run`: WAL, migrations applied.
     pub async fn open(path: &Path) -> Result<Store> {
@@ -559,20 +612,27 @@ impl Store {
                 records[i].params.insert(row.get(1), v);
             }
         }
-        let constraints = sqlx::query(
-            "SELECT a.trial_id, a.value_json FROM trial_system_attributes a \
-             JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.key = 'constraints'",
+        let attrs = sqlx::query(
+            "SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a \
+             JOIN trials t ON t.trial_id = a.trial_id \
+             WHERE t.study_id = ? AND a.key IN ('constraints', ?)",
         )
         .bind(study.id)
+        .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&self.pool)
         .await
         .map_err(self.err())?;
-        for row in constraints {
+        for row in attrs {
             let Some(&i) = index.get(&row.get::<i64, _>(0)) else {
                 continue;
             };
-            if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(row.get(1)) {
-                records[i].constraints = cs.iter().filter_map(Value::as_f64).collect();
+            let record = &mut records[i];
+            if row.get::<&str, _>(1) == NEGATIVE_ZERO_ATTR {
+                let zeros = NegativeZeros::parse(Some(row.get(2)));
+                record.value = record.value.map(|v| zeros.value(0, v));
+                zeros.params(&mut record.params);
+            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(row.get(2)) {
+                record.constraints = cs.iter().filter_map(Value::as_f64).collect();
             }
         }
         Ok(records)
@@ -667,23 +727,24 @@ impl Store {
                 None => w.problem = Some(format!("param `{name}` is outside the search space")),
             }
         }
-        let attempts: Option<String> = sqlx::query_scalar(
-            "SELECT value_json FROM trial_system_attributes WHERE trial_id = ? AND key = 'sweepd:attempts'",
+        let attrs = sqlx::query(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
+             AND key IN ('sweepd:attempts', 'fixed_params', ?)",
         )
         .bind(trial_id)
-        .fetch_optional(&self.pool)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&self.pool)
         .await
         .map_err(self.err())?;
-        w.attempts = attempts
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        let fixed_attr: Option<String> = sqlx::query_scalar(
-            "SELECT value_json FROM trial_system_attributes WHERE trial_id = ? AND key = 'fixed_params'",
-        )
-        .bind(trial_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(self.err())?;
+        let mut fixed_attr = None;
+        for row in attrs {
+            let text: String = row.get(1);
+            match row.get::<&str, _>(0) {
+                "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
+                "fixed_params" => fixed_attr = Some(text),
+                _ => NegativeZeros::parse(Some(&text)).params(&mut w.fixed),
+            }
+        }
         if let Some(Ok(Value::Object(map))) = fixed_attr.map(|t| serde_json::from_str::<Value>(&t))
         {
             for (name, ext) in map {
@@ -838,6 +899,10 @@ impl Store {
         .execute(&mut **tx)
         .await
         .map_err(self.err())?;
+        if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
+            self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
+                .await?;
+        }
         Ok(())
     }
 
@@ -850,6 +915,28 @@ impl Store {
         self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
             .await?;
         self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
+            .await
+    }
+
+    /// Adds to a trial's record of negative zeros (see [`NEGATIVE_ZERO_ATTR`]).
+    async fn note_negative_zeros(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        trial_id: i64,
+        add: impl FnOnce(&mut NegativeZeros),
+    ) -> Result<()> {
+        let old: Option<String> = sqlx::query_scalar(
+            "SELECT value_json FROM trial_system_attributes WHERE trial_id = ? AND key = ?",
+        )
+        .bind(trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(self.err())?;
+        let mut zeros = NegativeZeros::parse(old.as_deref());
+        add(&mut zeros);
+        let value = serde_json::to_value(&zeros).expect("serializable");
+        self.set_attr(tx, trial_id, NEGATIVE_ZERO_ATTR, &value)
             .await
     }
 
@@ -876,7 +963,7 @@ impl Store {
     /// Records an intermediate value. A repeated step keeps the first value, as Optuna does.
     pub async fn report(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
         let (v, t) = encode_value(value);
-        sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO trial_intermediate_values \
              (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
              ON CONFLICT (trial_id, step) DO NOTHING",
@@ -884,10 +971,23 @@ impl Store {
         .bind(trial_id)
         .bind(step)
         .bind(v)
-        .bind(t)
-        .execute(&self.pool)
-        .await
-        .map_err(self.err())?;
+        .bind(t);
+        if !is_negative_zero(value) {
+            insert.execute(&self.pool).await.map_err(self.err())?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        if insert
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err())?
+            .rows_affected()
+            == 1
+        {
+            self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
+                .await?;
+        }
+        tx.commit().await.map_err(self.err())?;
         Ok(())
     }
 
@@ -957,6 +1057,10 @@ impl Store {
             .await
             .map_err(self.err())?;
         }
+        if value.is_some_and(is_negative_zero) {
+            self.note_negative_zeros(&mut tx, trial_id, |z| z.values.push(0))
+                .await?;
+        }
         for (key, value) in attrs {
             self.set_attr(&mut tx, trial_id, key, value).await?;
         }
@@ -994,9 +1098,10 @@ impl Store {
     ) -> Result<i64> {
         let attrs = sqlx::query(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
-             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts')",
+             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', ?)",
         )
         .bind(failed_id)
+        .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&mut **tx)
         .await
         .map_err(self.err())?;
@@ -1004,6 +1109,7 @@ impl Store {
         let mut history: Vec<Value> = Vec::new();
         let mut fixed = None;
         let mut attempts = Attempts::new();
+        let mut zero_params = Vec::new();
         for row in attrs {
             let key: String = row.get(0);
             let value: Value = serde_json::from_str(row.get(1)).unwrap_or(Value::Null);
@@ -1011,7 +1117,8 @@ impl Store {
                 "failed_trial" => first = value.as_i64().unwrap_or(first),
                 "retry_history" => history = value.as_array().cloned().unwrap_or_default(),
                 "sweepd:attempts" => attempts = serde_json::from_value(value).unwrap_or_default(),
-                _ => fixed = Some(value),
+                "fixed_params" => fixed = Some(value),
+                _ => zero_params = NegativeZeros::parse(Some(row.get(1))).params,
             }
         }
         *attempts.entry(kind.to_owned()).or_default() += 1;
@@ -1036,6 +1143,10 @@ impl Store {
         }
         self.set_attr(tx, copy_id, "sweepd:attempts", &json!(attempts))
             .await?;
+        if !zero_params.is_empty() {
+            self.note_negative_zeros(tx, copy_id, |z| z.params = zero_params)
+                .await?;
+        }
         Ok(copy_number)
     }
 
@@ -1145,9 +1256,10 @@ impl Store {
         }
         let attrs = sqlx::query(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? AND key IN \
-             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason')",
+             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', ?)",
         )
         .bind(view.trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&self.pool)
         .await
         .map_err(self.err())?;
@@ -1158,7 +1270,18 @@ impl Store {
                 "sweepd:worker_id" => view.worker_id = value.as_i64(),
                 "sweepd:worker_pid" => view.worker_pid = value.as_i64(),
                 "sweepd:fail_kind" => view.fail_kind = value.as_str().map(str::to_owned),
-                _ => view.fail_reason = value.as_str().map(str::to_owned),
+                "fail_reason" => view.fail_reason = value.as_str().map(str::to_owned),
+                _ => {
+                    let zeros = NegativeZeros::parse(Some(row.get(1)));
+                    if let Some(v) = view.value.as_f64() {
+                        view.value = json!(zeros.value(0, v));
+                    }
+                    for name in &zeros.params {
+                        if view.params.get(name).and_then(Value::as_f64) == Some(0.0) {
+                            view.params.insert(name.clone(), json!(-0.0));
+                        }
+                    }
+                }
             }
         }
         Ok(())

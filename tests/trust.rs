@@ -43,3 +43,248 @@ fn a_worker_closing_its_channel_mid_trial_does_not_stall_the_study() {
         assert!(!alive(pid), "worker {pid} outlived the run");
     }
 }
+
+/// Doubles that need all 17 significant digits, subnormals, signed zeros, the extremes and
+/// infinities, then pseudo-random bit patterns over every exponent.
+fn hard_values() -> Vec<f64> {
+    let mut v = vec![
+        0.200_626_407_997_296_22,
+        -0.0,
+        0.0,
+        5e-324,
+        -5e-324,
+        2.225_073_858_507_201_4e-308,
+        2.225_073_858_507_201e-308,
+        f64::MAX,
+        f64::MIN,
+        0.1,
+        1.0 / 3.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while v.len() < 8 * 21 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let f = f64::from_bits(x);
+        if f.is_finite() {
+            v.push(f);
+        }
+    }
+    // The hardest ones also as trials' final values (index 21 * number + 20).
+    for (number, f) in [-0.0, -5e-324, f64::MAX, 0.200_626_407_997_296_22]
+        .into_iter()
+        .enumerate()
+    {
+        v[21 * number + 20] = f;
+    }
+    v
+}
+
+fn hex(f: f64) -> String {
+    format!("{:016x}", f.to_bits())
+}
+
+/// SQLite stores a REAL that equals an integer as that integer, so -0.0 comes back as 0.0 to
+/// anyone reading Optuna's columns (Optuna itself included); sweepd keeps the sign aside.
+fn as_sqlite_reads_it(bits: &str) -> String {
+    if bits == hex(-0.0) {
+        hex(0.0)
+    } else {
+        bits.to_owned()
+    }
+}
+
+const EXACT_PARAMS: &str = r#"
+[params.x]
+type = "float"
+low = -1.0
+high = 1.0
+
+[params.big]
+type = "float"
+low = 0.0
+high = 1.7976931348623157e308
+
+[params.n]
+type = "int"
+low = 0
+high = 10
+step = 2
+
+[params.opt]
+type = "categorical"
+choices = ["adam", "sgd"]
+"#;
+
+fn parse_value(v: &serde_json::Value) -> f64 {
+    match v {
+        serde_json::Value::String(s) if s == "inf" => f64::INFINITY,
+        serde_json::Value::String(s) if s == "-inf" => f64::NEG_INFINITY,
+        other => other
+            .as_f64()
+            .unwrap_or_else(|| panic!("not a number: {other}")),
+    }
+}
+
+/// One study in `mode`, with four trials enqueued through Optuna and four sampled: every float
+/// the worker receives, reports and returns is compared bit for bit along every path.
+fn floats_round_trip_bit_exactly(mode: &'static str, plain: bool) {
+    let values = hard_values();
+    let values_file = tempfile::NamedTempFile::new().unwrap();
+    let text: String = values.iter().map(|v| hex(*v) + "\n").collect();
+    std::fs::write(values_file.path(), text).unwrap();
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let mut command = vec![
+        python(),
+        repo()
+            .join("tests/workers/exact_worker.py")
+            .to_string_lossy()
+            .into_owned(),
+    ];
+    if plain {
+        command.push("--plain".into());
+    }
+    let cfg = Cfg {
+        name: "exact".into(),
+        n_trials: Some(8),
+        max_par: 2,
+        mode,
+        command,
+        params: EXACT_PARAMS.into(),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_VALUES", values_file.path().to_str().unwrap())
+    .env("SWEEPD_TEST_RECORD", record.path().to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    sweep.optuna("optuna_create.py", &["exact", "minimize", "0"]);
+    let enqueued = [
+        (0.200_626_407_997_296_22, f64::MAX),
+        (-0.0, 5e-324),
+        (1.0 / 3.0, 2.225_073_858_507_201e-308),
+        (-0.613_793_104_571_290_6, 1.234_567_890_123_456_7e300),
+    ];
+    for (x, big) in enqueued {
+        let params = serde_json::json!({"x": x, "big": big, "n": 4, "opt": "sgd"});
+        sweep.optuna("optuna_enqueue.py", &["exact", &params.to_string()]);
+    }
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let expected_value =
+        |number: i64, step: usize| values[(number as usize * 21 + step) % values.len()];
+    // What the worker received, by trial number.
+    let received: std::collections::BTreeMap<i64, serde_json::Value> =
+        std::fs::read_to_string(record.path())
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["number"].as_i64().unwrap(), v["params"].clone())
+            })
+            .collect();
+    assert_eq!(received.len(), 8, "{received:?}");
+    for (i, (x, big)) in enqueued.iter().enumerate() {
+        let got = &received[&(i as i64)];
+        assert_eq!(
+            got["x"],
+            hex(*x),
+            "enqueued x of trial {i} reached the worker changed"
+        );
+        assert_eq!(
+            got["big"],
+            hex(*big),
+            "enqueued big of trial {i} reached the worker changed"
+        );
+    }
+
+    // Optuna reads every value, intermediate value and param as it was sent.
+    let dump = sweep.optuna("optuna_bits.py", &["exact"]);
+    let trials: Vec<serde_json::Value> = dump
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(trials.len(), 8);
+    for t in &trials {
+        let n = t["number"].as_i64().unwrap();
+        assert_eq!(t["state"], "COMPLETE", "{t}");
+        assert_eq!(
+            t["values"][0],
+            as_sqlite_reads_it(&hex(expected_value(n, 20))),
+            "value of trial {n}"
+        );
+        if !plain {
+            for step in 0..20 {
+                assert_eq!(
+                    t["intermediate"][step.to_string()],
+                    as_sqlite_reads_it(&hex(expected_value(n, step))),
+                    "intermediate value {step} of trial {n}"
+                );
+            }
+        }
+        for name in ["x", "big"] {
+            let sent = received[&n][name].as_str().unwrap();
+            assert_eq!(
+                t["params"][name],
+                as_sqlite_reads_it(sent),
+                "param {name} of trial {n}"
+            );
+        }
+    }
+
+    // sweepd's own outputs keep every bit, the sign of zero included.
+    let ours = sweep.trials();
+    for t in &ours {
+        let n = t["number"].as_i64().unwrap();
+        assert_eq!(
+            hex(parse_value(&t["value"])),
+            hex(expected_value(n, 20)),
+            "--json value of trial {n}"
+        );
+        for name in ["x", "big"] {
+            assert_eq!(
+                hex(t["params"][name].as_f64().unwrap()),
+                received[&n][name].as_str().unwrap(),
+                "--json param {name} of trial {n}"
+            );
+        }
+    }
+    let csv = sweep.sweepd(&["trials", "--csv"]).output().unwrap();
+    let csv = String::from_utf8(csv.stdout).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let n: i64 = f[col("number")].parse().unwrap();
+        assert_eq!(
+            hex(f[col("value")].parse().unwrap()),
+            hex(expected_value(n, 20)),
+            "--csv value of trial {n}"
+        );
+        for name in ["x", "big"] {
+            let v: f64 = f[col(&format!("params_{name}"))].parse().unwrap();
+            assert_eq!(
+                hex(v),
+                received[&n][name].as_str().unwrap(),
+                "--csv param {name} of trial {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn floats_changed_their_last_bit_in_persistent_mode() {
+    floats_round_trip_bit_exactly("persistent", false);
+}
+
+#[test]
+fn floats_changed_their_last_bit_in_oneshot_mode_with_the_helper() {
+    floats_round_trip_bit_exactly("oneshot", false);
+}
+
+#[test]
+fn floats_changed_their_last_bit_in_a_plain_oneshot_script() {
+    floats_round_trip_bit_exactly("oneshot", true);
+}
