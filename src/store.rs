@@ -16,6 +16,7 @@ use crate::space::{Distribution, ParamValue, Params, SearchSpace};
 use serde_json::{json, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -128,6 +129,31 @@ pub struct Claimed {
     pub attempts: Attempts,
 }
 
+/// What starting a trial needs besides the trial: who starts it, and the budget it is checked
+/// against.
+pub struct StartCtx<'a> {
+    pub study: &'a Study,
+    pub owner: &'a DaemonId,
+    pub budget: Option<u64>,
+    pub tally: &'a mut Tally,
+}
+
+/// How an attempt to start a trial ended.
+#[derive(Debug)]
+pub enum Started {
+    /// The trial is RUNNING for this daemon.
+    Yes(Claimed),
+    /// Another process claimed the WAITING trial first.
+    Taken,
+    /// The budget is spent, or reserved by trials running now (the tally says which).
+    NoRoom,
+}
+
+/// The trial system attribute naming the sweepd daemon that runs a trial (`DaemonId::json`),
+/// written when the trial starts: RUNNING trials without it belong to someone else (an Optuna
+/// script) and are never reconciled by sweepd.
+pub const OWNER_ATTR: &str = "sweepd:daemon";
+
 /// A WAITING trial looked at, not yet claimed.
 #[derive(Debug, Clone)]
 pub struct Waiting {
@@ -190,6 +216,93 @@ impl Counts {
     }
 }
 
+/// The study's trials as the budget counts them, whoever runs them (this daemon, an Optuna
+/// script, another host), kept current by reading only what can have changed: a final trial
+/// never changes again, so a refresh reads the trials created since the last one and those
+/// that were not final then. See [`Store::refresh_tally`].
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    /// The highest trial_id of the study read so far.
+    seen: i64,
+    /// Trials with an outcome that spends the budget: COMPLETE, PRUNED, FAIL without a retry.
+    pub finished: u64,
+    /// Trials not final yet, by trial_id.
+    open: HashMap<i64, OpenTrial>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OpenTrial {
+    running: bool,
+    /// Run by a sweepd daemon (this one or another): it will spend the budget unless it fails
+    /// and is retried. A RUNNING trial of an Optuna script is not counted: sweepd cannot tell a
+    /// live one from one whose process died.
+    sweepd: bool,
+}
+
+impl Tally {
+    /// RUNNING trials of sweepd daemons: starts already reserved against the budget.
+    pub fn reserved(&self) -> u64 {
+        self.open.values().filter(|t| t.running && t.sweepd).count() as u64
+    }
+
+    /// Whether another trial may start under a budget of `n_trials`.
+    pub fn room(&self, n_trials: Option<u64>) -> bool {
+        n_trials.is_none_or(|n| self.finished + self.reserved() < n)
+    }
+
+    /// This daemon started `trial_id` (created in the transaction that refreshed the tally, so
+    /// no other trial can have been created between: the tally has seen everything up to it).
+    fn started_new(&mut self, trial_id: i64) {
+        self.seen = self.seen.max(trial_id);
+        self.started(trial_id);
+    }
+
+    fn started(&mut self, trial_id: i64) {
+        self.open.insert(
+            trial_id,
+            OpenTrial {
+                running: true,
+                sweepd: true,
+            },
+        );
+    }
+
+    /// This daemon finished `trial_id`; `spends` unless it failed and was retried.
+    pub fn finished_own(&mut self, trial_id: i64, spends: bool) {
+        if self.open.remove(&trial_id).is_some() && spends {
+            self.finished += 1;
+        }
+    }
+
+    fn apply(&mut self, trial_id: i64, state: Option<TrialState>, retried: bool, sweepd: bool) {
+        match state {
+            Some(TrialState::Running | TrialState::Waiting) => {
+                let running = state == Some(TrialState::Running);
+                self.open.insert(trial_id, OpenTrial { running, sweepd });
+            }
+            Some(final_state) => {
+                // Final trials count once: when first seen, or when an open one becomes final.
+                let unseen = self.open.remove(&trial_id).is_some() || trial_id > self.seen;
+                if unseen && !(final_state == TrialState::Fail && retried) {
+                    self.finished += 1;
+                }
+            }
+            // Deleted (or a state this version does not know): nothing to count.
+            None => {
+                self.open.remove(&trial_id);
+            }
+        }
+    }
+}
+
+/// The columns [`Store::refresh_tally`] reads for each trial.
+const TALLY_COLUMNS: &str = "SELECT t.trial_id, t.state, \
+     EXISTS (SELECT 1 FROM trial_system_attributes a \
+             WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as'), \
+     EXISTS (SELECT 1 FROM trial_system_attributes a \
+             WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id')) \
+     FROM trials t";
+
 /// The sqlx pool over one SQLite file.
 #[derive(Clone)]
 pub struct Store {
@@ -209,6 +322,22 @@ fn sql_error(path: &Path, source: sqlx::Error) -> StoreError {
     StoreError::Sql {
         path: path.to_owned(),
         source,
+    }
+}
+
+/// Attempts at applying migrations while other writers keep the database busy.
+const MIGRATE_BUSY_RETRIES: u32 = 100;
+
+/// Whether a migration failed only because another connection was writing (SQLITE_BUSY and its
+/// extended codes, such as BUSY_SNAPSHOT).
+fn is_busy(e: &sqlx::migrate::MigrateError) -> bool {
+    match e {
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(d))
+        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(d), _) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
     }
 }
 
@@ -351,13 +480,28 @@ impl Store {
     pub async fn open(path: &Path) -> Result<Store> {
         let store = Store::connect(path, true).await?;
         store.check_schema().await?;
-        sqlx::migrate!("./migrations")
-            .run(&store.pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                path: path.to_owned(),
-                source,
-            })?;
+        let migrator = sqlx::migrate!("./migrations");
+        let mut attempt = 0u32;
+        loop {
+            match migrator.run(&store.pool).await {
+                Ok(()) => break,
+                // A migration whose statements only read (IF NOT EXISTS on Optuna's existing
+                // tables) before it writes its record cannot wait for the write lock: SQLite
+                // answers "busy" at once when another writer (an Optuna script optimizing the
+                // study) committed after that read. A fresh attempt takes a fresh snapshot.
+                Err(e) if is_busy(&e) && attempt < MIGRATE_BUSY_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt.min(10))))
+                        .await;
+                }
+                Err(source) => {
+                    return Err(StoreError::Migrate {
+                        path: path.to_owned(),
+                        source,
+                    })
+                }
+            }
+        }
         Ok(store)
     }
 
@@ -559,6 +703,64 @@ impl Store {
         Ok(c)
     }
 
+    /// Brings `tally` up to date: the study's trials created since the last refresh, and those
+    /// that were not final then. Cheap (it reads what changed, not the study), so the budget
+    /// can be checked against the database before every start.
+    pub async fn refresh_tally(&self, study: &Study, tally: &mut Tally) -> Result<()> {
+        let mut conn = self.pool.acquire().await.map_err(self.err())?;
+        self.refresh_tally_on(&mut conn, study, tally).await
+    }
+
+    async fn refresh_tally_on(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        study: &Study,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let read = |row: &sqlx::sqlite::SqliteRow| {
+            (
+                row.get::<i64, _>(0),
+                TrialState::parse(row.get(1)),
+                row.get::<bool, _>(2),
+                row.get::<bool, _>(3),
+            )
+        };
+        // trial_id is the rowid: a range over it reads only the new rows.
+        let new = sqlx::query(&format!(
+            "{TALLY_COLUMNS} WHERE t.trial_id > ? AND t.study_id = ? ORDER BY t.trial_id"
+        ))
+        .bind(tally.seen)
+        .bind(study.id)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(self.err())?;
+        for row in &new {
+            let (id, state, retried, sweepd) = read(row);
+            tally.apply(id, state, retried, sweepd);
+            tally.seen = tally.seen.max(id);
+        }
+        let open: Vec<i64> = tally.open.keys().copied().collect();
+        for chunk in open.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("{TALLY_COLUMNS} WHERE t.trial_id IN ({marks})");
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            let rows = q.fetch_all(&mut *conn).await.map_err(self.err())?;
+            let mut gone: std::collections::HashSet<i64> = chunk.iter().copied().collect();
+            for row in &rows {
+                let (id, state, retried, sweepd) = read(row);
+                gone.remove(&id);
+                tally.apply(id, state, retried, sweepd);
+            }
+            for id in gone {
+                tally.apply(id, None, false, false);
+            }
+        }
+        Ok(())
+    }
+
     /// Every trial of the study as the sampler learns from it: typed params, state, value and
     /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
     pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
@@ -638,32 +840,53 @@ impl Store {
         Ok(records)
     }
 
-    /// Marks every trial of the study still RUNNING as FAIL and enqueues a WAITING copy of each:
-    /// a previous instance died with them (kill -9, power loss). Returns the numbers failed.
-    pub async fn reconcile_running(&self, study: &Study, reason: &str) -> Result<Vec<i64>> {
-        let stale: Vec<i64> = sqlx::query_scalar(
-            "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'RUNNING' ORDER BY trial_id",
+    /// The study's RUNNING trials that a sweepd daemon started, with that daemon (`None` for
+    /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
+    /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
+    pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
+        let rows = sqlx::query(
+            "SELECT t.trial_id, \
+               (SELECT a.value_json FROM trial_system_attributes a \
+                 WHERE a.trial_id = t.trial_id AND a.key = ?) \
+             FROM trials t WHERE t.study_id = ? AND t.state = 'RUNNING' AND EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key IN (?, 'sweepd:worker_id')) \
+             ORDER BY t.trial_id",
         )
+        .bind(OWNER_ATTR)
         .bind(study.id)
+        .bind(OWNER_ATTR)
         .fetch_all(&self.pool)
         .await
         .map_err(self.err())?;
-        let mut numbers = Vec::new();
-        for trial_id in stale {
-            let failure = Failure {
-                kind: "interrupted".into(),
-                reason: reason.to_owned(),
-                stderr_tail: None,
-                retry: true,
-            };
-            if let Some(n) = self
-                .finish(study, trial_id, &Finish::Fail(failure), &[])
-                .await?
-            {
-                numbers.push(n);
-            }
-        }
-        Ok(numbers)
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let owner = r
+                    .get::<Option<String>, _>(1)
+                    .and_then(|j| serde_json::from_str::<Value>(&j).ok())
+                    .and_then(|v| DaemonId::from_json(&v));
+                (r.get(0), owner)
+            })
+            .collect())
+    }
+
+    /// Marks a RUNNING trial FAIL (kind `interrupted`) and enqueues a WAITING copy of it, in one
+    /// transaction. Returns the trial's number, or `None` if it was no longer RUNNING.
+    pub async fn interrupt(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        reason: &str,
+    ) -> Result<Option<i64>> {
+        let failure = Failure {
+            kind: "interrupted".into(),
+            reason: reason.to_owned(),
+            stderr_tail: None,
+            retry: true,
+        };
+        self.finish(study, trial_id, &Finish::Fail(failure), &[])
+            .await
     }
 
     /// The oldest WAITING trial and the params it already has (a retry copy's, or Optuna's
@@ -767,14 +990,27 @@ impl Store {
         Ok(Some(w))
     }
 
-    /// Claims a peeked WAITING trial with its complete `params`. `false` when another process
-    /// took it first (the conditional update is the claim).
-    pub async fn claim(&self, w: &Waiting, space: &SearchSpace, params: &Params) -> Result<bool> {
+    /// Claims a peeked WAITING trial with its complete `params`, if the budget has room (checked
+    /// in the claim's own transaction, so no other writer can start a trial in between).
+    /// `Taken` when another process claimed it first (the conditional update is the claim).
+    pub async fn claim(
+        &self,
+        w: &Waiting,
+        space: &SearchSpace,
+        params: &Params,
+        start: StartCtx<'_>,
+    ) -> Result<Started> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.err())?;
+        self.refresh_tally_on(&mut tx, start.study, start.tally)
+            .await?;
+        if !start.tally.room(start.budget) {
+            tx.rollback().await.map_err(self.err())?;
+            return Ok(Started::NoRoom);
+        }
         let claimed = sqlx::query(
             "UPDATE trials SET state = 'RUNNING', datetime_start = ? \
              WHERE trial_id = ? AND state = 'WAITING'",
@@ -787,8 +1023,10 @@ impl Store {
         .rows_affected();
         if claimed != 1 {
             tx.rollback().await.map_err(self.err())?;
-            return Ok(false);
+            return Ok(Started::Taken);
         }
+        self.set_attr(&mut tx, w.trial_id, OWNER_ATTR, &start.owner.json())
+            .await?;
         for (name, v) in params {
             if w.present.contains(name) {
                 continue;
@@ -798,7 +1036,13 @@ impl Store {
                 .await?;
         }
         tx.commit().await.map_err(self.err())?;
-        Ok(true)
+        start.tally.started(w.trial_id);
+        Ok(Started::Yes(Claimed {
+            trial_id: w.trial_id,
+            number: w.number,
+            params: params.clone(),
+            attempts: w.attempts.clone(),
+        }))
     }
 
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
@@ -814,32 +1058,42 @@ impl Store {
         Ok(())
     }
 
-    /// Creates a new RUNNING trial with `params`, numbered as Optuna numbers trials.
+    /// Creates a new RUNNING trial with `params`, numbered as Optuna numbers trials, if the
+    /// budget has room (checked in the same transaction).
     pub async fn create_running(
         &self,
-        study: &Study,
         space: &SearchSpace,
         params: &Params,
-    ) -> Result<Claimed> {
+        start: StartCtx<'_>,
+    ) -> Result<Started> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(self.err())?;
+        self.refresh_tally_on(&mut tx, start.study, start.tally)
+            .await?;
+        if !start.tally.room(start.budget) {
+            tx.rollback().await.map_err(self.err())?;
+            return Ok(Started::NoRoom);
+        }
         let (trial_id, number) =
-            Self::insert_trial(&mut tx, study, TrialState::Running, &self.path).await?;
+            Self::insert_trial(&mut tx, start.study, TrialState::Running, &self.path).await?;
+        self.set_attr(&mut tx, trial_id, OWNER_ATTR, &start.owner.json())
+            .await?;
         for (name, v) in params {
             let spec = space.get(name).expect("sampled params are in the space");
             self.insert_param(&mut tx, trial_id, name, &spec.dist, v)
                 .await?;
         }
         tx.commit().await.map_err(self.err())?;
-        Ok(Claimed {
+        start.tally.started_new(trial_id);
+        Ok(Started::Yes(Claimed {
             trial_id,
             number,
             params: params.clone(),
             attempts: Attempts::new(),
-        })
+        }))
     }
 
     /// The number the next trial created in this study will get (a hint for seeding).
@@ -1755,11 +2009,26 @@ pub struct WorkerView {
 pub type Curve = (i64, bool, Vec<(i64, f64)>);
 
 /// Identifies a daemon process: the single-instance lock compares these.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonId {
     pub pid: u32,
     pub pid_start: Option<u64>,
     pub host: String,
+}
+
+impl DaemonId {
+    /// The value of [`OWNER_ATTR`].
+    pub fn json(&self) -> Value {
+        json!({"host": self.host, "pid": self.pid, "pid_start": self.pid_start})
+    }
+
+    fn from_json(v: &Value) -> Option<DaemonId> {
+        Some(DaemonId {
+            host: v["host"].as_str()?.to_owned(),
+            pid: v["pid"].as_u64()? as u32,
+            pid_start: v["pid_start"].as_u64(),
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1801,4 +2070,45 @@ pub struct GpuRow {
     pub wait: Option<String>,
     pub error: Option<String>,
     pub updated_at: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tally_counts_final_trials_once_and_reserves_sweepd_running_ones() {
+        let mut t = Tally::default();
+        let see = |t: &mut Tally, id, state, retried, sweepd| {
+            t.apply(id, state, retried, sweepd);
+            t.seen = t.seen.max(id);
+        };
+        // An Optuna script's RUNNING trial reserves nothing; sweepd's does.
+        see(&mut t, 1, Some(TrialState::Running), false, false);
+        see(&mut t, 2, Some(TrialState::Running), false, true);
+        see(&mut t, 3, Some(TrialState::Waiting), false, false);
+        assert_eq!((t.finished, t.reserved()), (0, 1));
+        assert!(t.room(Some(2)));
+        assert!(!t.room(Some(1)));
+        assert!(t.room(None));
+        // Seen final on a later refresh: counted once, and no longer open.
+        t.apply(1, Some(TrialState::Complete), false, false);
+        t.apply(1, Some(TrialState::Complete), false, false);
+        assert_eq!(t.finished, 1);
+        // A FAIL with a retry copy spends nothing; one without does.
+        t.apply(2, Some(TrialState::Fail), true, true);
+        assert_eq!((t.finished, t.reserved()), (1, 0));
+        t.apply(3, Some(TrialState::Fail), false, false);
+        assert_eq!(t.finished, 2);
+        // Our own start and finish, and a finish seen again later, count once.
+        t.started_new(10);
+        assert_eq!(t.reserved(), 1);
+        t.finished_own(10, true);
+        t.finished_own(10, true);
+        assert_eq!((t.finished, t.reserved()), (3, 0));
+        // A deleted open trial leaves nothing behind.
+        see(&mut t, 11, Some(TrialState::Waiting), false, false);
+        t.apply(11, None, false, false);
+        assert!(t.open.is_empty());
+    }
 }

@@ -21,8 +21,8 @@ use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler, TrialRecord};
 use crate::space::Params;
 use crate::store::{
-    Attempts, Claimed, Counts, DaemonId, DaemonLockError, Failure, Finish, GpuRow, Runner, Store,
-    StoreError, TrialState, Waiting,
+    Attempts, Claimed, Counts, DaemonId, DaemonLockError, Failure, Finish, GpuRow, Runner,
+    StartCtx, Started, Store, StoreError, Tally, TrialState, Waiting,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use serde_json::json;
@@ -171,9 +171,11 @@ struct Core {
     config: Arc<Config>,
     sampler: Box<dyn Sampler>,
     pruner: Pruner,
-    /// Trials with a final outcome (what `n_trials` counts), kept in memory so that asking
-    /// for the next trial does not re-count the study.
-    finished: u64,
+    /// The study's trials as the budget counts them, whoever runs them; refreshed from the
+    /// database (cheaply: only what changed) in every start's transaction.
+    tally: Tally,
+    /// This daemon, recorded on every trial it starts.
+    me: DaemonId,
     /// Trials this instance has RUNNING.
     running: u64,
     /// Running trials per device, for infeasibility (an OOM alone on a device).
@@ -235,11 +237,18 @@ impl Core {
                 }
             }
             if let Some(n) = self.config.study.n_trials {
-                if self.finished >= n {
-                    return Ok(Next::Done);
-                }
-                if self.finished + self.running >= n {
-                    return Ok(Next::Wait);
+                if !self.tally.room(Some(n)) {
+                    // Others (Optuna scripts) may have finished trials since: look before
+                    // deciding between done and waiting for the running ones.
+                    self.store
+                        .refresh_tally(&self.study, &mut self.tally)
+                        .await?;
+                    if self.tally.finished >= n {
+                        return Ok(Next::Done);
+                    }
+                    if !self.tally.room(Some(n)) {
+                        return Ok(Next::Wait);
+                    }
                 }
             }
             let now = Instant::now();
@@ -293,22 +302,31 @@ impl Core {
                 Some((d, e)) => (Some(d), Some(e)),
                 None => (None, None),
             };
-            let claimed = match candidate {
+            let start = StartCtx {
+                study: &self.study,
+                owner: &self.me,
+                budget: self.config.study.n_trials,
+                tally: &mut self.tally,
+            };
+            let started = match &candidate {
                 Candidate::Waiting(w, params) => {
-                    if !self.store.claim(&w, &self.config.space, &params).await? {
-                        continue; // another process took it
-                    }
-                    Claimed {
-                        trial_id: w.trial_id,
-                        number: w.number,
-                        params,
-                        attempts: w.attempts,
-                    }
+                    self.store
+                        .claim(w, &self.config.space, params, start)
+                        .await?
                 }
                 Candidate::New(params) => {
                     self.store
-                        .create_running(&self.study, &self.config.space, &params)
+                        .create_running(&self.config.space, params, start)
                         .await?
+                }
+            };
+            let claimed = match started {
+                Started::Yes(c) => c,
+                Started::Taken => continue, // another process claimed it first
+                Started::NoRoom => {
+                    // The budget filled up in the meantime: keep the candidate for later.
+                    self.pending.insert(k, (candidate, 0));
+                    continue;
                 }
             };
             self.sampler.observe(claimed.number, &claimed.params);
@@ -404,17 +422,27 @@ impl Core {
                 Ok(p) => Ok(Some(Candidate::Waiting(w, p))),
                 Err(why) => {
                     // The enqueued params cannot run here: FAIL that trial, look further.
-                    if self.store.claim(&w, space, &w.fixed).await? {
+                    let start = StartCtx {
+                        study: &self.study,
+                        owner: &self.me,
+                        budget: self.config.study.n_trials,
+                        tally: &mut self.tally,
+                    };
+                    if let Started::Yes(c) = self.store.claim(&w, space, &w.fixed, start).await? {
                         let failure = Failure {
                             kind: Kind::UserError.as_str().into(),
                             reason: why,
                             stderr_tail: None,
                             retry: false,
                         };
-                        self.store
-                            .finish(&self.study, w.trial_id, &Finish::Fail(failure), &[])
-                            .await?;
-                        self.finished += 1;
+                        if self
+                            .store
+                            .finish(&self.study, c.trial_id, &Finish::Fail(failure), &[])
+                            .await?
+                            .is_some()
+                        {
+                            self.tally.finished_own(c.trial_id, true);
+                        }
                     }
                     Ok(None)
                 }
@@ -547,10 +575,8 @@ impl Core {
             Finish::Pruned => (TrialState::Pruned, None),
             Finish::Fail(_) => (TrialState::Fail, None),
         };
-        let counts = !matches!(&how, Finish::Fail(f) if f.retry);
-        if counts {
-            self.finished += 1;
-        }
+        self.tally
+            .finished_own(c.trial_id, !matches!(&how, Finish::Fail(f) if f.retry));
         if let Some(v) = value.filter(|_| state == TrialState::Complete) {
             if self
                 .best
@@ -734,12 +760,16 @@ async fn run_locked(
 ) -> Result<RunSummary, RunError> {
     let shutdown = control.shutdown.clone();
     reap_previous_instance(&store, &study).await?;
-    let stale = store
-        .reconcile_running(
-            &study,
-            "interrupted: the sweepd instance running this trial stopped (killed or crashed)",
-        )
-        .await?;
+    let mut stale = Vec::new();
+    for (trial_id, owner) in store.sweepd_running(&study).await? {
+        // This daemon holds the study's lock: every other sweepd daemon that ran it is gone.
+        // RUNNING trials that no sweepd started (an Optuna script's) are left to their owner.
+        if owner.as_ref() != Some(&me) {
+            let reason =
+                "interrupted: the sweepd instance running this trial stopped (killed or crashed)";
+            stale.extend(store.interrupt(&study, trial_id, reason).await?);
+        }
+    }
     if !stale.is_empty() {
         warn!(trials = ?stale, "marked trials left RUNNING by a previous instance as FAIL and re-enqueued them");
     }
@@ -773,10 +803,12 @@ async fn run_locked(
         pruner.load(number, completed, &values);
     }
     let counts = store.counts(&study).await?;
+    let mut tally = Tally::default();
+    store.refresh_tally(&study, &mut tally).await?;
     info!(
         study = %study.name,
         db = %config.storage.path.display(),
-        finished = counts.finished(),
+        finished = tally.finished,
         budget = ?config.study.n_trials,
         max_par = config.worker.max_par,
         gpus = ?monitor.as_ref().map(|m| m.devices.clone()),
@@ -803,7 +835,8 @@ async fn run_locked(
             config: config.clone(),
             sampler,
             pruner,
-            finished: counts.finished(),
+            tally,
+            me: me.clone(),
             running: 0,
             running_on: HashMap::new(),
             exhausted: false,
@@ -1157,8 +1190,8 @@ fn status_line(cfg: &Config, core: &Core) -> String {
         None => "cpu".into(),
     };
     let done = match cfg.study.n_trials {
-        Some(n) => format!("{}/{n} done", core.finished),
-        None => format!("{} done", core.finished),
+        Some(n) => format!("{}/{n} done", core.tally.finished),
+        None => format!("{} done", core.tally.finished),
     };
     let best = core
         .best

@@ -288,3 +288,95 @@ fn floats_changed_their_last_bit_in_oneshot_mode_with_the_helper() {
 fn floats_changed_their_last_bit_in_a_plain_oneshot_script() {
     floats_round_trip_bit_exactly("oneshot", true);
 }
+
+/// `optuna_optimize.py` on the study, in the background.
+fn optuna_optimize(sweep: &Sweep, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_optimize.py"))
+        .arg(&sweep.db)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run optuna_optimize.py")
+}
+
+#[test]
+fn a_starting_daemon_failed_the_running_trial_of_a_live_optuna_process() {
+    let cfg = Cfg {
+        name: "shared".into(),
+        n_trials: Some(6),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    sweep.optuna("optuna_create.py", &["shared", "minimize", "0"]);
+    let hold = sweep.path("hold");
+    let optuna = optuna_optimize(&sweep, &["shared", "1", "0", hold.to_str().unwrap()]);
+    let running = sweep.path("hold.running");
+    wait_until(LIMIT, "Optuna's trial to run", || running.exists());
+    // sweepd starts, runs its budget beside Optuna's RUNNING trial and stops.
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&hold, "").unwrap();
+    let optuna = optuna.wait_with_output().unwrap();
+    assert!(
+        optuna.status.success(),
+        "the Optuna process died: {}",
+        String::from_utf8_lossy(&optuna.stderr)
+    );
+    let trials = sweep.trials();
+    let theirs = &trials[0];
+    assert_eq!(theirs["state"], "COMPLETE", "{theirs}");
+    assert!(theirs["fail_reason"].is_null(), "{theirs}");
+    // Nothing ran Optuna's params a second time.
+    let copies = trials
+        .iter()
+        .filter(|t| t["params"] == theirs["params"])
+        .count();
+    assert_eq!(copies, 1, "{trials:?}");
+    assert_eq!(sweep.count("COMPLETE"), 7);
+}
+
+#[test]
+fn the_budget_ignored_trials_that_optuna_processes_finished() {
+    let cfg = Cfg {
+        name: "shared".into(),
+        n_trials: Some(30),
+        max_par: 2,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.1");
+    let sweep = Sweep::new(&cfg);
+    sweep.optuna("optuna_create.py", &["shared", "minimize", "0"]);
+    let others: Vec<_> = (0..2)
+        .map(|_| optuna_optimize(&sweep, &["shared", "25", "0.1"]))
+        .collect();
+    // sweepd starts while both Optuna processes are finishing trials.
+    wait_until(LIMIT, "Optuna to finish trials", || {
+        sweep.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'")[0]
+            .parse::<u32>()
+            .unwrap()
+            >= 2
+    });
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for o in others {
+        let o = o.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // When sweepd started each of its trials, fewer than 30 trials had finished (whoever ran
+    // them): timestamps are written by both sides in the same local-time format.
+    let late = sweep.sql(
+        "SELECT t.number FROM trials t WHERE EXISTS (SELECT 1 FROM trial_system_attributes a \
+           WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:worker_id') \
+         AND (SELECT COUNT(*) FROM trials f WHERE f.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
+              AND f.datetime_complete < t.datetime_start) >= 30",
+    );
+    assert!(
+        late.is_empty(),
+        "sweepd started trials {late:?} after the budget was spent"
+    );
+    let ours =
+        sweep.sql("SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'sweepd:worker_id'");
+    assert!(ours[0].parse::<u32>().unwrap() > 0, "sweepd ran nothing");
+}
