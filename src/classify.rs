@@ -20,7 +20,9 @@
 //!    cuDNN `*_ALLOC_FAILED`, and Python's `MemoryError` (host memory).
 //! 3. `killed` (only from [`classify_exit`]): a signal sweepd did not send.
 //! 4. `user_error`: any other reported exception (also when the process then exited, as a
-//!    oneshot worker does after an error).
+//!    oneshot worker does after an error), or a Python traceback on the stderr of a process
+//!    that exited with an error code (a script that does not use the helper). Its
+//!    [`UserError`] says where the user's code raised it.
 //! 5. `killed` by a signal sweepd sent (the supervisor normally relabels this `timeout`, `hang`
 //!    or `interrupted`), then `worker_died` for any other exit.
 
@@ -135,6 +137,120 @@ pub struct Verdict {
     pub kind: Kind,
     /// One line for a person, at most [`REASON_MAX_CHARS`] characters.
     pub reason: String,
+    /// For a `user_error`: the exception's type and where the user's code raised it, which is
+    /// what makes two failures "the same error".
+    pub error: Option<UserError>,
+}
+
+/// An exception from the user's code, as far as a traceback tells.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserError {
+    /// The exception type, as Python names it (`TypeError`, `torch.cuda.OutOfMemoryError`).
+    pub exc_type: String,
+    /// The innermost frame of the traceback in the user's own code, if any.
+    pub at: Option<Frame>,
+}
+
+/// One frame of a Python traceback: `File "train.py", line 42, in objective`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}, in {}", self.file, self.line, self.function)
+    }
+}
+
+impl fmt::Display for UserError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.at {
+            Some(at) => write!(f, "{} raised at {at}", self.exc_type),
+            None => write!(
+                f,
+                "{} (no frame of user code in the traceback)",
+                self.exc_type
+            ),
+        }
+    }
+}
+
+/// The frames of the Python tracebacks in `text`, outermost first (the last traceback's
+/// frames if there are several, e.g. "During handling of the above exception").
+pub fn traceback_frames(text: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for line in text.lines().map(strip_rank_prefix) {
+        let t = line.trim();
+        if t.starts_with("Traceback (most recent call last)") {
+            frames.clear();
+            continue;
+        }
+        let Some(rest) = t.strip_prefix("File \"") else {
+            continue;
+        };
+        let Some((file, rest)) = rest.split_once("\", line ") else {
+            continue;
+        };
+        let (number, function) = match rest.split_once(", in ") {
+            Some((n, f)) => (n, f.trim()),
+            None => (rest, ""),
+        };
+        if let Ok(line) = number.trim().parse() {
+            frames.push(Frame {
+                file: file.to_owned(),
+                line,
+                function: function.to_owned(),
+            });
+        }
+    }
+    frames
+}
+
+/// The innermost frame in the user's own code: not in sweepd's helper, the standard library or
+/// installed packages (an exception raised inside a library is the user's call into it).
+pub fn user_frame(traceback: &str) -> Option<Frame> {
+    let frames = traceback_frames(traceback);
+    let foreign = |f: &Frame| {
+        let path = f.file.as_str();
+        path.ends_with("sweepd_worker.py")
+            || path.contains("/site-packages/")
+            || path.contains("/dist-packages/")
+            || path.starts_with('<')
+            || path.contains("/lib/python3")
+    };
+    frames
+        .iter()
+        .rev()
+        .find(|f| !foreign(f))
+        .or(frames.last())
+        .cloned()
+}
+
+/// The exception at the end of a Python traceback printed to stderr ("ValueError: message"),
+/// for a process that died without reporting it (a oneshot script that does not use the
+/// helper): `(type, message)`.
+fn traceback_exception(stderr: &str) -> Option<(String, String)> {
+    let start = stderr.rfind("Traceback (most recent call last)")?;
+    let after = &stderr[start..];
+    let last = after
+        .lines()
+        .map(strip_rank_prefix)
+        .filter(|l| !l.trim().is_empty())
+        .rfind(|l| !l.starts_with(char::is_whitespace))?;
+    if last.starts_with("Traceback") {
+        return None;
+    }
+    let (ty, msg) = last.split_once(':').unwrap_or((last, ""));
+    let ty = ty.trim();
+    // A Python exception type: dotted identifiers only.
+    let is_type = !ty.is_empty()
+        && ty
+            .split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    is_type.then(|| (ty.to_owned(), msg.trim().to_owned()))
 }
 
 /// The longest a [`Verdict::reason`] gets, in characters.
@@ -200,12 +316,20 @@ pub fn classify_exit(exit: &Exit, stderr_tail: &str, report: Option<&Report>) ->
             return verdict(Kind::Killed, reason);
         }
     }
-    if let Some(r) = report {
+    // A report, or else a Python traceback on stderr (a script that does not use the helper
+    // and died of an exception).
+    let printed = traceback_exception(stderr_tail);
+    let printed = printed.as_ref().map(|(ty, msg)| Report {
+        exc_type: ty,
+        message: msg,
+        traceback: stderr_tail,
+    });
+    if let Some(r) = report.or(printed.as_ref()) {
         let mut v = user_error(r);
         if let Some(code) = exit.code.filter(|&c| c != 0) {
-            v = verdict(
-                Kind::UserError,
-                format!("{} (worker exited with code {code})", v.reason),
+            v.reason = one_line(
+                &format!("{} (worker exited with code {code})", v.reason),
+                REASON_MAX_CHARS,
             );
         }
         return v;
@@ -663,7 +787,12 @@ fn exception_summary(r: &Report) -> String {
 }
 
 fn user_error(r: &Report) -> Verdict {
-    verdict(Kind::UserError, exception_summary(r))
+    let mut v = verdict(Kind::UserError, exception_summary(r));
+    v.error = Some(UserError {
+        exc_type: r.exc_type.trim().to_owned(),
+        at: user_frame(r.traceback),
+    });
+    v
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -840,6 +969,7 @@ fn verdict(kind: Kind, reason: String) -> Verdict {
     Verdict {
         kind,
         reason: one_line(&reason, REASON_MAX_CHARS),
+        error: None,
     }
 }
 
@@ -1402,14 +1532,57 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     }
 
     #[test]
-    fn worker_died_uncaught_python_exception_without_report() {
+    fn uncaught_python_exception_without_report_is_a_user_error_where_it_was_raised() {
         let stderr = "Traceback (most recent call last):\n  File \"train.py\", line 5, in <module>\n    raise KeyError('batch_size')\nKeyError: 'batch_size'\n";
         let v = classify_exit(&died(1), stderr, None);
-        assert_eq!(v.kind, Kind::WorkerDied);
+        assert_eq!(v.kind, Kind::UserError);
         assert_eq!(
             v.reason,
-            "worker died: exit code 1; stderr: KeyError: 'batch_size'"
+            "KeyError: 'batch_size' (worker exited with code 1)"
         );
+        let e = v.error.expect("the exception");
+        assert_eq!(e.exc_type, "KeyError");
+        assert_eq!(e.at.expect("frame").to_string(), "train.py:5, in <module>");
+    }
+
+    #[test]
+    fn the_users_frame_is_the_innermost_outside_libraries_and_the_helper() {
+        let tb = "Traceback (most recent call last):
+  File \"/opt/sweepd/python/sweepd_worker.py\", line 300, in _run_objective
+    value = objective(trial)
+  File \"/home/me/train.py\", line 42, in objective
+    trial.report(loss, epoch)
+  File \"/opt/sweepd/python/sweepd_worker.py\", line 180, in _as_step
+    raise TypeError(...)
+TypeError: Trial.report(step, value): step must be an int, got 0.5
+";
+        let at = user_frame(tb).expect("a frame");
+        assert_eq!(at.file, "/home/me/train.py");
+        assert_eq!(at.line, 42);
+        assert_eq!(at.function, "objective");
+        let in_torch = "Traceback (most recent call last):
+  File \"/home/me/train.py\", line 7, in objective
+    model(x)
+  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1736, in _call_impl
+    return forward_call(*args)
+RuntimeError: shapes cannot be multiplied
+";
+        assert_eq!(user_frame(in_torch).unwrap().line, 7);
+        // Only library frames: the innermost one, rather than nothing.
+        let lib_only = "  File \"/usr/lib/python3.11/json/decoder.py\", line 355, in raw_decode\n";
+        assert_eq!(user_frame(lib_only).unwrap().line, 355);
+        assert_eq!(user_frame("no traceback here"), None);
+    }
+
+    #[test]
+    fn a_reported_exception_carries_its_type_and_frame() {
+        let r = Report {
+            exc_type: "ValueError",
+            message: "bad lr",
+            traceback: "Traceback (most recent call last):\n  File \"w.py\", line 3, in objective\n    raise ValueError('bad lr')\nValueError: bad lr\n",
+        };
+        let e = classify_report(&r).error.expect("the exception");
+        assert_eq!(e.to_string(), "ValueError raised at w.py:3, in objective");
     }
 
     #[test]

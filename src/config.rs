@@ -259,6 +259,9 @@ pub struct RetryConfig {
     pub oom_admission_factor: f64,
     /// Time for admission to recover fully after an OOM; default 10m.
     pub oom_recovery: Duration,
+    /// Trials in a row failing with the same user error (or bad value), with no success since
+    /// the daemon started, that stop the study with a message; default 5, 0 = never.
+    pub stop_after_same_error: u32,
 }
 
 impl Default for RetryConfig {
@@ -272,6 +275,7 @@ impl Default for RetryConfig {
             breaker_max_backoff: Duration::from_secs(30 * 60),
             oom_admission_factor: 0.75,
             oom_recovery: Duration::from_secs(10 * 60),
+            stop_after_same_error: 5,
         }
     }
 }
@@ -832,6 +836,7 @@ struct RawRetry {
     breaker_max_backoff: Option<Spanned<String>>,
     oom_admission_factor: Option<Spanned<toml::Value>>,
     oom_recovery: Option<Spanned<String>>,
+    stop_after_same_error: Option<Spanned<i64>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -1550,6 +1555,12 @@ impl Validator<'_> {
         let oom_recovery = self
             .duration(raw.oom_recovery.as_ref(), "retry.oom_recovery")
             .unwrap_or(d.oom_recovery);
+        let stop_after_same_error = self.int(
+            raw.stop_after_same_error.as_ref(),
+            "retry.stop_after_same_error",
+            0..=U32_MAX,
+            d.stop_after_same_error,
+        );
         RetryConfig {
             oom,
             cuda_fatal,
@@ -1559,6 +1570,7 @@ impl Validator<'_> {
             breaker_max_backoff,
             oom_admission_factor,
             oom_recovery,
+            stop_after_same_error,
         }
     }
 
@@ -3557,6 +3569,7 @@ choices = ["adam", "sgd", 3, 0.5, true]
                 breaker_max_backoff: Duration::from_secs(1800),
                 oom_admission_factor: 0.75,
                 oom_recovery: Duration::from_secs(600),
+                stop_after_same_error: 5,
             }
         );
         assert_eq!(
@@ -3683,6 +3696,7 @@ choices = ["adam", "sgd", 3, 0.5, true]
                 breaker_max_backoff: Duration::from_secs(3600),
                 oom_admission_factor: 0.5,
                 oom_recovery: Duration::from_secs(1200),
+                stop_after_same_error: 5,
             }
         );
         assert_eq!(

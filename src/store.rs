@@ -52,6 +52,8 @@ pub enum StoreError {
     IncompatibleSchema { path: PathBuf, found: String },
     #[error("no database at {0}: has `sweepd run` been started with this config?")]
     Missing(PathBuf),
+    #[error("{0} has no study tables (yet): a `sweepd run` may be creating them right now, or the file is not a study database")]
+    NoSchema(PathBuf),
     #[error("study `{name}` in {path} is {found}, but the config says {wanted}")]
     DirectionMismatch {
         path: PathBuf,
@@ -265,6 +267,11 @@ impl Tally {
                 sweepd: true,
             },
         );
+    }
+
+    /// A final failure counted before was re-enqueued after all: it no longer spends the budget.
+    pub fn unspend(&mut self) {
+        self.finished = self.finished.saturating_sub(1);
     }
 
     /// This daemon finished `trial_id`; `spends` unless it failed and was retried.
@@ -512,7 +519,19 @@ impl Store {
         }
         let store = Store::connect(path, false).await?;
         store.check_schema().await?;
+        if !store.has_table("studies").await? {
+            return Err(StoreError::NoSchema(path.to_owned()));
+        }
         Ok(store)
+    }
+
+    async fn has_table(&self, table: &str) -> Result<bool> {
+        sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
+            .bind(table)
+            .fetch_optional(&self.pool)
+            .await
+            .map(|r| r.is_some())
+            .map_err(self.err())
     }
 
     async fn connect(path: &Path, create: bool) -> Result<Store> {
@@ -887,6 +906,44 @@ impl Store {
         };
         self.finish(study, trial_id, &Finish::Fail(failure), &[])
             .await
+    }
+
+    /// Re-enqueues a trial already recorded as a final FAIL (a WAITING copy, as a retry is),
+    /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
+    /// trial is not a FAIL without a copy.
+    pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err())?;
+        let row = sqlx::query(
+            "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
+               WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
+             FROM trials t WHERE t.trial_id = ? AND t.state = 'FAIL' AND NOT EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key = 'sweepd:retried_as')",
+        )
+        .bind(trial_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(self.err())?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(self.err())?;
+            return Ok(None);
+        };
+        let number: i64 = row.get(0);
+        let kind: String = row
+            .get::<Option<String>, _>(1)
+            .and_then(|k| serde_json::from_str::<String>(&k).ok())
+            .unwrap_or_else(|| "user_error".into());
+        let copy = self
+            .enqueue_retry(&mut tx, study, trial_id, number, &kind)
+            .await?;
+        self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
+            .await?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(Some(copy))
     }
 
     /// The oldest WAITING trial and the params it already has (a retry copy's, or Optuna's

@@ -66,6 +66,9 @@ pub enum RunError {
     Gpu(String),
     #[error("{0}")]
     Locked(String),
+    /// The study's trials keep failing with the same error in the objective.
+    #[error("{0}")]
+    SameError(String),
 }
 
 /// What a finished run reports.
@@ -164,6 +167,108 @@ impl Breaker {
     }
 }
 
+/// What makes two failures the same error: a user error's exception type and the place in the
+/// user's code that raised it, or the way a value was bad.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Signature {
+    kind: Kind,
+    error: Option<classify::UserError>,
+    /// For a bad value: what was wrong with it ("returned NaN"), without the value itself.
+    what: String,
+}
+
+impl Signature {
+    /// The signature of a failure that will not clear by itself (a user error, a bad value);
+    /// `None` for the others.
+    fn of(kind: Kind, reason: &str, error: Option<&classify::UserError>) -> Option<Signature> {
+        match kind {
+            Kind::UserError => Some(Signature {
+                kind,
+                error: error.cloned(),
+                what: String::new(),
+            }),
+            Kind::BadValue => Some(Signature {
+                kind,
+                error: None,
+                what: reason.split(':').next().unwrap_or(reason).to_owned(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Stops a study whose trials can only fail: `limit` trials in a row failing with the same user
+/// error or bad value while nothing has succeeded since this daemon started. Such an error does
+/// not clear by itself (a bug in the objective, Optuna's `report(value, step)` order): spending
+/// the budget on it, or pausing and resuming as for a device fault, helps no one.
+#[derive(Debug)]
+struct SameError {
+    limit: u32,
+    succeeded: bool,
+    signature: Option<Signature>,
+    /// trial_ids of the current run of identical failures.
+    streak: Vec<i64>,
+    /// The error the study stopped for: later failures with it do not spend the budget either.
+    stopped: Option<Signature>,
+}
+
+impl SameError {
+    fn new(limit: u32) -> SameError {
+        SameError {
+            limit,
+            succeeded: false,
+            signature: None,
+            streak: Vec::new(),
+            stopped: None,
+        }
+    }
+
+    fn success(&mut self) {
+        self.succeeded = true;
+        self.signature = None;
+        self.streak.clear();
+    }
+
+    /// A failure that will not clear by itself. True when it completes the streak that stops
+    /// the study (the streak is then `self.streak`, this trial last).
+    fn failure(&mut self, trial_id: i64, sig: &Signature) -> bool {
+        if self.limit == 0 || self.succeeded || self.stopped.is_some() {
+            return false;
+        }
+        if self.signature.as_ref() != Some(sig) {
+            self.signature = Some(sig.clone());
+            self.streak.clear();
+        }
+        self.streak.push(trial_id);
+        if self.streak.len() as u64 >= u64::from(self.limit) {
+            self.stopped = Some(sig.clone());
+            return true;
+        }
+        false
+    }
+
+    /// Whether the study already stopped for this error.
+    fn stopped_for(&self, sig: &Signature) -> bool {
+        self.stopped.as_ref() == Some(sig)
+    }
+}
+
+/// Why the study stopped for a repeated error, for a person who has to fix it.
+fn same_error_message(n: usize, reason: &str, sig: &Signature) -> String {
+    let mut text = format!(
+        "stopped: {n} trials in a row failed with the same error, and none has succeeded since \
+         sweepd started:\n  {reason}"
+    );
+    if let Some(at) = sig.error.as_ref().and_then(|e| e.at.as_ref()) {
+        text.push_str(&format!("\n  raised at {at}"));
+    }
+    text.push_str(&format!(
+        "\nThese {n} trials did not spend the budget: they are re-enqueued and run first when \
+         sweepd starts again. Fix the error, then run sweepd again."
+    ));
+    text
+}
+
 /// The study's decision point: what runs next, and the record of how things ended.
 struct Core {
     store: Store,
@@ -195,6 +300,10 @@ struct Core {
     /// Params found infeasible (OOM alone on a device): proposals resembling them are redrawn,
     /// whatever the sampler.
     infeasible: Vec<Params>,
+    /// Stops the study when its trials can only fail.
+    same_error: SameError,
+    /// Set when the study must stop with this error (taken by the slot that recorded it).
+    fatal: Option<RunError>,
     metrics: Arc<Metrics>,
 }
 
@@ -215,6 +324,8 @@ enum Outcome {
         kind: Kind,
         reason: String,
         tail: Option<String>,
+        /// For a user error: its type and where the user's code raised it.
+        error: Option<classify::UserError>,
     },
 }
 
@@ -523,7 +634,12 @@ impl Core {
         let how = match outcome {
             Outcome::Complete(v) => Finish::Complete(v),
             Outcome::Pruned => Finish::Pruned,
-            Outcome::Failed { kind, reason, tail } => {
+            Outcome::Failed {
+                kind,
+                reason,
+                tail,
+                error,
+            } => {
                 // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
                 // no other sweepd trial on the device: these params do not fit this card.
                 let infeasible = kind == Kind::Oom && alone && fresh_worker;
@@ -543,6 +659,7 @@ impl Core {
                         g.model.record_oom(&c.params, peak.unwrap_or(0), total);
                     }
                 }
+                let signature = Signature::of(kind, &reason, error.as_ref());
                 let (retry, reason) = if infeasible {
                     constraints.push(1.0);
                     self.infeasible.push(c.params.clone());
@@ -551,6 +668,19 @@ impl Core {
                         false,
                         format!("{reason} (infeasible: out of memory while alone on the device)"),
                     )
+                } else if let Some(sig) = &signature {
+                    if self.same_error.stopped_for(sig) {
+                        (true, reason)
+                    } else if self.same_error.failure(c.trial_id, sig) {
+                        self.fatal = Some(RunError::SameError(same_error_message(
+                            self.same_error.streak.len(),
+                            &reason,
+                            sig,
+                        )));
+                        (true, reason)
+                    } else {
+                        (retry_allowed(kind, &c.attempts, &self.config.retry), reason)
+                    }
                 } else {
                     (retry_allowed(kind, &c.attempts, &self.config.retry), reason)
                 };
@@ -577,6 +707,22 @@ impl Core {
         };
         self.tally
             .finished_own(c.trial_id, !matches!(&how, Finish::Fail(f) if f.retry));
+        if self.fatal.is_some() {
+            // The earlier trials of the streak were recorded as final failures: re-enqueue
+            // them too, so that none of the streak spends the budget.
+            let earlier: Vec<i64> = self
+                .same_error
+                .streak
+                .iter()
+                .copied()
+                .filter(|id| *id != c.trial_id)
+                .collect();
+            for id in earlier {
+                if self.store.requeue_failed(&self.study, id).await?.is_some() {
+                    self.tally.unspend();
+                }
+            }
+        }
         if let Some(v) = value.filter(|_| state == TrialState::Complete) {
             if self
                 .best
@@ -591,7 +737,9 @@ impl Core {
         };
         self.metrics.trial_ended(duration, peak, failure);
         match &how {
-            Finish::Fail(f) if f.kind != Kind::Interrupted.as_str() => {
+            // The breaker is for faults that may clear by themselves (a device, a driver, the
+            // memory others use); an error in the objective is the same error next time.
+            Finish::Fail(f) if breaker_counts(&f.kind) => {
                 if let Some(wait) = self.breaker.failure(device, now) {
                     let on = device.map_or("the CPU".into(), |d| format!("gpu{d}"));
                     warn!(
@@ -614,7 +762,10 @@ impl Core {
                 }
             }
             Finish::Fail(_) => {}
-            _ => self.breaker.success(device),
+            _ => {
+                self.breaker.success(device);
+                self.same_error.success();
+            }
         }
         if let (Some(g), Some(p)) = (&mut self.gpu, peak) {
             if state != TrialState::Fail {
@@ -663,6 +814,16 @@ fn resembles(space: &crate::space::SearchSpace, p: &Params, bad: &Params) -> boo
             (Some(a), Some(b)) => a == b,
             _ => false,
         })
+}
+
+/// Whether a failure of this kind counts towards the circuit breaker: faults that may clear by
+/// themselves, not errors of the objective (`user_error`, `bad_value`, `protocol`) nor trials
+/// sweepd interrupted.
+fn breaker_counts(kind: &str) -> bool {
+    !matches!(
+        Kind::parse(kind),
+        Some(Kind::Interrupted | Kind::UserError | Kind::BadValue | Kind::Protocol)
+    )
 }
 
 /// Whether a failure of `kind` gets another attempt, given the attempts before it.
@@ -850,6 +1011,8 @@ async fn run_locked(
             },
             best: store.best(&study).await?.and_then(|b| b.value.as_f64()),
             infeasible,
+            same_error: SameError::new(config.retry.stop_after_same_error),
+            fatal: None,
             metrics: metrics.clone(),
         }),
         config: std::sync::RwLock::new(config.clone()),
@@ -1370,6 +1533,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                             kind: Kind::Interrupted,
                             reason: format!("interrupted: its worker failed to start: {reason}"),
                             tail: Some(stderr.clone()),
+                            error: None,
                         };
                         record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
                         if sh.shutdown.is_cancelled() {
@@ -1405,6 +1569,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                             kind: Kind::Interrupted,
                             reason: e.to_string(),
                             tail: None,
+                            error: None,
                         };
                         record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
                         return Err(e);
@@ -1526,12 +1691,13 @@ async fn record_finish(
     duration: Duration,
     fresh_worker: bool,
 ) -> Result<Finish, RunError> {
-    let how = sh
-        .core
-        .lock()
-        .await
-        .finish(claimed, device, outcome, duration, fresh_worker)
-        .await?;
+    let (how, fatal) = {
+        let mut core = sh.core.lock().await;
+        let how = core
+            .finish(claimed, device, outcome, duration, fresh_worker)
+            .await?;
+        (how, core.fatal.take())
+    };
     let what = match &how {
         Finish::Complete(v) => format!("COMPLETE value={v}"),
         Finish::Pruned => "PRUNED".to_owned(),
@@ -1544,7 +1710,10 @@ async fn record_finish(
     };
     info!(trial = claimed.number, gpu = ?device, "{what}");
     sh.changed.notify_waiters();
-    Ok(how)
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(how),
+    }
 }
 
 /// Environment common to every worker: protocol variables, the helper on PYTHONPATH, the
@@ -1812,6 +1981,13 @@ async fn run_trial(
         kind,
         reason,
         tail: tail.filter(|t| !t.is_empty()),
+        error: None,
+    };
+    let judged = |v: classify::Verdict, tail: String| Outcome::Failed {
+        kind: v.kind,
+        reason: v.reason,
+        tail: Some(tail).filter(|t| !t.is_empty()),
+        error: v.error,
     };
     if result_file.is_none() {
         let msg =
@@ -1867,14 +2043,16 @@ async fn run_trial(
                         exc_type: &exc_type, message: &message, traceback: &traceback,
                     });
                     let tail = if traceback.is_empty() { w.stderr_tail() } else { worker::clip(&traceback, 8000) };
-                    let o = failed(verdict.kind, verdict.reason, Some(tail));
+                    let poisons = verdict.kind.poisons_context();
+                    let kind = verdict.kind;
+                    let o = judged(verdict, tail);
                     last_report = Some((exc_type, message, traceback));
                     if result_file.is_some() {
                         outcome = Some(o);
-                    } else if verdict.kind.poisons_context() {
+                    } else if poisons {
                         // The CUDA context is unusable: the process must go, now.
                         w.kill_group(KILL_GRACE).await;
-                        break (o, Fate::Replace(format!("{}: its CUDA context is unusable", verdict.kind.as_str())));
+                        break (o, Fate::Replace(format!("{}: its CUDA context is unusable", kind.as_str())));
                     } else {
                         break (o, Fate::Keep);
                     }
@@ -1926,7 +2104,7 @@ async fn run_trial(
                         &tail,
                         report.as_ref(),
                     );
-                    break (failed(verdict.kind, verdict.reason, Some(tail)), fate);
+                    break (judged(verdict, tail), fate);
                 }
             }}
             _ = &mut timeout => {
@@ -2004,6 +2182,7 @@ fn read_result_file(path: &PathBuf) -> Option<Outcome> {
         kind: Kind::BadValue,
         reason,
         tail: None,
+        error: None,
     };
     Some(match parsed {
         Some(v) if !v.is_nan() => Outcome::Complete(v),
@@ -2055,6 +2234,7 @@ mod tests {
             breaker_max_backoff: Duration::from_secs(600),
             oom_admission_factor: 0.75,
             oom_recovery: Duration::from_secs(600),
+            stop_after_same_error: 5,
         }
     }
 
@@ -2111,6 +2291,110 @@ mod tests {
         );
         assert!(!resembles(&space, &p(1.2e-3, 0), &bad), "another dim");
         assert!(!resembles(&space, &p(1e-2, 1), &bad), "a decade away");
+    }
+
+    fn sig(exc: &str, line: u32) -> Signature {
+        Signature {
+            kind: Kind::UserError,
+            error: Some(classify::UserError {
+                exc_type: exc.into(),
+                at: Some(classify::Frame {
+                    file: "train.py".into(),
+                    line,
+                    function: "objective".into(),
+                }),
+            }),
+            what: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_same_error_in_a_row_with_no_success_stops_the_study() {
+        // (failures as (trial_id, signature), a success before them?, limit, stops at index)
+        type Case = (&'static str, Vec<Signature>, bool, u32, Option<usize>);
+        let a = sig("TypeError", 20);
+        let cases: Vec<Case> = vec![
+            ("five identical", vec![a.clone(); 5], false, 5, Some(4)),
+            ("four are not enough", vec![a.clone(); 4], false, 5, None),
+            (
+                "another line breaks the streak",
+                vec![
+                    a.clone(),
+                    a.clone(),
+                    sig("TypeError", 21),
+                    a.clone(),
+                    a.clone(),
+                    a.clone(),
+                ],
+                false,
+                3,
+                Some(5),
+            ),
+            (
+                "another type breaks it",
+                vec![a.clone(), sig("KeyError", 20), a.clone()],
+                false,
+                2,
+                None,
+            ),
+            (
+                "a success since start: never",
+                vec![a.clone(); 9],
+                true,
+                5,
+                None,
+            ),
+            ("limit 0: never", vec![a.clone(); 9], false, 0, None),
+        ];
+        for (name, failures, succeeded, limit, stops_at) in cases {
+            let mut s = SameError::new(limit);
+            if succeeded {
+                s.success();
+            }
+            let stopped: Vec<usize> = failures
+                .iter()
+                .enumerate()
+                .filter(|(i, f)| s.failure(*i as i64, f))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(stopped.first().copied(), stops_at, "{name}");
+            assert!(stopped.len() <= 1, "{name}: stops once");
+            if let Some(at) = stops_at {
+                assert_eq!(
+                    s.streak.len() as u32,
+                    limit,
+                    "{name}: the streak is reported"
+                );
+                assert!(s.stopped_for(&failures[at]), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_breaker_counts_faults_that_may_clear_not_errors_of_the_objective() {
+        for kind in Kind::ALL {
+            let expected = !matches!(
+                kind,
+                Kind::Interrupted | Kind::UserError | Kind::BadValue | Kind::Protocol
+            );
+            assert_eq!(breaker_counts(kind.as_str()), expected, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_bad_value_signature_ignores_the_value_itself() {
+        let a = Signature::of(
+            Kind::BadValue,
+            "the objective returned a non-number: None",
+            None,
+        );
+        let b = Signature::of(
+            Kind::BadValue,
+            "the objective returned a non-number: 'x'",
+            None,
+        );
+        assert_eq!(a, b);
+        assert!(Signature::of(Kind::Oom, "out of memory", None).is_none());
     }
 
     #[test]

@@ -380,3 +380,41 @@ fn the_budget_ignored_trials_that_optuna_processes_finished() {
         sweep.sql("SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'sweepd:worker_id'");
     assert!(ours[0].parse::<u32>().unwrap() > 0, "sweepd ran nothing");
 }
+
+#[test]
+fn a_study_that_can_only_fail_never_ended() {
+    let cfg = Cfg {
+        n_trials: Some(20),
+        max_par: 2,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/optuna_order_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // What a person needs: the exception, where the user's code raised it, how many trials.
+    assert!(
+        err.contains("5 trials in a row failed with the same error"),
+        "{err}"
+    );
+    assert!(err.contains("TypeError"), "{err}");
+    assert!(
+        err.contains("optuna_order_worker.py:20, in objective"),
+        "{err}"
+    );
+    // The failures spent none of the budget: each has a WAITING copy.
+    let status = sweep.sweepd(&["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["finished"], 0, "{status}");
+    let fails = sweep.count("FAIL");
+    assert!(fails >= 5, "{fails}");
+    assert_eq!(sweep.count("WAITING"), fails, "every failure re-enqueued");
+    assert_eq!(sweep.count("RUNNING"), 0);
+}

@@ -227,12 +227,21 @@ impl Sweep {
         std::fs::read_to_string(self.path("sweepd.stderr")).unwrap_or_default()
     }
 
-    /// `sweepd trials --json`, parsed.
+    /// `sweepd trials --json`, parsed. A daemon that is just starting may not have created the
+    /// tables yet: that is waited for (bounded), anything else fails the test.
     pub fn trials(&self) -> Vec<Value> {
-        let out = self
-            .sweepd(&["trials", "--json"])
-            .output()
-            .expect("sweepd trials");
+        let start = Instant::now();
+        let out = loop {
+            let out = self
+                .sweepd(&["trials", "--json"])
+                .output()
+                .expect("sweepd trials");
+            let starting = String::from_utf8_lossy(&out.stderr).contains("has no study tables");
+            if !starting || start.elapsed() > Duration::from_secs(10) {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         assert!(
             out.status.success(),
             "trials failed: {}",
