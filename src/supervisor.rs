@@ -777,9 +777,9 @@ async fn run_locked(
         study = %study.name,
         db = %config.storage.path.display(),
         finished = counts.finished(),
-        budget = ?config.study.n_trials,
+        budget = config.study.n_trials,
         max_par = config.worker.max_par,
-        gpus = ?monitor.as_ref().map(|m| m.devices.clone()),
+        gpus = monitor.as_ref().map(|m| tracing::field::debug(m.devices.clone())),
         "study started"
     );
     let metrics = Arc::new(Metrics::new());
@@ -986,7 +986,7 @@ async fn reload(sh: &Shared) {
     } else {
         info!(
             max_par = applied.worker.max_par,
-            n_trials = ?applied.study.n_trials,
+            n_trials = applied.study.n_trials,
             "reload: applied the new config"
         );
     }
@@ -1509,7 +1509,14 @@ async fn record_finish(
             if f.retry { " (re-enqueued)" } else { "" }
         ),
     };
-    info!(trial = claimed.number, gpu = ?device, "{what}");
+    // `gpu` only where there is one (an Option field is left out when None); the params in
+    // the form Optuna shows them, so a line says what was tried, not just how it went.
+    info!(
+        trial = claimed.number,
+        gpu = device,
+        params = %sh.cfg().space.external_json(&claimed.params),
+        "{what}"
+    );
     sh.changed.notify_waiters();
     Ok(how)
 }
