@@ -170,13 +170,18 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 par_override: par,
                 ..Default::default()
             };
-            tokio::spawn(forward_signals(control.clone()));
-            let summary = supervisor::run(config, control).await?;
+            tokio::spawn(forward_signals(
+                control.clone(),
+                config.worker.shutdown_grace,
+            ));
+            let summary = supervisor::run(config, control.clone()).await?;
             let c = summary.counts;
             let _ = writeln!(
                 std::io::stderr(),
                 "sweepd: study {}: {} COMPLETE, {} PRUNED, {} FAIL, {} WAITING",
-                if summary.interrupted {
+                if control.kill_now.is_cancelled() {
+                    "stopped at once by a second signal"
+                } else if summary.interrupted {
                     "stopped by signal"
                 } else {
                     "done"
@@ -326,8 +331,9 @@ where
 }
 
 /// SIGINT and SIGTERM both mean: stop starting trials and wind down within the grace period.
-/// SIGHUP means: re-read the config file.
-async fn forward_signals(control: supervisor::Control) {
+/// A second one (either) means: stop now, SIGKILL the workers' groups, record their trials
+/// as interrupted and re-enqueue them. SIGHUP means: re-read the config file.
+async fn forward_signals(control: supervisor::Control, grace: std::time::Duration) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
@@ -336,18 +342,36 @@ async fn forward_signals(control: supervisor::Control) {
     ) else {
         return;
     };
-    loop {
+    let first = loop {
         tokio::select! {
-            _ = int.recv() => break,
-            _ = term.recv() => break,
+            _ = int.recv() => break "SIGINT",
+            _ = term.recv() => break "SIGTERM",
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: reloading the config");
                 control.reload.notify_one();
             }
         }
-    }
-    tracing::info!("signal received: stopping (running trials get shutdown_grace to finish)");
+    };
+    // Said on every SIGINT, not only at a terminal: whoever sent it may want to send another.
+    let again = if first == "SIGINT" {
+        "press Ctrl-C again to stop now"
+    } else {
+        "a second SIGTERM or SIGINT stops now"
+    };
+    tracing::info!(
+        "{first}: stopping; running trials get shutdown_grace ({}) to finish; {again}",
+        humantime::format_duration(grace)
+    );
     control.shutdown.cancel();
+    let second = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::warn!(
+        "{second} again: stopping now; killing the workers' process groups, their trials are \
+         re-enqueued"
+    );
+    control.kill_now.cancel();
 }
 
 fn print_check(config: &Config, as_json: bool) {

@@ -9,7 +9,9 @@
 //!
 //! A `CancellationToken` threaded through every task carries SIGINT/SIGTERM: slots stop asking
 //! for trials, give running ones `shutdown_grace`, then kill their groups; every trial
-//! interrupted that way is FAILed and re-enqueued, so no work is silently lost.
+//! interrupted that way is FAILed and re-enqueued, so no work is silently lost. A second
+//! token (`kill_now`, a second signal) ends the grace and the polite waits at once: the groups
+//! are SIGKILLed, and the trials still recorded and re-enqueued the same way.
 
 use crate::capacity::{Capacity, Decision, MemoryModel};
 use crate::classify::{self, Kind};
@@ -669,6 +671,8 @@ struct Shared {
     changed: Notify,
     /// SIGINT/SIGTERM, or a fatal error in one slot: stop starting trials.
     shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM: no more grace, kill the workers' groups now.
+    kill_now: CancellationToken,
     /// The GPU monitor, when sweepd schedules on GPUs.
     monitor: Option<Arc<Monitor>>,
     host: String,
@@ -694,6 +698,9 @@ impl Shared {
 pub struct Control {
     /// SIGINT/SIGTERM: stop starting trials, give running ones the grace, exit.
     pub shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM (after `shutdown`): end the grace at once, SIGKILL the workers'
+    /// groups, and still record every running trial as interrupted and re-enqueue it.
+    pub kill_now: CancellationToken,
     /// SIGHUP: re-read the config file and apply what can change while running.
     pub reload: Arc<Notify>,
     /// `--par`: overrides `[worker] max_par`, also in configs reloaded later.
@@ -824,6 +831,7 @@ async fn run_locked(
         study: study.clone(),
         changed: Notify::new(),
         shutdown,
+        kill_now: control.kill_now.clone(),
         monitor,
         host: me.host.clone(),
         python_dir: python_dir(),
@@ -1697,25 +1705,27 @@ async fn retire(
     if !pids.contains(&w.pid) {
         pids.push(w.pid);
     }
-    if w.exit_status().is_none() {
+    if w.exit_status().is_none() && !sh.kill_now.is_cancelled() {
         let _ = w.send(&json!({"type": "shutdown"})).await;
-        w.wait_for_exit(Duration::from_secs(5)).await;
+        tokio::select! {
+            _ = w.wait_for_exit(Duration::from_secs(5)) => {}
+            _ = sh.kill_now.cancelled() => {}
+        }
     }
-    let survivors = w.kill_group(KILL_GRACE).await;
+    let survivors = kill_group(sh, &mut w).await;
     if !survivors.is_empty() {
-        warn!(
-            worker = w.id,
-            ?survivors,
-            "killed processes of the worker's group that outlived it"
-        );
-        sh.store
-            .event(
-                Some(w.id),
-                None,
-                "killed",
-                &format!("survivors {survivors:?}"),
-            )
-            .await?;
+        // After a second Ctrl-C nothing was given time to exit: no warning, only the record.
+        let detail = if sh.kill_now.is_cancelled() {
+            format!("stopped at once: SIGKILLed {survivors:?}")
+        } else {
+            warn!(
+                worker = w.id,
+                ?survivors,
+                "killed processes of the worker's group that outlived it"
+            );
+            format!("survivors {survivors:?}")
+        };
+        sh.store.event(Some(w.id), None, "killed", &detail).await?;
     }
     if let (Some(m), Some(d)) = (&sh.monitor, device) {
         m.retired(pgid);
@@ -1723,6 +1733,18 @@ async fn retire(
         loop {
             match m.still_listed(d, &pids).await {
                 Ok(left) if left.is_empty() => break,
+                // Stopping now: nothing will start on this device again, so no wait for the
+                // release; what NVML still lists of the group is killed without a word.
+                Ok(left) if sh.kill_now.is_cancelled() => {
+                    for p in &left {
+                        // SAFETY: plain syscall on pids of our own retired group.
+                        unsafe {
+                            libc::kill(*p as i32, libc::SIGKILL);
+                        }
+                    }
+                    break;
+                }
+                Err(_) if sh.kill_now.is_cancelled() => break,
                 Ok(left) if start.elapsed() >= RELEASE_WAIT => {
                     warn!(
                         worker = w.id,
@@ -1765,6 +1787,19 @@ async fn retire(
     sh.store.worker_exited(w.id, code, signal).await?;
     sh.store.event(Some(w.id), None, "exited", why).await?;
     Ok(())
+}
+
+/// Kills `w`'s group with the usual grace between SIGTERM and SIGKILL, unless sweepd is asked
+/// to stop now (before or during the grace): then SIGKILL at once.
+async fn kill_group(sh: &Shared, w: &mut Worker) -> Vec<i32> {
+    if sh.kill_now.is_cancelled() {
+        return w.kill_group_now().await;
+    }
+    tokio::select! {
+        survivors = w.kill_group(KILL_GRACE) => return survivors,
+        _ = sh.kill_now.cancelled() => {}
+    }
+    w.kill_group_now().await
 }
 
 /// Runs one claimed trial on `w` and decides how it ended. `result_file` is set in oneshot
@@ -1918,7 +1953,16 @@ async fn run_trial(
             }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
-                w.kill_group(KILL_GRACE).await;
+                kill_group(sh, w).await;
+                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = sh.kill_now.cancelled() => {
+                w.kill_group_now().await;
+                // A oneshot trial that already reported keeps its result.
+                if let Some(o) = outcome.take() {
+                    break (o, Fate::Replace("sweepd was stopped at once".into()));
+                }
+                let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
                 break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
         }
