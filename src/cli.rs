@@ -165,7 +165,8 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 }
                 config.worker.max_par = par;
             }
-            init_logging(log_format);
+            let display = wants_display(log_format).then(crate::progress::Display::new);
+            init_logging(log_format, display.as_ref().map(|d| d.log_writer()));
             let control = supervisor::Control {
                 par_override: par,
                 ..Default::default()
@@ -174,7 +175,18 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 control.clone(),
                 config.worker.shutdown_grace,
             ));
-            let summary = supervisor::run(config, control.clone()).await?;
+            let drawn = tokio_util::sync::CancellationToken::new();
+            let drawing = display.clone().map(|d| {
+                let (rx, c, done) = (control.progress.subscribe(), control.clone(), drawn.clone());
+                tokio::spawn(async move { d.run(rx, c.shutdown, c.kill_now, done).await })
+            });
+            let result = supervisor::run(config, control.clone()).await;
+            drawn.cancel();
+            if let (Some(d), Some(task)) = (&display, drawing) {
+                let _ = task.await;
+                d.finish(&control.progress.borrow());
+            }
+            let summary = result?;
             let c = summary.counts;
             let _ = writeln!(
                 std::io::stderr(),
@@ -279,12 +291,30 @@ async fn open_study(cfg: &ConfigArg) -> Result<(Store, crate::store::Study), Cli
     Ok((store, study))
 }
 
+/// Whether `sweepd run` draws the live progress display: for a person, i.e. stderr is a
+/// terminal, not the journal, and text logs (who asks for JSON lines wants lines only).
+fn wants_display(format: LogFormat) -> bool {
+    use std::io::IsTerminal;
+    format == LogFormat::Text
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("JOURNAL_STREAM").is_none()
+}
+
 /// Logs to stderr: plain text without colours unless stderr is a terminal (journald shows
-/// escape codes verbatim), or one JSON object per line.
-fn init_logging(format: LogFormat) {
+/// escape codes verbatim), or one JSON object per line. With the progress display up, every
+/// line goes through it (`display`), so that lines appear above it and never tear it.
+fn init_logging(format: LogFormat, display: Option<crate::progress::LogWriter>) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWEEPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if let Some(writer) = display {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(writer)
+            .with_ansi(true)
+            .try_init();
+        return;
+    }
     // systemd sets JOURNAL_STREAM when stderr is the journal: there each line gets its syslog
     // priority as a `<N>` prefix (which journald strips), and journald adds the timestamp.
     let journal = std::env::var_os("JOURNAL_STREAM").is_some();

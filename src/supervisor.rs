@@ -12,6 +12,9 @@
 //! interrupted that way is FAILed and re-enqueued, so no work is silently lost. A second
 //! token (`kill_now`, a second signal) ends the grace and the polite waits at once: the groups
 //! are SIGKILLed, and the trials still recorded and re-enqueued the same way.
+//!
+//! The `Core` also publishes a [`Progress`] snapshot for the terminal's live display
+//! (`progress`) whenever a trial starts or ends.
 
 use crate::capacity::{Capacity, Decision, MemoryModel};
 use crate::classify::{self, Kind};
@@ -19,6 +22,7 @@ use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::Gpu;
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
+use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler, TrialRecord};
 use crate::space::Params;
@@ -32,7 +36,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{watch, Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -196,6 +200,8 @@ struct Core {
     /// whatever the sampler.
     infeasible: Vec<Params>,
     metrics: Arc<Metrics>,
+    /// What the terminal's progress display shows, published as it changes.
+    progress: Tracker,
 }
 
 /// What a slot is told to do next.
@@ -219,6 +225,33 @@ enum Outcome {
 }
 
 impl Core {
+    /// Sends the progress display a fresh snapshot (cheap: it goes nowhere without one).
+    fn publish(&self) {
+        let gpus = match &self.gpu {
+            Some(g) => g
+                .monitor
+                .devices
+                .iter()
+                .map(|d| (*d, self.running_on.get(d).copied().unwrap_or(0)))
+                .collect(),
+            None => Default::default(),
+        };
+        self.progress.publish(Progress {
+            started: Some(self.started),
+            finished: self.finished,
+            budget: self.config.study.n_trials,
+            timeout: self.config.study.timeout,
+            running: self.running,
+            max_par: self.config.worker.max_par,
+            gpus,
+            paused: self
+                .breaker
+                .paused(&self.devices(), Instant::now())
+                .is_some(),
+            ..Progress::default()
+        });
+    }
+
     fn devices(&self) -> Vec<Option<u32>> {
         match &self.gpu {
             Some(g) => g.monitor.devices.iter().map(|d| Some(*d)).collect(),
@@ -326,6 +359,7 @@ impl Core {
                 g.monitor.track(claimed.trial_id, d, e);
                 *self.running_on.entry(d).or_default() += 1;
             }
+            self.publish();
             return Ok(Next::Run(claimed, device));
         }
     }
@@ -417,6 +451,7 @@ impl Core {
                             .finish(&self.study, w.trial_id, &Finish::Fail(failure), &[])
                             .await?;
                         self.finished += 1;
+                        self.progress.failed(Kind::UserError.as_str());
                     }
                     Ok(None)
                 }
@@ -552,6 +587,11 @@ impl Core {
         let counts = !matches!(&how, Finish::Fail(f) if f.retry);
         if counts {
             self.finished += 1;
+        }
+        match &how {
+            Finish::Complete(v) => self.progress.completed(c.number, *v),
+            Finish::Fail(f) => self.progress.failed(&f.kind),
+            Finish::Pruned => {}
         }
         if let Some(v) = value.filter(|_| state == TrialState::Complete) {
             if self
@@ -701,6 +741,8 @@ pub struct Control {
     /// A second SIGINT/SIGTERM (after `shutdown`): end the grace at once, SIGKILL the workers'
     /// groups, and still record every running trial as interrupted and re-enqueue it.
     pub kill_now: CancellationToken,
+    /// Where the supervisor publishes progress for the terminal's display.
+    pub progress: watch::Sender<Progress>,
     /// SIGHUP: re-read the config file and apply what can change while running.
     pub reload: Arc<Notify>,
     /// `--par`: overrides `[worker] max_par`, also in configs reloaded later.
@@ -825,6 +867,15 @@ async fn run_locked(
             best: store.best(&study).await?.and_then(|b| b.value.as_f64()),
             infeasible,
             metrics: metrics.clone(),
+            progress: Tracker::new(
+                control.progress.clone(),
+                config.study.direction,
+                store
+                    .best(&study)
+                    .await?
+                    .and_then(|b| Some((b.number, b.value.as_f64()?))),
+                counts.finished(),
+            ),
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
@@ -1113,6 +1164,7 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             if core.gpu.is_none() {
                 sh.metrics.set_running(None, core.running as usize);
             }
+            core.publish();
             (
                 core.breaker.paused(&core.devices(), Instant::now()),
                 status_line(&sh.cfg(), &core),
@@ -1501,12 +1553,14 @@ async fn record_finish(
     duration: Duration,
     fresh_worker: bool,
 ) -> Result<Finish, RunError> {
-    let how = sh
-        .core
-        .lock()
-        .await
-        .finish(claimed, device, outcome, duration, fresh_worker)
-        .await?;
+    let how = {
+        let mut core = sh.core.lock().await;
+        let how = core
+            .finish(claimed, device, outcome, duration, fresh_worker)
+            .await?;
+        core.publish();
+        how
+    };
     let what = match &how {
         Finish::Complete(v) => format!("COMPLETE value={v}"),
         Finish::Pruned => "PRUNED".to_owned(),
