@@ -165,18 +165,35 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 }
                 config.worker.max_par = par;
             }
-            init_logging(log_format);
+            let display = wants_display(log_format).then(crate::progress::Display::new);
+            init_logging(log_format, display.as_ref().map(|d| d.log_writer()));
             let control = supervisor::Control {
                 par_override: par,
                 ..Default::default()
             };
-            tokio::spawn(forward_signals(control.clone()));
-            let summary = supervisor::run(config, control).await?;
+            tokio::spawn(forward_signals(
+                control.clone(),
+                config.worker.shutdown_grace,
+            ));
+            let drawn = tokio_util::sync::CancellationToken::new();
+            let drawing = display.clone().map(|d| {
+                let (rx, c, done) = (control.progress.subscribe(), control.clone(), drawn.clone());
+                tokio::spawn(async move { d.run(rx, c.shutdown, c.kill_now, done).await })
+            });
+            let result = supervisor::run(config, control.clone()).await;
+            drawn.cancel();
+            if let (Some(d), Some(task)) = (&display, drawing) {
+                let _ = task.await;
+                d.finish(&control.progress.borrow());
+            }
+            let summary = result?;
             let c = summary.counts;
             let _ = writeln!(
                 std::io::stderr(),
                 "sweepd: study {}: {} COMPLETE, {} PRUNED, {} FAIL, {} WAITING",
-                if summary.interrupted {
+                if control.kill_now.is_cancelled() {
+                    "stopped at once by a second signal"
+                } else if summary.interrupted {
                     "stopped by signal"
                 } else {
                     "done"
@@ -274,12 +291,30 @@ async fn open_study(cfg: &ConfigArg) -> Result<(Store, crate::store::Study), Cli
     Ok((store, study))
 }
 
+/// Whether `sweepd run` draws the live progress display: for a person, i.e. stderr is a
+/// terminal, not the journal, and text logs (who asks for JSON lines wants lines only).
+fn wants_display(format: LogFormat) -> bool {
+    use std::io::IsTerminal;
+    format == LogFormat::Text
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("JOURNAL_STREAM").is_none()
+}
+
 /// Logs to stderr: plain text without colours unless stderr is a terminal (journald shows
-/// escape codes verbatim), or one JSON object per line.
-fn init_logging(format: LogFormat) {
+/// escape codes verbatim), or one JSON object per line. With the progress display up, every
+/// line goes through it (`display`), so that lines appear above it and never tear it.
+fn init_logging(format: LogFormat, display: Option<crate::progress::LogWriter>) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWEEPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if let Some(writer) = display {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(writer)
+            .with_ansi(true)
+            .try_init();
+        return;
+    }
     // systemd sets JOURNAL_STREAM when stderr is the journal: there each line gets its syslog
     // priority as a `<N>` prefix (which journald strips), and journald adds the timestamp.
     let journal = std::env::var_os("JOURNAL_STREAM").is_some();
@@ -326,8 +361,9 @@ where
 }
 
 /// SIGINT and SIGTERM both mean: stop starting trials and wind down within the grace period.
-/// SIGHUP means: re-read the config file.
-async fn forward_signals(control: supervisor::Control) {
+/// A second one (either) means: stop now, SIGKILL the workers' groups, record their trials
+/// as interrupted and re-enqueue them. SIGHUP means: re-read the config file.
+async fn forward_signals(control: supervisor::Control, grace: std::time::Duration) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
@@ -336,18 +372,36 @@ async fn forward_signals(control: supervisor::Control) {
     ) else {
         return;
     };
-    loop {
+    let first = loop {
         tokio::select! {
-            _ = int.recv() => break,
-            _ = term.recv() => break,
+            _ = int.recv() => break "SIGINT",
+            _ = term.recv() => break "SIGTERM",
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: reloading the config");
                 control.reload.notify_one();
             }
         }
-    }
-    tracing::info!("signal received: stopping (running trials get shutdown_grace to finish)");
+    };
+    // Said on every SIGINT, not only at a terminal: whoever sent it may want to send another.
+    let again = if first == "SIGINT" {
+        "press Ctrl-C again to stop now"
+    } else {
+        "a second SIGTERM or SIGINT stops now"
+    };
+    tracing::info!(
+        "{first}: stopping; running trials get shutdown_grace ({}) to finish; {again}",
+        humantime::format_duration(grace)
+    );
     control.shutdown.cancel();
+    let second = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::warn!(
+        "{second} again: stopping now; killing the workers' process groups, their trials are \
+         re-enqueued"
+    );
+    control.kill_now.cancel();
 }
 
 fn print_check(config: &Config, as_json: bool) {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod gpu;
 pub mod metrics;
 pub mod monitor;
+pub mod progress;
 pub mod pruner;
 pub mod sampler;
 pub mod space;

@@ -9,7 +9,12 @@
 //!
 //! A `CancellationToken` threaded through every task carries SIGINT/SIGTERM: slots stop asking
 //! for trials, give running ones `shutdown_grace`, then kill their groups; every trial
-//! interrupted that way is FAILed and re-enqueued, so no work is silently lost.
+//! interrupted that way is FAILed and re-enqueued, so no work is silently lost. A second
+//! token (`kill_now`, a second signal) ends the grace and the polite waits at once: the groups
+//! are SIGKILLed, and the trials still recorded and re-enqueued the same way.
+//!
+//! The `Core` also publishes a [`Progress`] snapshot for the terminal's live display
+//! (`progress`) whenever a trial starts or ends.
 
 use crate::capacity::{Capacity, Decision, MemoryModel};
 use crate::classify::{self, Kind};
@@ -17,6 +22,7 @@ use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::Gpu;
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
+use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler, TrialRecord};
 use crate::space::Params;
@@ -30,7 +36,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{watch, Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -305,6 +311,8 @@ struct Core {
     /// Set when the study must stop with this error (taken by the slot that recorded it).
     fatal: Option<RunError>,
     metrics: Arc<Metrics>,
+    /// What the terminal's progress display shows, published as it changes.
+    progress: Tracker,
 }
 
 /// What a slot is told to do next.
@@ -330,6 +338,33 @@ enum Outcome {
 }
 
 impl Core {
+    /// Sends the progress display a fresh snapshot (cheap: it goes nowhere without one).
+    fn publish(&self) {
+        let gpus = match &self.gpu {
+            Some(g) => g
+                .monitor
+                .devices
+                .iter()
+                .map(|d| (*d, self.running_on.get(d).copied().unwrap_or(0)))
+                .collect(),
+            None => Default::default(),
+        };
+        self.progress.publish(Progress {
+            started: Some(self.started),
+            finished: self.tally.finished,
+            budget: self.config.study.n_trials,
+            timeout: self.config.study.timeout,
+            running: self.running,
+            max_par: self.config.worker.max_par,
+            gpus,
+            paused: self
+                .breaker
+                .paused(&self.devices(), Instant::now())
+                .is_some(),
+            ..Progress::default()
+        });
+    }
+
     fn devices(&self) -> Vec<Option<u32>> {
         match &self.gpu {
             Some(g) => g.monitor.devices.iter().map(|d| Some(*d)).collect(),
@@ -453,6 +488,7 @@ impl Core {
                 g.monitor.track(claimed.trial_id, d, e);
                 *self.running_on.entry(d).or_default() += 1;
             }
+            self.publish();
             return Ok(Next::Run(claimed, device));
         }
     }
@@ -553,6 +589,7 @@ impl Core {
                             .is_some()
                         {
                             self.tally.finished_own(c.trial_id, true);
+                            self.progress.failed(Kind::UserError.as_str());
                         }
                     }
                     Ok(None)
@@ -723,6 +760,11 @@ impl Core {
                 }
             }
         }
+        match &how {
+            Finish::Complete(v) => self.progress.completed(c.number, *v),
+            Finish::Fail(f) => self.progress.failed(&f.kind),
+            Finish::Pruned => {}
+        }
         if let Some(v) = value.filter(|_| state == TrialState::Complete) {
             if self
                 .best
@@ -856,6 +898,8 @@ struct Shared {
     changed: Notify,
     /// SIGINT/SIGTERM, or a fatal error in one slot: stop starting trials.
     shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM: no more grace, kill the workers' groups now.
+    kill_now: CancellationToken,
     /// The GPU monitor, when sweepd schedules on GPUs.
     monitor: Option<Arc<Monitor>>,
     host: String,
@@ -881,6 +925,11 @@ impl Shared {
 pub struct Control {
     /// SIGINT/SIGTERM: stop starting trials, give running ones the grace, exit.
     pub shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM (after `shutdown`): end the grace at once, SIGKILL the workers'
+    /// groups, and still record every running trial as interrupted and re-enqueue it.
+    pub kill_now: CancellationToken,
+    /// Where the supervisor publishes progress for the terminal's display.
+    pub progress: watch::Sender<Progress>,
     /// SIGHUP: re-read the config file and apply what can change while running.
     pub reload: Arc<Notify>,
     /// `--par`: overrides `[worker] max_par`, also in configs reloaded later.
@@ -970,9 +1019,9 @@ async fn run_locked(
         study = %study.name,
         db = %config.storage.path.display(),
         finished = tally.finished,
-        budget = ?config.study.n_trials,
+        budget = config.study.n_trials,
         max_par = config.worker.max_par,
-        gpus = ?monitor.as_ref().map(|m| m.devices.clone()),
+        gpus = monitor.as_ref().map(|m| tracing::field::debug(m.devices.clone())),
         "study started"
     );
     let metrics = Arc::new(Metrics::new());
@@ -1014,12 +1063,22 @@ async fn run_locked(
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             metrics: metrics.clone(),
+            progress: Tracker::new(
+                control.progress.clone(),
+                config.study.direction,
+                store
+                    .best(&study)
+                    .await?
+                    .and_then(|b| Some((b.number, b.value.as_f64()?))),
+                counts.finished(),
+            ),
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
         study: study.clone(),
         changed: Notify::new(),
         shutdown,
+        kill_now: control.kill_now.clone(),
         monitor,
         host: me.host.clone(),
         python_dir: python_dir(),
@@ -1182,7 +1241,7 @@ async fn reload(sh: &Shared) {
     } else {
         info!(
             max_par = applied.worker.max_par,
-            n_trials = ?applied.study.n_trials,
+            n_trials = applied.study.n_trials,
             "reload: applied the new config"
         );
     }
@@ -1301,6 +1360,7 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             if core.gpu.is_none() {
                 sh.metrics.set_running(None, core.running as usize);
             }
+            core.publish();
             (
                 core.breaker.paused(&core.devices(), Instant::now()),
                 status_line(&sh.cfg(), &core),
@@ -1696,6 +1756,7 @@ async fn record_finish(
         let how = core
             .finish(claimed, device, outcome, duration, fresh_worker)
             .await?;
+        core.publish();
         (how, core.fatal.take())
     };
     let what = match &how {
@@ -1708,7 +1769,14 @@ async fn record_finish(
             if f.retry { " (re-enqueued)" } else { "" }
         ),
     };
-    info!(trial = claimed.number, gpu = ?device, "{what}");
+    // `gpu` only where there is one (an Option field is left out when None); the params in
+    // the form Optuna shows them, so a line says what was tried, not just how it went.
+    info!(
+        trial = claimed.number,
+        gpu = device,
+        params = %sh.cfg().space.external_json(&claimed.params),
+        "{what}"
+    );
     sh.changed.notify_waiters();
     match fatal {
         Some(e) => Err(e),
@@ -1893,25 +1961,27 @@ async fn retire(
     if !pids.contains(&w.pid) {
         pids.push(w.pid);
     }
-    if w.exit_status().is_none() {
+    if w.exit_status().is_none() && !sh.kill_now.is_cancelled() {
         let _ = w.send(&json!({"type": "shutdown"})).await;
-        w.wait_for_exit(Duration::from_secs(5)).await;
+        tokio::select! {
+            _ = w.wait_for_exit(Duration::from_secs(5)) => {}
+            _ = sh.kill_now.cancelled() => {}
+        }
     }
-    let survivors = w.kill_group(KILL_GRACE).await;
+    let survivors = kill_group(sh, &mut w).await;
     if !survivors.is_empty() {
-        warn!(
-            worker = w.id,
-            ?survivors,
-            "killed processes of the worker's group that outlived it"
-        );
-        sh.store
-            .event(
-                Some(w.id),
-                None,
-                "killed",
-                &format!("survivors {survivors:?}"),
-            )
-            .await?;
+        // After a second Ctrl-C nothing was given time to exit: no warning, only the record.
+        let detail = if sh.kill_now.is_cancelled() {
+            format!("stopped at once: SIGKILLed {survivors:?}")
+        } else {
+            warn!(
+                worker = w.id,
+                ?survivors,
+                "killed processes of the worker's group that outlived it"
+            );
+            format!("survivors {survivors:?}")
+        };
+        sh.store.event(Some(w.id), None, "killed", &detail).await?;
     }
     if let (Some(m), Some(d)) = (&sh.monitor, device) {
         m.retired(pgid);
@@ -1919,6 +1989,18 @@ async fn retire(
         loop {
             match m.still_listed(d, &pids).await {
                 Ok(left) if left.is_empty() => break,
+                // Stopping now: nothing will start on this device again, so no wait for the
+                // release; what NVML still lists of the group is killed without a word.
+                Ok(left) if sh.kill_now.is_cancelled() => {
+                    for p in &left {
+                        // SAFETY: plain syscall on pids of our own retired group.
+                        unsafe {
+                            libc::kill(*p as i32, libc::SIGKILL);
+                        }
+                    }
+                    break;
+                }
+                Err(_) if sh.kill_now.is_cancelled() => break,
                 Ok(left) if start.elapsed() >= RELEASE_WAIT => {
                     warn!(
                         worker = w.id,
@@ -1961,6 +2043,19 @@ async fn retire(
     sh.store.worker_exited(w.id, code, signal).await?;
     sh.store.event(Some(w.id), None, "exited", why).await?;
     Ok(())
+}
+
+/// Kills `w`'s group with the usual grace between SIGTERM and SIGKILL, unless sweepd is asked
+/// to stop now (before or during the grace): then SIGKILL at once.
+async fn kill_group(sh: &Shared, w: &mut Worker) -> Vec<i32> {
+    if sh.kill_now.is_cancelled() {
+        return w.kill_group_now().await;
+    }
+    tokio::select! {
+        survivors = w.kill_group(KILL_GRACE) => return survivors,
+        _ = sh.kill_now.cancelled() => {}
+    }
+    w.kill_group_now().await
 }
 
 /// Runs one claimed trial on `w` and decides how it ended. `result_file` is set in oneshot
@@ -2132,7 +2227,16 @@ async fn run_trial(
             }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
-                w.kill_group(KILL_GRACE).await;
+                kill_group(sh, w).await;
+                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = sh.kill_now.cancelled() => {
+                w.kill_group_now().await;
+                // A oneshot trial that already reported keeps its result.
+                if let Some(o) = outcome.take() {
+                    break (o, Fate::Replace("sweepd was stopped at once".into()));
+                }
+                let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
                 break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
         }

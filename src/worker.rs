@@ -336,6 +336,19 @@ impl Worker {
         self.wait_for_exit(Duration::from_secs(5)).await;
         survivors
     }
+
+    /// Ends the whole process group with SIGKILL, no grace (sweepd was told to stop now), and
+    /// waits until no member is left (bounded). Returns the pids alive at SIGKILL time.
+    pub async fn kill_group_now(&mut self) -> Vec<i32> {
+        let pgid = self.pid as i32;
+        let members = group_members(pgid);
+        if !members.is_empty() || self.exit.is_none() {
+            signal_group(pgid, libc::SIGKILL);
+            wait_group_gone(pgid, Duration::from_secs(5)).await;
+        }
+        self.wait_for_exit(Duration::from_secs(5)).await;
+        members
+    }
 }
 
 impl Drop for Worker {

@@ -1,5 +1,6 @@
-//! Stopping and restarting: SIGTERM with and without the grace running out, and `kill -9` of
-//! the daemon followed by a restart. Nothing may be lost or counted twice.
+//! Stopping and restarting: SIGTERM with and without the grace running out, a second Ctrl-C
+//! that ends the grace at once, and `kill -9` of the daemon followed by a restart. Nothing may
+//! be lost or counted twice.
 
 mod common;
 
@@ -14,6 +15,15 @@ fn sigterm(child: &std::process::Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+/// What Ctrl-C at a terminal sends the daemon.
+fn sigint(child: &std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
 }
@@ -124,6 +134,57 @@ fn sigterm_past_the_grace_kills_the_workers_and_reenqueues_their_trials() {
         assert_eq!(t["state"], "COMPLETE");
         assert_eq!(t["params"], w["params"]);
     }
+}
+
+#[test]
+fn a_second_ctrl_c_kills_the_workers_at_once_and_loses_nothing() {
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let cfg = Cfg {
+        n_trials: Some(20),
+        max_par: 2,
+        // Far past LIMIT: only the second Ctrl-C can end this run before the hang guard.
+        shutdown_grace: "1h",
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "3600")
+    .env("SWEEPD_TEST_FORK", "1")
+    .env("SWEEPD_TEST_RECORD", record.path().to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    let child = sweep.spawn_run();
+    wait_until(LIMIT, "two trials running", || {
+        running(&sweep) == 2 && recorded(record.path()).len() == 2
+    });
+    // Each worker's group: the worker and the child it forked, which ignores SIGTERM.
+    let groups: Vec<i32> = recorded(record.path()).iter().map(|(p, _)| *p).collect();
+    wait_until(LIMIT, "each worker has forked its child", || {
+        groups
+            .iter()
+            .all(|g| sweepd::worker::group_members(*g).len() == 2)
+    });
+    let before: Vec<i32> = groups
+        .iter()
+        .flat_map(|g| sweepd::worker::group_members(*g))
+        .collect();
+    sigint(&child);
+    // Two signals sent back to back may be taken as one: the second goes once the first is.
+    wait_until(
+        LIMIT,
+        "the first Ctrl-C taken, saying what a second does",
+        || {
+            sweep
+                .daemon_stderr()
+                .contains("press Ctrl-C again to stop now")
+        },
+    );
+    sigint(&child);
+    let out = wait_output(child, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+    for pid in &before {
+        assert!(!alive(*pid), "process {pid} of a worker's group survived");
+    }
+    assert_nothing_lost(&sweep);
+    assert_eq!(sweep.count("FAIL"), 2, "{}", sweep.daemon_stderr());
+    assert_eq!(sweep.count("WAITING"), 2);
 }
 
 #[test]

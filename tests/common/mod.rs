@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn repo() -> PathBuf {
@@ -221,6 +221,37 @@ impl Sweep {
             .expect("spawn sweepd");
         self.spawned.lock().unwrap().push(child.id());
         child
+    }
+
+    /// `sweepd run` on a pseudo-terminal (`tests/py/pty_run.py`, 160x40), as a person runs it
+    /// from a shell: its exit status and everything it wrote to the screen, escape sequences
+    /// included. A hang guard as in [`Sweep::run`].
+    pub fn run_on_terminal(&self, extra: &[&str], limit: Duration) -> (ExitStatus, String) {
+        let mut cmd = Command::new(python());
+        cmd.arg(repo().join("tests/py/pty_run.py"))
+            .args(["160", "40", env!("CARGO_BIN_EXE_sweepd"), "run"])
+            .args(extra)
+            .arg("-c")
+            .arg(&self.config);
+        cmd.env("SWEEPD_LOG", "info");
+        // A test run under systemd must not make sweepd think its terminal is the journal.
+        cmd.env_remove("JOURNAL_STREAM");
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pty_run.py");
+        let out = wait_output(child, limit);
+        assert!(
+            out.stderr.is_empty(),
+            "pty_run.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     }
 
     pub fn daemon_stderr(&self) -> String {
