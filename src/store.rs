@@ -512,6 +512,50 @@ impl Store {
         Ok(store)
     }
 
+    /// Starts a write transaction whose commit must survive a power loss: one that makes a trial
+    /// RUNNING (its number is then seen by a worker, a log line, `status`) or final (a result
+    /// sweepd reports). The connection runs with `synchronous = NORMAL` otherwise: a lazy commit
+    /// (runner attributes, intermediate values, worker rows, heartbeats) may be lost with the
+    /// last moments before a power loss, never corrupted, and becomes durable with the next
+    /// durable commit, which syncs the write-ahead log it follows in.
+    async fn begin_durable(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        let mut conn = self.pool.acquire().await.map_err(self.err())?;
+        // Not settable inside a transaction; the connection is held from here to the commit,
+        // so no other task's transaction runs in between.
+        sqlx::query("PRAGMA synchronous = FULL")
+            .execute(&mut *conn)
+            .await
+            .map_err(self.err())?;
+        // `Pool::begin_with` cannot run the pragma first on the connection it takes.
+        sqlx::Transaction::begin(
+            sqlx::pool::MaybePoolConnection::PoolConnection(conn),
+            Some("BEGIN IMMEDIATE".into()),
+        )
+        .await
+        .map_err(self.err())
+    }
+
+    /// Commits a [`Store::begin_durable`] transaction (an fsync of the log) and puts the
+    /// connection back to lazy commits.
+    async fn commit_durable(&self, tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<()> {
+        tx.commit().await.map_err(self.err())?;
+        self.relax().await
+    }
+
+    async fn rollback_durable(&self, tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<()> {
+        tx.rollback().await.map_err(self.err())?;
+        self.relax().await
+    }
+
+    /// Back to lazy commits (an error on the way leaves the connection durable: slower, safe).
+    async fn relax(&self) -> Result<()> {
+        sqlx::query("PRAGMA synchronous = NORMAL")
+            .execute(&self.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
     pub async fn open_existing(path: &Path) -> Result<Store> {
         if !path.exists() {
@@ -607,11 +651,7 @@ impl Store {
 
     /// Finds the study, or creates it the way `optuna.create_study` does.
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         let existing: Option<i64> =
             sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = ?")
                 .bind(name)
@@ -656,7 +696,7 @@ impl Store {
                 id
             }
         };
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         Ok(Study {
             id,
             name: name.to_owned(),
@@ -912,11 +952,7 @@ impl Store {
     /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         let row = sqlx::query(
             "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
@@ -929,7 +965,7 @@ impl Store {
         .await
         .map_err(self.err())?;
         let Some(row) = row else {
-            tx.rollback().await.map_err(self.err())?;
+            self.rollback_durable(tx).await?;
             return Ok(None);
         };
         let number: i64 = row.get(0);
@@ -942,7 +978,7 @@ impl Store {
             .await?;
         self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
             .await?;
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         Ok(Some(copy))
     }
 
@@ -1057,15 +1093,11 @@ impl Store {
         params: &Params,
         start: StartCtx<'_>,
     ) -> Result<Started> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         self.refresh_tally_on(&mut tx, start.study, start.tally)
             .await?;
         if !start.tally.room(start.budget) {
-            tx.rollback().await.map_err(self.err())?;
+            self.rollback_durable(tx).await?;
             return Ok(Started::NoRoom);
         }
         let claimed = sqlx::query(
@@ -1079,7 +1111,7 @@ impl Store {
         .map_err(self.err())?
         .rows_affected();
         if claimed != 1 {
-            tx.rollback().await.map_err(self.err())?;
+            self.rollback_durable(tx).await?;
             return Ok(Started::Taken);
         }
         self.set_attr(&mut tx, w.trial_id, OWNER_ATTR, &start.owner.json())
@@ -1092,7 +1124,7 @@ impl Store {
             self.insert_param(&mut tx, w.trial_id, name, &spec.dist, v)
                 .await?;
         }
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         start.tally.started(w.trial_id);
         Ok(Started::Yes(Claimed {
             trial_id: w.trial_id,
@@ -1123,15 +1155,11 @@ impl Store {
         params: &Params,
         start: StartCtx<'_>,
     ) -> Result<Started> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         self.refresh_tally_on(&mut tx, start.study, start.tally)
             .await?;
         if !start.tally.room(start.budget) {
-            tx.rollback().await.map_err(self.err())?;
+            self.rollback_durable(tx).await?;
             return Ok(Started::NoRoom);
         }
         let (trial_id, number) =
@@ -1143,7 +1171,7 @@ impl Store {
             self.insert_param(&mut tx, trial_id, name, &spec.dist, v)
                 .await?;
         }
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         start.tally.started_new(trial_id);
         Ok(Started::Yes(Claimed {
             trial_id,
@@ -1312,11 +1340,7 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         let state = match how {
             Finish::Complete(_) => TrialState::Complete,
             Finish::Pruned => TrialState::Pruned,
@@ -1334,7 +1358,7 @@ impl Store {
         .await
         .map_err(self.err())?;
         let Some(number) = number else {
-            tx.rollback().await.map_err(self.err())?;
+            self.rollback_durable(tx).await?;
             return Ok(None);
         };
         let value = match how {
@@ -1392,7 +1416,7 @@ impl Store {
                     .await?;
             }
         }
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         Ok(Some(number))
     }
 
@@ -1815,11 +1839,7 @@ impl Store {
         me: &DaemonId,
         stale_after: Duration,
     ) -> Result<(), DaemonLockError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         let row = sqlx::query(
             "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = ?",
         )
@@ -1874,7 +1894,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(self.err())?;
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         Ok(())
     }
 
@@ -1934,11 +1954,7 @@ impl Store {
 
     /// Takes the queued requests (marks them done).
     pub async fn take_commands(&self, study: &Study) -> Result<Vec<String>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_durable().await?;
         let cmds: Vec<String> = sqlx::query_scalar(
             "SELECT command FROM sweepd_commands WHERE study_id = ? AND done_at IS NULL ORDER BY command_id",
         )
@@ -1956,7 +1972,7 @@ impl Store {
             .await
             .map_err(self.err())?;
         }
-        tx.commit().await.map_err(self.err())?;
+        self.commit_durable(tx).await?;
         Ok(cmds)
     }
 
