@@ -151,10 +151,13 @@ impl Distribution {
                 ParamValue::Float(x),
             ) => {
                 let in_range = x.is_finite() && *x >= *low && *x <= *high;
+                // The tolerance grows with k, as config validation's check that the step
+                // divides the range does: with many grid points (a step of 1e-9 over [-2, 2])
+                // a point's k carries float error far above 1e-8.
                 in_range
                     && step.is_none_or(|s| {
                         let k = (x - low) / s;
-                        (k - k.round()).abs() < 1e-8
+                        (k - k.round()).abs() < 1e-8 * k.abs().max(1.0)
                     })
             }
             (
