@@ -318,6 +318,27 @@ mod tests {
     }
 
     #[test]
+    fn stepped_float_with_a_billion_grid_points_contains_its_own_points() {
+        // Config check accepts this (the step divides the range); the random sampler's debug
+        // assertion panicked on its draws, and their values read back were refused.
+        let d = Distribution::Float {
+            low: -2.0,
+            high: 2.0,
+            step: Some(1e-9),
+            log: false,
+        };
+        for k in 631_184_000..631_185_000u64 {
+            let x = (-2.0 + 1e-9 * k as f64).min(2.0);
+            assert!(d.contains(&ParamValue::Float(x)), "point {k}: {x}");
+            assert_eq!(d.from_internal(x), Some(ParamValue::Float(x)));
+        }
+        assert!(
+            !d.contains(&ParamValue::Float(-2.0 + 0.5e-9)),
+            "off the grid"
+        );
+    }
+
+    #[test]
     fn categorical_round_trips_through_every_form() {
         let d = cat();
         let v = d.from_external(&json!("sgd")).unwrap();
