@@ -17,6 +17,13 @@
 //! `[sampler]`, `[pruner]`, `[metrics]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
 //! a TOML integer of bytes or a string with a unit, see [`parse_size`].
 //!
+//! What `check` accepts, `run` must be able to run: every duration and size has a maximum (named
+//! in the message), so no timer or byte arithmetic downstream can overflow; strings that reach a
+//! worker's argv or environment, a path or the database are refused where they could not travel
+//! there (a NUL byte, a length past the kernel's, the protocol's or Optuna's limit); and the
+//! directories `run` creates must be creatable. Otherwise such a value fails only after the
+//! study exists and a trial has been claimed.
+//!
 //! Loading has no side effects: it checks that directories and files exist but creates nothing.
 
 use crate::space::{Distribution, ParamSpec, SearchSpace};
