@@ -1021,6 +1021,9 @@ const MAX_CHOICE_BYTES: usize = 4 * KIB as usize;
 /// 1 MiB) and, for a oneshot worker, in one environment variable (the kernel's limit for one
 /// is 128 KiB) beside `--name=value` arguments.
 const MAX_PARAMS_JSON_BYTES: usize = 64 * KIB as usize;
+/// One param's `distribution_json` (every choice of a categorical): Optuna's `trial_params` holds
+/// it for every trial, and sweepd parses it back for each on every start.
+const MAX_DISTRIBUTION_JSON_BYTES: usize = 1 << 20;
 /// One argument of `[worker] command`, one `[worker.env]` entry (`NAME=value`) or the
 /// allocator setting: well under the kernel's 128 KiB limit for one string passed to exec.
 const MAX_EXEC_STRING_BYTES: usize = 64 * KIB as usize;
@@ -2374,7 +2377,21 @@ impl Validator<'_> {
             }
             choices.push(json);
         }
-        Some(Distribution::Categorical { choices })
+        let dist = Distribution::Categorical { choices };
+        let len = dist.optuna_json().len();
+        if len > MAX_DISTRIBUTION_JSON_BYTES {
+            self.at(
+                raw_choices,
+                &p.key("choices"),
+                format!(
+                    "the choices take {} as Optuna's distribution_json, stored with every \
+                     trial: at most {} (use fewer or shorter choices)",
+                    format_size(len as u64),
+                    format_size(MAX_DISTRIBUTION_JSON_BYTES as u64)
+                ),
+            );
+        }
+        Some(dist)
     }
 
     /// A required low/high bound.

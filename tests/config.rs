@@ -175,6 +175,7 @@ fn with_params(params: &str) -> String {
 // Choices: no NUL, at most 4 KiB each, and one trial's params at most 64 KiB as JSON.
 #[case::choice_with_nul(edit(|_| with_params("[params.c]\ntype = \"categorical\"\nchoices = [\"ok\", \"\\u0000\"]\n")), "params.c.choices", "NUL")]
 #[case::choice_of_5_kib(edit(|_| with_params(&format!("[params.c]\ntype = \"categorical\"\nchoices = [\"{}\"]\n", "c".repeat(5 << 10)))), "params.c.choices", "at most 4 KiB")]
+#[case::choices_of_1_mib(edit(|_| with_params(&format!("[params.c]\ntype = \"categorical\"\nchoices = [{}]\n", (0..300).map(|i| format!("\"{i:04}{}\"", "c".repeat(4000))).collect::<Vec<_>>().join(", ")))), "params.c.choices", "at most 1 MiB")]
 #[case::params_of_80_kib(edit(|_| with_params(&(0..20).map(|i| format!("[params.c{i}]\ntype = \"categorical\"\nchoices = [\"{}\"]\n", "c".repeat(4000))).collect::<String>())), "params", "more than the 64 KiB")]
 // What reaches exec: argv and environment.
 #[case::command_argument_with_nul(edit(|_| Cfg { command: vec!["py\0thon".into()], ..quick() }.to_toml()), "worker.command", "NUL")]
