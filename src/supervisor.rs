@@ -1443,11 +1443,13 @@ fn recycle_check(sh: &Shared, c: &Current) -> Fate {
         }
     }
     match (sh.cfg().worker.recycle_on_growth, c.baseline, c.idle) {
-        (Some(growth), Some(base), Some(now)) if now > base + growth => Fate::Replace(format!(
-            "recycled early: its memory between trials grew from {} to {} MiB",
-            base >> 20,
-            now >> 20
-        )),
+        (Some(growth), Some(base), Some(now)) if now > base.saturating_add(growth) => {
+            Fate::Replace(format!(
+                "recycled early: its memory between trials grew from {} to {} MiB",
+                base >> 20,
+                now >> 20
+            ))
+        }
         _ => Fate::Keep,
     }
 }
