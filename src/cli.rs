@@ -160,8 +160,12 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
         } => {
             let mut config = Config::load(&cfg.config)?;
             if let Some(par) = par {
-                if par == 0 {
-                    return Err(CliError::Usage("--par must be at least 1".into()));
+                // The bound `[worker] max_par` has in the file: each slot is a task and a worker.
+                if !(1..=crate::config::MAX_PAR).contains(&par) {
+                    return Err(CliError::Usage(format!(
+                        "--par must be between 1 and {} (got {par})",
+                        crate::config::MAX_PAR
+                    )));
                 }
                 config.worker.max_par = par;
             }

@@ -17,6 +17,13 @@
 //! `[sampler]`, `[pruner]`, `[metrics]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
 //! a TOML integer of bytes or a string with a unit, see [`parse_size`].
 //!
+//! What `check` accepts, `run` must be able to run: every duration and size has a maximum (named
+//! in the message), so no timer or byte arithmetic downstream can overflow; strings that reach a
+//! worker's argv or environment, a path or the database are refused where they could not travel
+//! there (a NUL byte, a length past the kernel's, the protocol's or Optuna's limit); and the
+//! directories `run` creates must be creatable. Otherwise such a value fails only after the
+//! study exists and a trial has been claimed.
+//!
 //! Loading has no side effects: it checks that directories and files exist but creates nothing.
 
 use crate::space::{Distribution, ParamSpec, SearchSpace};
@@ -965,7 +972,10 @@ const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\"";
 const MODES: &str = "\"persistent\", \"oneshot\"";
 const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
 const DEFAULT_STORAGE_URL: &str = "sqlite://sweepd.db";
-const MAX_PAR_LIMIT: i64 = 1024;
+/// The most trials `[worker] max_par` (or `sweepd run --par`) and `[gpu] max_par_per_device`
+/// allow at once.
+pub const MAX_PAR: usize = 1024;
+const MAX_PAR_LIMIT: i64 = MAX_PAR as i64;
 const PRESETS: &str = "\"default\", \"none\"";
 const PRUNERS: &str = "\"none\", \"median\", \"asha\"";
 /// The keys PyTorch documents for `PYTORCH_CUDA_ALLOC_CONF`; older releases abort at startup on
@@ -984,6 +994,47 @@ const PYTORCH_ALLOC_KEYS: [&str; 10] = [
 ];
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const MIN_LOG_MAX_BYTES: u64 = 4 * KIB;
+
+// Upper bounds. Every duration and size has one, so that no value the file can hold makes the
+// daemon's timer or byte arithmetic overflow (a panic at `run` after `check` said ok), and so
+// that a typo of a few orders of magnitude is caught rather than waited out. Each is far above
+// any real use; docs/configuration.md lists them.
+const DAY: Duration = Duration::from_secs(86_400);
+/// humantime's year (365.25 days), so that `"1y"` is exactly this and prints as "1year".
+const YEAR: Duration = Duration::from_secs(31_557_600);
+/// `[study] timeout`: a study may legitimately run for months.
+const MAX_STUDY_TIMEOUT: Duration = Duration::from_secs(10 * 31_557_600);
+const MAX_TRIAL_TIMEOUT: Duration = YEAR;
+/// Time between two messages of one trial (an epoch without a report).
+const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(7 * 86_400);
+const MAX_STARTUP_TIMEOUT: Duration = DAY;
+const MAX_SHUTDOWN_GRACE: Duration = DAY;
+/// The loop that polls the GPUs also feeds the systemd watchdog (`WatchdogSec=60s` in the
+/// shipped unit): a longer interval would get the daemon killed as hung.
+const MAX_POLL_INTERVAL: Duration = Duration::from_secs(30);
+const MAX_BREAKER_BACKOFF: Duration = DAY;
+const MAX_OOM_RECOVERY: Duration = DAY;
+/// Every size (`[gpu] headroom`, `trial_memory`, `[worker] recycle_on_growth`, log sizes):
+/// 1 PiB, a thousand times the largest GPU and still far from overflowing a sum of
+/// `max_par` of them.
+const MAX_SIZE: u64 = 1 << 50;
+/// `studies.study_name` and `trial_params.param_name` are VARCHAR(512) in Optuna's schema.
+const MAX_NAME_CHARS: usize = 512;
+/// One string choice of a categorical param.
+const MAX_CHOICE_BYTES: usize = 4 * KIB as usize;
+/// The params of one trial as JSON, at their longest: they travel in one protocol line (at most
+/// 1 MiB) and, for a oneshot worker, in one environment variable (the kernel's limit for one
+/// is 128 KiB) beside `--name=value` arguments.
+const MAX_PARAMS_JSON_BYTES: usize = 64 * KIB as usize;
+/// One param's `distribution_json` (every choice of a categorical): Optuna's `trial_params` holds
+/// it for every trial, and sweepd parses it back for each on every start.
+const MAX_DISTRIBUTION_JSON_BYTES: usize = 1 << 20;
+/// One argument of `[worker] command`, one `[worker.env]` entry (`NAME=value`) or the
+/// allocator setting: well under the kernel's 128 KiB limit for one string passed to exec.
+const MAX_EXEC_STRING_BYTES: usize = 64 * KIB as usize;
+/// `[sampler] n_ei_candidates`: TPE draws and scores this many candidates per proposal (Optuna's
+/// default is 24); far more only costs time and memory.
+const MAX_EI_CANDIDATES: i64 = 100_000;
 /// The largest integer a `usize` setting may take, as the `i64` TOML reads.
 const USIZE_MAX: i64 = if usize::BITS >= 64 {
     i64::MAX
@@ -1084,7 +1135,14 @@ impl Validator<'_> {
                 self.at(n, "study.name", "must not be empty");
                 String::new()
             }
-            Some(n) => n.get_ref().clone(),
+            Some(n) => {
+                // The name reaches every worker's environment (SWEEPD_STUDY) and Optuna's
+                // `studies` table.
+                if let Err(message) = check_name(n.get_ref()) {
+                    self.at(n, "study.name", message);
+                }
+                n.get_ref().clone()
+            }
         };
         let direction = self
             .choice(
@@ -1120,7 +1178,7 @@ impl Validator<'_> {
                 Some(v as u64)
             }
         });
-        let timeout = self.duration(raw.timeout.as_ref(), "study.timeout");
+        let timeout = self.duration(raw.timeout.as_ref(), "study.timeout", MAX_STUDY_TIMEOUT);
         let seed = raw.seed.as_ref().and_then(|s| {
             let v = *s.get_ref();
             if v < 0 {
@@ -1159,6 +1217,10 @@ impl Validator<'_> {
         };
         if rest.is_empty() {
             report(self, format!("storage URL `{url}` names no database file"));
+            return None;
+        }
+        if let Err(message) = check_path(rest) {
+            report(self, format!("the database path {message}"));
             return None;
         }
         let path = resolve(base_dir, Path::new(rest));
@@ -1236,22 +1298,54 @@ impl Validator<'_> {
                 v.clamp(1, MAX_PAR_LIMIT) as usize
             }
         };
-        let trial_timeout = self.duration(raw.trial_timeout.as_ref(), "worker.trial_timeout");
+        let trial_timeout = self.duration(
+            raw.trial_timeout.as_ref(),
+            "worker.trial_timeout",
+            MAX_TRIAL_TIMEOUT,
+        );
         let startup_timeout = self
-            .duration(raw.startup_timeout.as_ref(), "worker.startup_timeout")
+            .duration(
+                raw.startup_timeout.as_ref(),
+                "worker.startup_timeout",
+                MAX_STARTUP_TIMEOUT,
+            )
             .unwrap_or(Duration::from_secs(120));
         let shutdown_grace = self
-            .duration(raw.shutdown_grace.as_ref(), "worker.shutdown_grace")
+            .duration(
+                raw.shutdown_grace.as_ref(),
+                "worker.shutdown_grace",
+                MAX_SHUTDOWN_GRACE,
+            )
             .unwrap_or(Duration::from_secs(30));
         let log_dir = resolve(
             base_dir,
             Path::new(raw.log_dir.as_ref().map_or("sweepd-logs", |l| l.get_ref())),
         );
+        // The supervisor creates log_dir (and log_dir/results for oneshot workers) when the
+        // first worker starts: what cannot be created must fail here, not after the study
+        // has been created and a trial claimed.
+        let log_dir_ok = raw
+            .log_dir
+            .as_ref()
+            .map_or(Ok(()), |l| check_path(l.get_ref()))
+            .and_then(|()| check_dir_creatable(&log_dir))
+            .and_then(|()| match mode {
+                WorkerMode::Oneshot => check_dir_creatable(&log_dir.join("results")),
+                WorkerMode::Persistent => Ok(()),
+            });
+        if let Err(message) = log_dir_ok {
+            match &raw.log_dir {
+                Some(l) => self.at(l, "worker.log_dir", message),
+                None => self.at_key("worker.log_dir", message),
+            }
+        }
         let cwd = match &raw.cwd {
             None => base_dir.to_path_buf(),
             Some(c) => resolve(base_dir, Path::new(c.get_ref())),
         };
-        if !cwd.is_dir() {
+        if let Some(Err(message)) = raw.cwd.as_ref().map(|c| check_path(c.get_ref())) {
+            self.at(raw.cwd.as_ref().expect("checked"), "worker.cwd", message);
+        } else if !cwd.is_dir() {
             let message = format!(
                 "working directory {} does not exist or is not a directory",
                 cwd.display()
@@ -1262,8 +1356,11 @@ impl Validator<'_> {
             }
         }
         let env = self.env(raw.env.as_ref());
-        let heartbeat_timeout =
-            self.duration(raw.heartbeat_timeout.as_ref(), "worker.heartbeat_timeout");
+        let heartbeat_timeout = self.duration(
+            raw.heartbeat_timeout.as_ref(),
+            "worker.heartbeat_timeout",
+            MAX_HEARTBEAT_TIMEOUT,
+        );
         let recycle_on_growth = raw.recycle_on_growth.as_ref().and_then(|r| {
             let v = self.size(r, "worker.recycle_on_growth")?;
             if v == 0 {
@@ -1340,7 +1437,9 @@ impl Validator<'_> {
             )
             .unwrap_or_default();
         let pytorch = raw.pytorch.as_ref().map(|p| {
-            if let Err(message) = check_pytorch_alloc_conf(p.get_ref()) {
+            if let Err(message) = check_pytorch_alloc_conf(p.get_ref())
+                .and_then(|()| check_exec_string(p.get_ref()).map_err(|m| format!("the value {m}")))
+            {
                 self.at(p, "worker.allocator.pytorch", message);
             }
             p.get_ref().clone()
@@ -1401,7 +1500,11 @@ impl Validator<'_> {
                 );
             }
         }
-        let poll_interval = match self.duration(raw.poll_interval.as_ref(), "gpu.poll_interval") {
+        let poll_interval = match self.duration(
+            raw.poll_interval.as_ref(),
+            "gpu.poll_interval",
+            MAX_POLL_INTERVAL,
+        ) {
             Some(d) if d < MIN_POLL_INTERVAL => {
                 let p = raw.poll_interval.as_ref().expect("parsed, so written");
                 self.at(
@@ -1420,6 +1523,10 @@ impl Validator<'_> {
         let nvml_lib = raw.nvml_lib.as_ref().and_then(|n| {
             if n.get_ref().is_empty() {
                 self.at(n, "gpu.nvml_lib", "must not be empty");
+                return None;
+            }
+            if let Err(message) = check_path(n.get_ref()) {
+                self.at(n, "gpu.nvml_lib", message);
                 return None;
             }
             let path = resolve(base_dir, Path::new(n.get_ref()));
@@ -1511,10 +1618,15 @@ impl Validator<'_> {
             1..=U32_MAX,
             d.breaker_threshold,
         );
-        let backoff = self.duration(raw.breaker_backoff.as_ref(), "retry.breaker_backoff");
+        let backoff = self.duration(
+            raw.breaker_backoff.as_ref(),
+            "retry.breaker_backoff",
+            MAX_BREAKER_BACKOFF,
+        );
         let max_backoff = self.duration(
             raw.breaker_max_backoff.as_ref(),
             "retry.breaker_max_backoff",
+            MAX_BREAKER_BACKOFF,
         );
         let backoff_ok = raw.breaker_backoff.is_none() || backoff.is_some();
         let max_backoff_ok = raw.breaker_max_backoff.is_none() || max_backoff.is_some();
@@ -1553,7 +1665,11 @@ impl Validator<'_> {
             },
         };
         let oom_recovery = self
-            .duration(raw.oom_recovery.as_ref(), "retry.oom_recovery")
+            .duration(
+                raw.oom_recovery.as_ref(),
+                "retry.oom_recovery",
+                MAX_OOM_RECOVERY,
+            )
             .unwrap_or(d.oom_recovery);
         let stop_after_same_error = self.int(
             raw.stop_after_same_error.as_ref(),
@@ -1589,7 +1705,7 @@ impl Validator<'_> {
             n_ei_candidates: self.int(
                 raw.n_ei_candidates.as_ref(),
                 "sampler.n_ei_candidates",
-                1..=USIZE_MAX,
+                1..=MAX_EI_CANDIDATES,
                 d.n_ei_candidates,
             ),
             multivariate: raw
@@ -1792,7 +1908,8 @@ impl Validator<'_> {
         default
     }
 
-    /// A size in bytes: a TOML integer or a string with a unit (see [`parse_size`]).
+    /// A size in bytes, at most [`MAX_SIZE`]: a TOML integer or a string with a unit (see
+    /// [`parse_size`]).
     fn size(&mut self, raw: &Spanned<toml::Value>, key: &str) -> Option<u64> {
         let result = match raw.get_ref() {
             toml::Value::Integer(i) => {
@@ -1804,7 +1921,18 @@ impl Validator<'_> {
                  not {}",
                 other.type_str()
             )),
-        };
+        }
+        .and_then(|v| {
+            if v > MAX_SIZE {
+                Err(format!(
+                    "{} is too large: at most {}",
+                    raw.get_ref(),
+                    format_size(MAX_SIZE)
+                ))
+            } else {
+                Ok(v)
+            }
+        });
         result.map_err(|message| self.at(raw, key, message)).ok()
     }
 
@@ -1856,6 +1984,8 @@ impl Validator<'_> {
             // exec cannot pass a NUL byte; catching it here beats a spawn failure hours in.
             if arg.get_ref().contains('\0') {
                 self.at(arg, "worker.command", "arguments may not contain NUL bytes");
+            } else if let Err(message) = check_exec_string(arg.get_ref()) {
+                self.at(arg, "worker.command", format!("an argument {message}"));
             }
         }
         raw.get_ref().iter().map(|a| a.get_ref().clone()).collect()
@@ -1896,6 +2026,10 @@ impl Validator<'_> {
                 self.at(value, &key, "environment values may not contain NUL bytes");
                 continue;
             }
+            if let Err(message) = check_exec_string(&format!("{}={text}", name.get_ref())) {
+                self.at(value, &key, format!("the variable {message}"));
+                continue;
+            }
             env.insert(name.get_ref().clone(), text);
         }
         env
@@ -1924,11 +2058,29 @@ impl Validator<'_> {
         parsed
     }
 
-    fn duration(&mut self, raw: Option<&Spanned<String>>, key: &str) -> Option<Duration> {
+    /// A duration greater than zero and at most `max`.
+    fn duration(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        key: &str,
+        max: Duration,
+    ) -> Option<Duration> {
         let raw = raw?;
         match humantime::parse_duration(raw.get_ref()) {
             Ok(d) if d.is_zero() => {
                 self.at(raw, key, "must be greater than zero");
+                None
+            }
+            Ok(d) if d > max => {
+                self.at(
+                    raw,
+                    key,
+                    format!(
+                        "{:?} is too long: at most {}",
+                        raw.get_ref(),
+                        humantime::format_duration(max)
+                    ),
+                );
                 None
             }
             Ok(d) => Some(d),
@@ -1965,6 +2117,31 @@ impl Validator<'_> {
                 });
             }
         }
+        // `{"name":value,...}` with every value at its longest.
+        let longest = |p: &ParamSpec| {
+            serde_json::Value::from(p.name.as_str()).to_string().len()
+                + max_value_json_len(&p.dist)
+                + 2
+        };
+        let total: usize = 2 + params.iter().map(longest).sum::<usize>();
+        if total > MAX_PARAMS_JSON_BYTES {
+            let largest = params
+                .iter()
+                .max_by_key(|p| longest(p))
+                .expect("a non-empty total");
+            self.at_key(
+                "params",
+                format!(
+                    "one trial's params can take {} as JSON, more than the {} a worker can be \
+                     given (one protocol line, one environment variable); the largest is {} \
+                     ({}): use shorter choices or names, or fewer params",
+                    format_size(total as u64),
+                    format_size(MAX_PARAMS_JSON_BYTES as u64),
+                    dotted(&["params", &largest.name]),
+                    format_size(longest(largest) as u64)
+                ),
+            );
+        }
         (self.problems.len() == before).then_some(SearchSpace { params })
     }
 
@@ -1973,6 +2150,9 @@ impl Validator<'_> {
         let base = dotted(&["params", name.get_ref()]);
         if name.get_ref().is_empty() {
             self.at(name, &base, "param names must not be empty");
+        } else if let Err(message) = check_name(name.get_ref()) {
+            // Names reach Optuna's `trial_params` and a oneshot worker's `--name=value`.
+            self.at(name, &base, format!("param name {message}"));
         } else if name.get_ref().starts_with(RESERVED_PARAM_PREFIX) {
             self.at(
                 name,
@@ -2179,6 +2359,29 @@ impl Validator<'_> {
                 );
                 continue;
             };
+            if let Some(text) = json.as_str() {
+                // A oneshot worker gets the choice as `--name=choice`, where NUL cannot travel.
+                if text.contains('\0') {
+                    self.at(
+                        c,
+                        &p.key("choices"),
+                        "choices may not contain NUL bytes (a worker could not be given them)",
+                    );
+                    continue;
+                }
+                if text.len() > MAX_CHOICE_BYTES {
+                    self.at(
+                        c,
+                        &p.key("choices"),
+                        format!(
+                            "a choice is too long: at most {} (got {})",
+                            format_size(MAX_CHOICE_BYTES as u64),
+                            format_size(text.len() as u64)
+                        ),
+                    );
+                    continue;
+                }
+            }
             // Python's equality (1 == 1.0): Optuna would map both to the same index.
             if choices.iter().any(|seen| same_choice(seen, &json)) {
                 self.at(c, &p.key("choices"), format!("duplicate choice {json}"));
@@ -2186,7 +2389,21 @@ impl Validator<'_> {
             }
             choices.push(json);
         }
-        Some(Distribution::Categorical { choices })
+        let dist = Distribution::Categorical { choices };
+        let len = dist.optuna_json().len();
+        if len > MAX_DISTRIBUTION_JSON_BYTES {
+            self.at(
+                raw_choices,
+                &p.key("choices"),
+                format!(
+                    "the choices take {} as Optuna's distribution_json, stored with every \
+                     trial: at most {} (use fewer or shorter choices)",
+                    format_size(len as u64),
+                    format_size(MAX_DISTRIBUTION_JSON_BYTES as u64)
+                ),
+            );
+        }
+        Some(dist)
     }
 
     /// A required low/high bound.
@@ -2308,6 +2525,96 @@ impl ParamCtx<'_> {
     }
 }
 
+/// A study or param name: no NUL byte (it cannot reach a worker's argv or environment) and at
+/// most [`MAX_NAME_CHARS`] characters (Optuna's column is VARCHAR(512)). The message completes
+/// "the name ...".
+fn check_name(name: &str) -> Result<(), String> {
+    if name.contains('\0') {
+        return Err("may not contain NUL bytes (it is passed to every worker)".to_owned());
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "is too long: at most {MAX_NAME_CHARS} characters (Optuna's limit), got {chars}"
+        ));
+    }
+    Ok(())
+}
+
+/// A string passed to exec as one argument or one `NAME=value`: at most
+/// [`MAX_EXEC_STRING_BYTES`]. The message completes "the argument ...".
+fn check_exec_string(s: &str) -> Result<(), String> {
+    if s.len() > MAX_EXEC_STRING_BYTES {
+        return Err(format!(
+            "is too long: at most {} (got {})",
+            format_size(MAX_EXEC_STRING_BYTES as u64),
+            format_size(s.len() as u64)
+        ));
+    }
+    Ok(())
+}
+
+/// A path written in the file: a NUL byte cannot reach the operating system.
+fn check_path(p: &str) -> Result<(), String> {
+    if p.contains('\0') {
+        return Err("may not contain NUL bytes".to_owned());
+    }
+    Ok(())
+}
+
+/// Whether the directory `dir` is or can be created: the nearest part of it that exists must be
+/// a directory (`create_dir_all` fails on a file or a dangling symlink, and only at `run`).
+fn check_dir_creatable(dir: &Path) -> Result<(), String> {
+    for part in dir.ancestors() {
+        match std::fs::metadata(part) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => {
+                return Err(if part == dir {
+                    format!("{} exists and is not a directory", dir.display())
+                } else {
+                    format!(
+                        "{} cannot be created: {} is not a directory",
+                        dir.display(),
+                        part.display()
+                    )
+                })
+            }
+            // ENOTDIR: a part further up is a file, found on a later turn.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                if std::fs::symlink_metadata(part).is_ok() {
+                    return Err(format!(
+                        "{} cannot be created: {} is a broken symbolic link",
+                        dir.display(),
+                        part.display()
+                    ));
+                }
+            }
+            // Unreadable (permissions): `run` reports it with the OS's reason.
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// The longest a param's value can be as JSON, as a worker receives it: a float at most 24
+/// characters (`-2.2250738585072014e-308`), an int 20 (`-9223372036854775808`), a choice its own.
+fn max_value_json_len(dist: &Distribution) -> usize {
+    match dist {
+        Distribution::Float { .. } => 24,
+        Distribution::Int { .. } => 20,
+        Distribution::Categorical { choices } => choices
+            .iter()
+            .map(|c| c.to_string().len())
+            .max()
+            .unwrap_or(0),
+    }
+}
+
 fn float_value(v: &toml::Value) -> Result<f64, String> {
     let x = match v {
         toml::Value::Float(f) => *f,
@@ -2411,7 +2718,11 @@ fn resolve(base: &Path, p: &Path) -> PathBuf {
     std::path::absolute(&joined).unwrap_or(joined)
 }
 
-/// A dotted key path as TOML would write it: bare keys as is, others quoted.
+/// Characters of one key shown in a dotted path; the rest is elided.
+const MAX_KEY_SHOWN: usize = 64;
+
+/// A dotted key path as TOML would write it: bare keys as is, others quoted (keys longer than
+/// [`MAX_KEY_SHOWN`] characters are cut, with an ellipsis).
 fn dotted(parts: &[&str]) -> String {
     let mut out = String::new();
     for part in parts {
@@ -2424,6 +2735,12 @@ fn push_key(path: &mut String, key: &str) {
     if !path.is_empty() {
         path.push('.');
     }
+    // A key megabytes long (rejected as such) is named by its start, not copied into every
+    // message about it.
+    let (key, cut) = match key.char_indices().nth(MAX_KEY_SHOWN) {
+        Some((i, _)) => (&key[..i], "…"),
+        None => (key, ""),
+    };
     let bare = !key.is_empty()
         && key
             .chars()
@@ -2433,6 +2750,7 @@ fn push_key(path: &mut String, key: &str) {
     } else {
         path.push_str(&format!("{key:?}"));
     }
+    path.push_str(cut);
 }
 
 /// 1-based line and column (in characters) of byte `offset`.

@@ -9,6 +9,7 @@
 pub mod capacity;
 pub mod classify;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod gpu;
 pub mod metrics;

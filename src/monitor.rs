@@ -111,7 +111,9 @@ impl Monitor {
                     .or_insert_with(|| worker::proc_stat(p.pid as i32).map(|s| s.pgrp));
                 let Some(g) = g else { continue };
                 if let Some(trial) = by_group.get(&(g, *device)) {
-                    *used.entry(*trial).or_default() += p.used;
+                    // Readings come from the driver (or a fake one): never trusted to add up.
+                    let u = used.entry(*trial).or_default();
+                    *u = u.saturating_add(p.used);
                 } else if st.retired.contains(&g) {
                     report.orphans.push((p.pid, *device, p.used));
                 }

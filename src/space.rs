@@ -151,10 +151,13 @@ impl Distribution {
                 ParamValue::Float(x),
             ) => {
                 let in_range = x.is_finite() && *x >= *low && *x <= *high;
+                // The tolerance grows with k, as config validation's check that the step
+                // divides the range does: with many grid points (a step of 1e-9 over [-2, 2])
+                // a point's k carries float error far above 1e-8.
                 in_range
                     && step.is_none_or(|s| {
                         let k = (x - low) / s;
-                        (k - k.round()).abs() < 1e-8
+                        (k - k.round()).abs() < 1e-8 * k.abs().max(1.0)
                     })
             }
             (
@@ -312,6 +315,27 @@ mod tests {
         Distribution::Categorical {
             choices: vec![json!("adam"), json!("sgd"), json!(3)],
         }
+    }
+
+    #[test]
+    fn stepped_float_with_a_billion_grid_points_contains_its_own_points() {
+        // Config check accepts this (the step divides the range); the random sampler's debug
+        // assertion panicked on its draws, and their values read back were refused.
+        let d = Distribution::Float {
+            low: -2.0,
+            high: 2.0,
+            step: Some(1e-9),
+            log: false,
+        };
+        for k in 631_184_000..631_185_000u64 {
+            let x = (-2.0 + 1e-9 * k as f64).min(2.0);
+            assert!(d.contains(&ParamValue::Float(x)), "point {k}: {x}");
+            assert_eq!(d.from_internal(x), Some(ParamValue::Float(x)));
+        }
+        assert!(
+            !d.contains(&ParamValue::Float(-2.0 + 0.5e-9)),
+            "off the grid"
+        );
     }
 
     #[test]

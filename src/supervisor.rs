@@ -18,6 +18,7 @@
 
 use crate::capacity::{Capacity, Decision, MemoryModel};
 use crate::classify::{self, Kind};
+use crate::clock;
 use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::Gpu;
 use crate::metrics::Metrics;
@@ -137,9 +138,9 @@ impl Breaker {
         }
         st.consecutive = 0;
         let factor = 2u32.saturating_pow(st.quarantines.min(20));
-        let wait = (self.cfg.breaker_backoff * factor).min(self.cfg.breaker_max_backoff);
-        st.quarantines += 1;
-        st.until = Some(now + wait);
+        let wait = clock::times(self.cfg.breaker_backoff, factor).min(self.cfg.breaker_max_backoff);
+        st.quarantines = st.quarantines.saturating_add(1);
+        st.until = Some(clock::after(now, wait));
         Some(wait)
     }
 
@@ -1700,11 +1701,13 @@ fn recycle_check(sh: &Shared, c: &Current) -> Fate {
         }
     }
     match (sh.cfg().worker.recycle_on_growth, c.baseline, c.idle) {
-        (Some(growth), Some(base), Some(now)) if now > base + growth => Fate::Replace(format!(
-            "recycled early: its memory between trials grew from {} to {} MiB",
-            base >> 20,
-            now >> 20
-        )),
+        (Some(growth), Some(base), Some(now)) if now > base.saturating_add(growth) => {
+            Fate::Replace(format!(
+                "recycled early: its memory between trials grew from {} to {} MiB",
+                base >> 20,
+                now >> 20
+            ))
+        }
         _ => Fate::Keep,
     }
 }
@@ -2112,7 +2115,7 @@ async fn run_trial(
     let (result, fate) = loop {
         tokio::select! {
             ev = w.next_event() => {
-                heartbeat.as_mut().reset(tokio::time::Instant::now() + heartbeat_limit);
+                heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
                 match ev {
                 Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id => {
                     let prune = sh.core.lock().await.report(c, step, value).await;
@@ -2127,7 +2130,7 @@ async fn run_trial(
                     };
                     if result_file.is_none() { break (o, Fate::Keep); }
                     outcome = Some(o);
-                    timeout.as_mut().reset(tokio::time::Instant::now() + ONESHOT_EXIT_GRACE);
+                    timeout.as_mut().reset(clock::deadline(ONESHOT_EXIT_GRACE));
                 }
                 Event::Msg(Message::Pruned { trial_id }) if trial_id == c.trial_id => {
                     if result_file.is_none() { break (Outcome::Pruned, Fate::Keep); }
@@ -2223,7 +2226,7 @@ async fn run_trial(
             _ = sh.shutdown.cancelled(), if !stopping => {
                 stopping = true;
                 info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(sh.cfg().worker.shutdown_grace));
-                grace.as_mut().reset(tokio::time::Instant::now() + sh.cfg().worker.shutdown_grace);
+                grace.as_mut().reset(clock::deadline(sh.cfg().worker.shutdown_grace));
             }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
@@ -2529,5 +2532,35 @@ mod tests {
         assert!(b.quarantined(Some(0), t).is_none());
         b.success(Some(0));
         assert_eq!(b.failure(Some(0), t), None);
+    }
+
+    #[test]
+    fn breaker_backoff_that_overflows_when_doubled_saturates_not_panics() {
+        // Validation bounds both backoffs, but the doubling and the deadline are computed at
+        // run time: neither may overflow whatever the settings.
+        let mut b = Breaker {
+            cfg: RetryConfig {
+                breaker_threshold: 1,
+                breaker_backoff: Duration::from_secs(u64::MAX / 2 + 1),
+                breaker_max_backoff: Duration::MAX,
+                ..cfg()
+            },
+            devices: HashMap::new(),
+        };
+        let t = Instant::now();
+        assert_eq!(
+            b.failure(None, t),
+            Some(Duration::from_secs(u64::MAX / 2 + 1))
+        );
+        assert_eq!(
+            b.failure(None, t),
+            Some(Duration::MAX),
+            "doubled, saturated"
+        );
+        for _ in 0..40 {
+            b.failure(None, t);
+        }
+        assert_eq!(b.quarantined(None, t), Some(t + clock::FAR));
+        assert!(b.paused(&[None], t).is_some());
     }
 }
