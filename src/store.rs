@@ -140,6 +140,14 @@ pub struct StartCtx<'a> {
     pub tally: &'a mut Tally,
 }
 
+/// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
+/// its complete params.
+#[derive(Debug, Clone, Copy)]
+pub enum StartOp<'a> {
+    New(&'a Params),
+    Claim(&'a Waiting, &'a Params),
+}
+
 /// How an attempt to start a trial ended.
 #[derive(Debug)]
 pub enum Started {
@@ -1083,55 +1091,105 @@ impl Store {
         Ok(Some(w))
     }
 
-    /// Claims a peeked WAITING trial with its complete `params`, if the budget has room (checked
-    /// in the claim's own transaction, so no other writer can start a trial in between).
-    /// `Taken` when another process claimed it first (the conditional update is the claim).
-    pub async fn claim(
+    /// Starts a trial, if the budget has room: checked in the start's own transaction against
+    /// the study's trials as they are then, so no other writer can start one in between.
+    /// `Taken` when another process claimed the WAITING trial first.
+    pub async fn start(
         &self,
-        w: &Waiting,
         space: &SearchSpace,
-        params: &Params,
-        start: StartCtx<'_>,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
     ) -> Result<Started> {
         let mut tx = self.begin_durable().await?;
-        self.refresh_tally_on(&mut tx, start.study, start.tally)
-            .await?;
-        if !start.tally.room(start.budget) {
-            self.rollback_durable(tx).await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        match started {
+            Started::Yes(_) => self.commit_durable(tx).await?,
+            _ => self.rollback_durable(tx).await?,
+        }
+        Ok(started)
+    }
+
+    /// Finishes a RUNNING trial and starts the next one in one durable commit: when a slot's
+    /// trial ends it usually starts another at once, and one sync of the log then serves both.
+    /// The finish is written whatever becomes of the start.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_and_start(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<(Option<i64>, Started)> {
+        let mut tx = self.begin_durable().await?;
+        let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        self.commit_durable(tx).await?;
+        Ok((finished, started))
+    }
+
+    /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
+    async fn start_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<Started> {
+        self.refresh_tally_on(tx, ctx.study, ctx.tally).await?;
+        if !ctx.tally.room(ctx.budget) {
             return Ok(Started::NoRoom);
         }
-        let claimed = sqlx::query(
-            "UPDATE trials SET state = 'RUNNING', datetime_start = ? \
-             WHERE trial_id = ? AND state = 'WAITING'",
-        )
-        .bind(now_text())
-        .bind(w.trial_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(self.err())?
-        .rows_affected();
-        if claimed != 1 {
-            self.rollback_durable(tx).await?;
-            return Ok(Started::Taken);
-        }
-        self.set_attr(&mut tx, w.trial_id, OWNER_ATTR, &start.owner.json())
+        let (claimed, skip) = match op {
+            StartOp::New(params) => {
+                let (trial_id, number) =
+                    Self::insert_trial(tx, ctx.study, TrialState::Running, &self.path).await?;
+                ctx.tally.started_new(trial_id);
+                let claimed = Claimed {
+                    trial_id,
+                    number,
+                    params: params.clone(),
+                    attempts: Attempts::new(),
+                };
+                (claimed, &[][..])
+            }
+            StartOp::Claim(w, params) => {
+                let claimed = sqlx::query(
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = ? \
+                     WHERE trial_id = ? AND state = 'WAITING'",
+                )
+                .bind(now_text())
+                .bind(w.trial_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(self.err())?
+                .rows_affected();
+                if claimed != 1 {
+                    return Ok(Started::Taken);
+                }
+                ctx.tally.started(w.trial_id);
+                let claimed = Claimed {
+                    trial_id: w.trial_id,
+                    number: w.number,
+                    params: params.clone(),
+                    attempts: w.attempts.clone(),
+                };
+                (claimed, &w.present[..])
+            }
+        };
+        self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
             .await?;
-        for (name, v) in params {
-            if w.present.contains(name) {
+        for (name, v) in &claimed.params {
+            if skip.contains(name) {
                 continue;
             }
             let spec = space.get(name).expect("sampled params are in the space");
-            self.insert_param(&mut tx, w.trial_id, name, &spec.dist, v)
+            self.insert_param(tx, claimed.trial_id, name, &spec.dist, v)
                 .await?;
         }
-        self.commit_durable(tx).await?;
-        start.tally.started(w.trial_id);
-        Ok(Started::Yes(Claimed {
-            trial_id: w.trial_id,
-            number: w.number,
-            params: params.clone(),
-            attempts: w.attempts.clone(),
-        }))
+        Ok(Started::Yes(claimed))
     }
 
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
@@ -1145,40 +1203,6 @@ impl Store {
         }
         tx.commit().await.map_err(self.err())?;
         Ok(())
-    }
-
-    /// Creates a new RUNNING trial with `params`, numbered as Optuna numbers trials, if the
-    /// budget has room (checked in the same transaction).
-    pub async fn create_running(
-        &self,
-        space: &SearchSpace,
-        params: &Params,
-        start: StartCtx<'_>,
-    ) -> Result<Started> {
-        let mut tx = self.begin_durable().await?;
-        self.refresh_tally_on(&mut tx, start.study, start.tally)
-            .await?;
-        if !start.tally.room(start.budget) {
-            self.rollback_durable(tx).await?;
-            return Ok(Started::NoRoom);
-        }
-        let (trial_id, number) =
-            Self::insert_trial(&mut tx, start.study, TrialState::Running, &self.path).await?;
-        self.set_attr(&mut tx, trial_id, OWNER_ATTR, &start.owner.json())
-            .await?;
-        for (name, v) in params {
-            let spec = space.get(name).expect("sampled params are in the space");
-            self.insert_param(&mut tx, trial_id, name, &spec.dist, v)
-                .await?;
-        }
-        self.commit_durable(tx).await?;
-        start.tally.started_new(trial_id);
-        Ok(Started::Yes(Claimed {
-            trial_id,
-            number,
-            params: params.clone(),
-            attempts: Attempts::new(),
-        }))
     }
 
     /// The number the next trial created in this study will get (a hint for seeding).
@@ -1341,6 +1365,23 @@ impl Store {
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
         let mut tx = self.begin_durable().await?;
+        let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        match number {
+            Some(_) => self.commit_durable(tx).await?,
+            None => self.rollback_durable(tx).await?,
+        }
+        Ok(number)
+    }
+
+    /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.
+    async fn finish_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+    ) -> Result<Option<i64>> {
         let state = match how {
             Finish::Complete(_) => TrialState::Complete,
             Finish::Pruned => TrialState::Pruned,
@@ -1354,11 +1395,10 @@ impl Store {
         .bind(state.as_str())
         .bind(now_text())
         .bind(trial_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await
         .map_err(self.err())?;
         let Some(number) = number else {
-            self.rollback_durable(tx).await?;
             return Ok(None);
         };
         let value = match how {
@@ -1369,7 +1409,7 @@ impl Store {
                  WHERE trial_id = ? ORDER BY step DESC LIMIT 1",
             )
             .bind(trial_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await
             .map_err(self.err())?
             .and_then(|r| match r.get::<String, _>(1).as_str() {
@@ -1388,35 +1428,34 @@ impl Store {
             .bind(trial_id)
             .bind(v)
             .bind(t)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
             .map_err(self.err())?;
         }
         if value.is_some_and(is_negative_zero) {
-            self.note_negative_zeros(&mut tx, trial_id, |z| z.values.push(0))
+            self.note_negative_zeros(tx, trial_id, |z| z.values.push(0))
                 .await?;
         }
         for (key, value) in attrs {
-            self.set_attr(&mut tx, trial_id, key, value).await?;
+            self.set_attr(tx, trial_id, key, value).await?;
         }
         if let Finish::Fail(f) = how {
-            self.set_attr(&mut tx, trial_id, "fail_reason", &json!(f.reason))
+            self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))
                 .await?;
-            self.set_attr(&mut tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
+            self.set_attr(tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
                 .await?;
             if let Some(tail) = &f.stderr_tail {
-                self.set_attr(&mut tx, trial_id, "sweepd:stderr_tail", &json!(tail))
+                self.set_attr(tx, trial_id, "sweepd:stderr_tail", &json!(tail))
                     .await?;
             }
             if f.retry {
                 let copy = self
-                    .enqueue_retry(&mut tx, study, trial_id, number, &f.kind)
+                    .enqueue_retry(tx, study, trial_id, number, &f.kind)
                     .await?;
-                self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
+                self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
                     .await?;
             }
         }
-        self.commit_durable(tx).await?;
         Ok(Some(number))
     }
 

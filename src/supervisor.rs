@@ -29,7 +29,7 @@ use crate::sampler::{self, Sampler, TrialRecord};
 use crate::space::Params;
 use crate::store::{
     Attempts, Claimed, Counts, DaemonId, DaemonLockError, Failure, Finish, GpuRow, Runner,
-    StartCtx, Started, Store, StoreError, Tally, TrialState, Waiting,
+    StartCtx, StartOp, Started, Store, StoreError, Tally, TrialState, Waiting,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use serde_json::json;
@@ -311,9 +311,57 @@ struct Core {
     same_error: SameError,
     /// Set when the study must stop with this error (taken by the slot that recorded it).
     fatal: Option<RunError>,
+    /// The study is stopping for an error: no trial starts any more.
+    halted: bool,
     metrics: Arc<Metrics>,
     /// What the terminal's progress display shows, published as it changes.
     progress: Tracker,
+}
+
+/// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
+/// it runs.
+struct Plan {
+    candidate: Candidate,
+    k: usize,
+    device: Option<u32>,
+    expected: Option<u64>,
+}
+
+impl Plan {
+    /// What the store writes to start it.
+    fn op(&self) -> StartOp<'_> {
+        match &self.candidate {
+            Candidate::Waiting(w, params) => StartOp::Claim(w, params),
+            Candidate::New(params) => StartOp::New(params),
+        }
+    }
+}
+
+/// What `Core::plan` decided.
+enum Planned {
+    Start(Plan),
+    Wait,
+    Done,
+}
+
+/// A finish decided by `Core::finish_begin`: what to write, and what its accounting needs.
+struct Finishing {
+    trial_id: i64,
+    number: i64,
+    params: Params,
+    how: Finish,
+    attrs: Vec<(&'static str, serde_json::Value)>,
+    device: Option<u32>,
+    peak: Option<u64>,
+    constraints: Vec<f64>,
+    duration: Duration,
+}
+
+impl Finishing {
+    /// Whether it spends the budget: every final outcome but a failure that is retried.
+    fn spends(&self) -> bool {
+        !matches!(&self.how, Finish::Fail(f) if f.retry)
+    }
 }
 
 /// What a slot is told to do next.
@@ -373,14 +421,37 @@ impl Core {
         }
     }
 
+    /// The next trial to run, started in the database: `Next::Run`, or why none can start now.
     async fn next(&mut self, hint: Option<u32>, stopping: bool) -> Result<Next, RunError> {
         loop {
-            if stopping {
-                return Ok(Next::Done);
+            let plan = match self.plan(hint, stopping).await? {
+                Planned::Start(plan) => plan,
+                Planned::Wait => return Ok(Next::Wait),
+                Planned::Done => return Ok(Next::Done),
+            };
+            let ctx = StartCtx {
+                study: &self.study,
+                owner: &self.me,
+                budget: self.config.study.n_trials,
+                tally: &mut self.tally,
+            };
+            let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
+            if let Some(next) = self.started(plan, started) {
+                return Ok(next);
+            }
+        }
+    }
+
+    /// Chooses the next trial to start and where, without writing anything: the budget, the
+    /// breaker, the line of candidates and GPU admission (see `next`).
+    async fn plan(&mut self, hint: Option<u32>, stopping: bool) -> Result<Planned, RunError> {
+        loop {
+            if stopping || self.halted {
+                return Ok(Planned::Done);
             }
             if let Some(t) = self.config.study.timeout {
                 if self.started.elapsed() >= t {
-                    return Ok(Next::Done);
+                    return Ok(Planned::Done);
                 }
             }
             if let Some(n) = self.config.study.n_trials {
@@ -391,16 +462,16 @@ impl Core {
                         .refresh_tally(&self.study, &mut self.tally)
                         .await?;
                     if self.tally.finished >= n {
-                        return Ok(Next::Done);
+                        return Ok(Planned::Done);
                     }
                     if !self.tally.room(Some(n)) {
-                        return Ok(Next::Wait);
+                        return Ok(Planned::Wait);
                     }
                 }
             }
             let now = Instant::now();
             if self.breaker.paused(&self.devices(), now).is_some() {
-                return Ok(Next::Wait);
+                return Ok(Planned::Wait);
             }
             // Candidates in line. One that fits may start before those ahead of it that do
             // not (a small trial past a large one waiting for room), until the head has been
@@ -410,9 +481,9 @@ impl Core {
                     Some(c) => self.pending.push_back((c, 0)),
                     None if self.exhausted => {
                         return Ok(if self.running > 0 {
-                            Next::Wait
+                            Planned::Wait
                         } else {
-                            Next::Done
+                            Planned::Done
                         });
                     }
                     None => continue,
@@ -436,7 +507,7 @@ impl Core {
                         continue;
                     }
                 }
-                return Ok(Next::Wait);
+                return Ok(Planned::Wait);
             };
             let (candidate, _) = self.pending.remove(k).expect("admitted index");
             if k > 0 {
@@ -449,49 +520,49 @@ impl Core {
                 Some((d, e)) => (Some(d), Some(e)),
                 None => (None, None),
             };
-            let start = StartCtx {
-                study: &self.study,
-                owner: &self.me,
-                budget: self.config.study.n_trials,
-                tally: &mut self.tally,
-            };
-            let started = match &candidate {
-                Candidate::Waiting(w, params) => {
-                    self.store
-                        .claim(w, &self.config.space, params, start)
-                        .await?
-                }
-                Candidate::New(params) => {
-                    self.store
-                        .create_running(&self.config.space, params, start)
-                        .await?
-                }
-            };
-            let claimed = match started {
-                Started::Yes(c) => c,
-                Started::Taken => continue, // another process claimed it first
-                Started::NoRoom => {
-                    // The budget filled up in the meantime: keep the candidate for later.
-                    self.pending.insert(k, (candidate, 0));
-                    continue;
-                }
-            };
-            self.sampler.observe(claimed.number, &claimed.params);
-            self.next_key = self.next_key.max(claimed.number as u64 + 1);
-            self.running += 1;
-            if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
-                info!(
-                    trial = claimed.number,
-                    gpu = d,
-                    "admitted: expected peak {}",
-                    g.model.explain(&claimed.params)
-                );
-                g.monitor.track(claimed.trial_id, d, e);
-                *self.running_on.entry(d).or_default() += 1;
-            }
-            self.publish();
-            return Ok(Next::Run(claimed, device));
+            return Ok(Planned::Start(Plan {
+                candidate,
+                k,
+                device,
+                expected,
+            }));
         }
+    }
+
+    /// Bookkeeping once the store tried to start `plan`: the trial to run, or `None` to plan
+    /// again (another process claimed it, or the budget filled up meanwhile).
+    fn started(&mut self, plan: Plan, started: Started) -> Option<Next> {
+        let Plan {
+            candidate,
+            k,
+            device,
+            expected,
+        } = plan;
+        let claimed = match started {
+            Started::Yes(c) => c,
+            Started::Taken => return None,
+            Started::NoRoom => {
+                // Kept for later, where it stood in line.
+                let k = k.min(self.pending.len());
+                self.pending.insert(k, (candidate, 0));
+                return None;
+            }
+        };
+        self.sampler.observe(claimed.number, &claimed.params);
+        self.next_key = self.next_key.max(claimed.number as u64 + 1);
+        self.running += 1;
+        if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
+            info!(
+                trial = claimed.number,
+                gpu = d,
+                "admitted: expected peak {}",
+                g.model.explain(&claimed.params)
+            );
+            g.monitor.track(claimed.trial_id, d, e);
+            *self.running_on.entry(d).or_default() += 1;
+        }
+        self.publish();
+        Some(Next::Run(claimed, device))
     }
 
     /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some((device,
@@ -576,7 +647,11 @@ impl Core {
                         budget: self.config.study.n_trials,
                         tally: &mut self.tally,
                     };
-                    if let Started::Yes(c) = self.store.claim(&w, space, &w.fixed, start).await? {
+                    if let Started::Yes(c) = self
+                        .store
+                        .start(space, StartOp::Claim(&w, &w.fixed), start)
+                        .await?
+                    {
                         let failure = Failure {
                             kind: Kind::UserError.as_str().into(),
                             reason: why,
@@ -648,6 +723,90 @@ impl Core {
         duration: Duration,
         fresh_worker: bool,
     ) -> Result<Finish, RunError> {
+        let f = self.finish_begin(c, device, outcome, duration, fresh_worker);
+        let written = self
+            .store
+            .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+            .await?;
+        if written.is_some() {
+            self.finish_end(&f).await?;
+        } // else someone else finished it: nothing to count twice
+        Ok(f.how)
+    }
+
+    /// `finish`, then the slot's next trial started in the same durable commit when one can
+    /// start now (`None`: ask `next` as usual). The finish is accounted for before the next is
+    /// chosen, so the sampler has learnt from it.
+    async fn finish_then_next(
+        &mut self,
+        c: &Claimed,
+        device: Option<u32>,
+        outcome: Outcome,
+        duration: Duration,
+        fresh_worker: bool,
+        hint: Option<u32>,
+    ) -> Result<(Finish, Option<Next>), RunError> {
+        let f = self.finish_begin(c, device, outcome, duration, fresh_worker);
+        self.finish_end(&f).await?;
+        let plan = self.plan(hint, false).await?;
+        let Planned::Start(plan) = plan else {
+            if self
+                .store
+                .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+                .await?
+                .is_none()
+            {
+                self.finished_elsewhere(&f);
+            }
+            return Ok((f.how, None));
+        };
+        let ctx = StartCtx {
+            study: &self.study,
+            owner: &self.me,
+            budget: self.config.study.n_trials,
+            tally: &mut self.tally,
+        };
+        let (written, started) = self
+            .store
+            .finish_and_start(
+                &self.study,
+                c.trial_id,
+                &f.how,
+                &f.attrs,
+                &self.config.space,
+                plan.op(),
+                ctx,
+            )
+            .await?;
+        if written.is_none() {
+            self.finished_elsewhere(&f);
+        }
+        let next = self.started(plan, started);
+        Ok((f.how, next))
+    }
+
+    /// A finish accounted for before it was written found the trial no longer RUNNING: another
+    /// process ended it (a host that took over this one's trials), so it spends nothing here.
+    fn finished_elsewhere(&mut self, f: &Finishing) {
+        warn!(
+            trial = f.number,
+            "the trial was already ended by another process; its result here is not recorded"
+        );
+        if f.spends() {
+            self.tally.unspend();
+        }
+    }
+
+    /// The decisions of a finish, before anything is written: retry policy, infeasibility, OOM
+    /// feedback, the same-error stop.
+    fn finish_begin(
+        &mut self,
+        c: &Claimed,
+        device: Option<u32>,
+        outcome: Outcome,
+        duration: Duration,
+        fresh_worker: bool,
+    ) -> Finishing {
         self.running = self.running.saturating_sub(1);
         let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
         if let Some(d) = device {
@@ -660,7 +819,7 @@ impl Core {
             _ => None,
         };
         let peak = memory.as_ref().map(|m| m.peak).filter(|p| *p > 0);
-        let mut attrs: Vec<(&str, serde_json::Value)> = Vec::new();
+        let mut attrs: Vec<(&'static str, serde_json::Value)> = Vec::new();
         if let Some(p) = peak {
             attrs.push((
                 "sweepd:peak_memory_mib",
@@ -710,6 +869,7 @@ impl Core {
                     if self.same_error.stopped_for(sig) {
                         (true, reason)
                     } else if self.same_error.failure(c.trial_id, sig) {
+                        self.halted = true;
                         self.fatal = Some(RunError::SameError(same_error_message(
                             self.same_error.streak.len(),
                             &reason,
@@ -730,21 +890,41 @@ impl Core {
                 })
             }
         };
-        if self
-            .store
-            .finish(&self.study, c.trial_id, &how, &attrs)
-            .await?
-            .is_none()
-        {
-            return Ok(how); // someone else finished it: nothing to count twice
+        Finishing {
+            trial_id: c.trial_id,
+            number: c.number,
+            params: c.params.clone(),
+            how,
+            attrs,
+            device,
+            peak,
+            constraints,
+            duration,
         }
+    }
+
+    /// The accounting of a finish once written (or about to be, in the same commit as the next
+    /// start): budget, best value, metrics, breaker, memory model, pruner and sampler.
+    async fn finish_end(&mut self, f: &Finishing) -> Result<(), RunError> {
+        let Finishing {
+            trial_id,
+            number,
+            params,
+            how,
+            device,
+            peak,
+            duration,
+            ..
+        } = f;
+        let (trial_id, number, device, peak, duration) =
+            (*trial_id, *number, *device, *peak, *duration);
+        let now = Instant::now();
         let (state, value) = match &how {
             Finish::Complete(v) => (TrialState::Complete, Some(*v)),
             Finish::Pruned => (TrialState::Pruned, None),
             Finish::Fail(_) => (TrialState::Fail, None),
         };
-        self.tally
-            .finished_own(c.trial_id, !matches!(&how, Finish::Fail(f) if f.retry));
+        self.tally.finished_own(trial_id, f.spends());
         if self.fatal.is_some() {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
             // them too, so that none of the streak spends the budget.
@@ -753,7 +933,7 @@ impl Core {
                 .streak
                 .iter()
                 .copied()
-                .filter(|id| *id != c.trial_id)
+                .filter(|id| *id != trial_id)
                 .collect();
             for id in earlier {
                 if self.store.requeue_failed(&self.study, id).await?.is_some() {
@@ -762,7 +942,7 @@ impl Core {
             }
         }
         match &how {
-            Finish::Complete(v) => self.progress.completed(c.number, *v),
+            Finish::Complete(v) => self.progress.completed(number, *v),
             Finish::Fail(f) => self.progress.failed(&f.kind),
             Finish::Pruned => {}
         }
@@ -794,7 +974,7 @@ impl Core {
                         .store
                         .event(
                             None,
-                            Some(c.trial_id),
+                            Some(trial_id),
                             "quarantined",
                             &format!("{on} for {wait:?}"),
                         )
@@ -812,18 +992,18 @@ impl Core {
         }
         if let (Some(g), Some(p)) = (&mut self.gpu, peak) {
             if state != TrialState::Fail {
-                g.model.record(&c.params, p);
+                g.model.record(params, p);
             }
         }
-        self.pruner.finish(c.number, state == TrialState::Complete);
+        self.pruner.finish(number, state == TrialState::Complete);
         self.sampler.tell(&TrialRecord {
-            number: c.number,
-            params: c.params.clone(),
+            number,
+            params: params.clone(),
             state,
             value,
-            constraints,
+            constraints: f.constraints.clone(),
         });
-        Ok(how)
+        Ok(())
     }
 }
 
@@ -1063,6 +1243,7 @@ async fn run_locked(
             infeasible,
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
+            halted: false,
             metrics: metrics.clone(),
             progress: Tracker::new(
                 control.progress.clone(),
@@ -1514,9 +1695,20 @@ impl Current {
 async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
     let mut current: Option<Current> = None;
     let mut start_failures = 0u32;
+    // A trial started in the commit that finished the previous one, not run yet.
+    let mut carried: Option<(Claimed, Option<u32>)> = None;
     let result: Result<(), RunError> = async {
         loop {
             if sh.shutdown.is_cancelled() || slot >= sh.cfg().worker.max_par {
+                if let Some((claimed, device)) = carried.take() {
+                    let out = Outcome::Failed {
+                        kind: Kind::Interrupted,
+                        reason: "interrupted: sweepd stopped before the trial ran".into(),
+                        tail: None,
+                        error: None,
+                    };
+                    record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                }
                 return Ok(());
             }
             let persistent = sh.cfg().worker.mode == WorkerMode::Persistent;
@@ -1529,7 +1721,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
             }
             // CPU-only persistent workers start before a trial is claimed: a worker that cannot
             // start must not leave trials behind. On GPUs the device is known only after admission.
-            if persistent && sh.monitor.is_none() && current.is_none() {
+            if persistent && sh.monitor.is_none() && current.is_none() && carried.is_none() {
                 match start_persistent(slot, &sh, None).await? {
                     Ok(w) => {
                         start_failures = 0;
@@ -1554,12 +1746,16 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                 }
             }
             let hint = current.as_ref().and_then(|c| c.device);
-            let next = sh
-                .core
-                .lock()
-                .await
-                .next(hint, sh.shutdown.is_cancelled())
-                .await?;
+            let next = match carried.take() {
+                Some((claimed, device)) => Next::Run(claimed, device),
+                None => {
+                    sh.core
+                        .lock()
+                        .await
+                        .next(hint, sh.shutdown.is_cancelled())
+                        .await?
+                }
+            };
             let (claimed, device) = match next {
                 Next::Done => return Ok(()),
                 Next::Wait => {
@@ -1646,15 +1842,22 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
             );
             // Oneshot workers are always fresh.
             let fresh = current.as_ref().is_none_or(Current::clean);
-            let how = record_finish(
+            // The next trial starts in the same commit, unless this slot is ending.
+            let then = (!sh.shutdown.is_cancelled() && slot < sh.cfg().worker.max_par)
+                .then_some(if persistent { device } else { None });
+            let (how, next) = finish_and_next(
                 &sh,
                 &claimed,
                 device,
                 outcome,
                 trial_started.elapsed(),
                 fresh,
+                then,
             )
             .await?;
+            if let Some(Next::Run(c, d)) = next {
+                carried = Some((c, d));
+            }
             if let Some(w) = oneshot {
                 retire(&sh, w, device, "oneshot trial done").await?;
                 continue;
@@ -1746,6 +1949,7 @@ async fn bind(sh: &Shared, c: &Claimed, w: &Worker, device: Option<u32>) -> Resu
     Ok(())
 }
 
+/// Records how a trial ended, and logs it once it is durable.
 async fn record_finish(
     sh: &Shared,
     claimed: &Claimed,
@@ -1754,13 +1958,37 @@ async fn record_finish(
     duration: Duration,
     fresh_worker: bool,
 ) -> Result<Finish, RunError> {
-    let (how, fatal) = {
+    let (how, _) =
+        finish_and_next(sh, claimed, device, outcome, duration, fresh_worker, None).await?;
+    Ok(how)
+}
+
+/// `record_finish`, and with `then = Some(hint)` the slot's next trial started in the same
+/// commit where one can start now (see `Core::finish_then_next`).
+async fn finish_and_next(
+    sh: &Shared,
+    claimed: &Claimed,
+    device: Option<u32>,
+    outcome: Outcome,
+    duration: Duration,
+    fresh_worker: bool,
+    then: Option<Option<u32>>,
+) -> Result<(Finish, Option<Next>), RunError> {
+    let (how, next, fatal) = {
         let mut core = sh.core.lock().await;
-        let how = core
-            .finish(claimed, device, outcome, duration, fresh_worker)
-            .await?;
+        let (how, next) = match then {
+            Some(hint) => {
+                core.finish_then_next(claimed, device, outcome, duration, fresh_worker, hint)
+                    .await?
+            }
+            None => (
+                core.finish(claimed, device, outcome, duration, fresh_worker)
+                    .await?,
+                None,
+            ),
+        };
         core.publish();
-        (how, core.fatal.take())
+        (how, next, core.fatal.take())
     };
     let what = match &how {
         Finish::Complete(v) => format!("COMPLETE value={v}"),
@@ -1783,7 +2011,7 @@ async fn record_finish(
     sh.changed.notify_waiters();
     match fatal {
         Some(e) => Err(e),
-        None => Ok(how),
+        None => Ok((how, next)),
     }
 }
 

@@ -415,6 +415,75 @@ fn a_study_that_can_only_fail_never_ended() {
     assert_eq!(status["finished"], 0, "{status}");
     let fails = sweep.count("FAIL");
     assert!(fails >= 5, "{fails}");
-    assert_eq!(sweep.count("WAITING"), fails, "every failure re-enqueued");
+    let retried =
+        sweep.sql("SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'sweepd:retried_as'");
+    assert_eq!(
+        retried,
+        vec![fails.to_string()],
+        "every failure re-enqueued"
+    );
+    assert!(sweep.count("WAITING") >= 5);
     assert_eq!(sweep.count("RUNNING"), 0);
+}
+
+/// (trial number, params) of every `COMPLETE` line the daemon logged.
+fn logged_complete(stderr: &str) -> std::collections::BTreeMap<i64, serde_json::Value> {
+    stderr
+        .lines()
+        .filter(|l| l.contains(" COMPLETE value="))
+        .map(|l| {
+            let number = l
+                .split(" trial=")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap();
+            let params = l.split(" params=").nth(1).unwrap();
+            (
+                number.parse().unwrap(),
+                serde_json::from_str(params).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn trials_logged_complete_were_lost_with_the_power() {
+    let cfg = Cfg {
+        n_trials: Some(100_000),
+        max_par: 2,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.02");
+    let ms = mounted_sweep(&cfg, |dir| {
+        Mount::ext4(&dir.join("fs.img"), &dir.join("fs"))
+    });
+    let sweep = &*ms;
+    // The config was written before: it survives the power loss.
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    let mut child = sweep.spawn_run();
+    wait_until(LIMIT, "trials to complete", || {
+        logged_complete(&sweep.daemon_stderr()).len() >= 30
+    });
+    // The power goes: the file system keeps nothing that was not synced, and the daemon dies
+    // with it a moment later.
+    ms.mount.power_loss();
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let logged = logged_complete(&sweep.daemon_stderr());
+    ms.mount.remount(&sweep.dir.path().join("fs.img"));
+    // Every trial reported COMPLETE survived, with the params it was reported with: its
+    // number can never name other params.
+    let trials = sweep.trials();
+    for (number, params) in &logged {
+        let t = trials
+            .iter()
+            .find(|t| t["number"] == *number)
+            .unwrap_or_else(|| panic!("trial {number} was logged COMPLETE and is gone"));
+        assert_eq!(t["state"], "COMPLETE", "{t}");
+        assert_eq!(&t["params"], params, "trial {number}");
+    }
 }

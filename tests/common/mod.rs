@@ -467,3 +467,165 @@ pub fn gpu_sim_worker() -> Vec<String> {
             .into_owned(),
     ]
 }
+
+// ---------------------------------------------------------------------------------------------
+// File systems under the database: mounted for a test (these tests need root, as CI has).
+
+/// A program from PATH or the sbin directories (PATH may lack them).
+pub fn tool(name: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("`{name}` is needed by this test and was not found"))
+}
+
+pub fn sh(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(tool(program))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} {args:?}: {e}"))
+}
+
+pub fn must(program: &str, args: &[&str]) {
+    let out = sh(program, args);
+    assert!(
+        out.status.success(),
+        "`{program} {}` failed ({}): {}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A mounted file system, lazily unmounted when dropped.
+pub struct Mount {
+    pub at: PathBuf,
+}
+
+impl Mount {
+    pub fn tmpfs(at: &Path, size: &str) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        must(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                at.to_str().unwrap(),
+            ],
+        );
+        Mount { at: at.to_owned() }
+    }
+
+    /// An ext4 image that turns read-only on an error, as `errors=remount-ro` file systems do.
+    pub fn ext4(image: &Path, at: &Path) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        let f = std::fs::File::create(image).unwrap();
+        f.set_len(32 << 20).unwrap();
+        drop(f);
+        must("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+        must(
+            "mount",
+            &[
+                "-o",
+                "loop,errors=remount-ro",
+                image.to_str().unwrap(),
+                at.to_str().unwrap(),
+            ],
+        );
+        Mount { at: at.to_owned() }
+    }
+
+    /// Cuts the file system off as a power loss would: `FS_IOC_SHUTDOWN` with
+    /// `FS_SHUTDOWN_FLAGS_NOLOGFLUSH` writes nothing more, so whatever was not yet synced is
+    /// gone once it is mounted again, and every later write fails.
+    pub fn power_loss(&self) {
+        use std::os::fd::AsRawFd;
+        const FS_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587d; // _IOR('X', 125, __u32)
+        const NOLOGFLUSH: u32 = 2;
+        let dir = std::fs::File::open(&self.at).unwrap();
+        let flags = NOLOGFLUSH;
+        // SAFETY: the ioctl reads one u32 from a valid pointer on an open descriptor.
+        let rc = unsafe { libc::ioctl(dir.as_raw_fd(), FS_IOC_SHUTDOWN, &flags) };
+        assert_eq!(
+            rc,
+            0,
+            "FS_IOC_SHUTDOWN: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Unmounts and mounts the image again (after a [`Mount::power_loss`]: what survived).
+    pub fn remount(&self, image: &Path) {
+        must("umount", &[self.at.to_str().unwrap()]);
+        must(
+            "mount",
+            &[
+                "-o",
+                "loop",
+                image.to_str().unwrap(),
+                self.at.to_str().unwrap(),
+            ],
+        );
+    }
+
+    pub fn options(&self) -> String {
+        let out = sh("findmnt", &["-no", "OPTIONS", self.at.to_str().unwrap()]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    pub fn source(&self) -> String {
+        let out = sh("findmnt", &["-no", "SOURCE", self.at.to_str().unwrap()]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = sh("umount", &["-l", self.at.to_str().unwrap()]);
+    }
+}
+
+/// A study whose config and database live on a mounted file system and whose worker logs and
+/// daemon stderr live outside it. The mount goes first so that it is unmounted before the
+/// temp dir is removed.
+pub struct MountedSweep {
+    pub mount: Mount,
+    pub sweep: Sweep,
+}
+
+impl std::ops::Deref for MountedSweep {
+    type Target = Sweep;
+    fn deref(&self) -> &Sweep {
+        &self.sweep
+    }
+}
+
+pub fn mounted_toml(cfg: &Cfg, logs: &Path) -> String {
+    let toml = cfg.to_toml();
+    let q = serde_json::to_string(logs.to_str().unwrap()).unwrap();
+    let out = toml.replace("log_dir = \"logs\"", &format!("log_dir = {q}"));
+    assert_ne!(out, toml);
+    out
+}
+
+pub fn mounted_sweep(cfg: &Cfg, mount: impl FnOnce(&Path) -> Mount) -> MountedSweep {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = dir.path().join("fs");
+    let mount = mount(dir.path());
+    assert_eq!(mount.at, fs);
+    let config = fs.join("supervisor.toml");
+    std::fs::write(&config, mounted_toml(cfg, &dir.path().join("logs"))).unwrap();
+    let db = fs.join("study.db");
+    MountedSweep {
+        mount,
+        sweep: Sweep::at(dir, config, db),
+    }
+}
