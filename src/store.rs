@@ -263,6 +263,37 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     }
 }
 
+/// Creates a missing database file readable by the service's user and group only (0640, or
+/// less under a stricter umask): it holds the stderr tails of trials. SQLite gives the `-wal`
+/// and `-shm` files the database's permission bits, so they follow. Changing the process umask
+/// instead would also change it for the workers, whose files (checkpoints) are the user's
+/// business. A file that exists is left as its owner made it (`run` warns when it is
+/// world-readable).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.exists() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(path)
+    {
+        // An empty file is an empty SQLite database.
+        Ok(_) => Ok(()),
+        // Another process created it a moment ago: theirs to keep.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether users other than the owner and group can read the database file.
+pub fn world_readable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
 /// The timestamp text Optuna (through SQLAlchemy) writes for DATETIME columns: local time.
 pub fn now_text() -> String {
     chrono::Local::now()
@@ -319,6 +350,9 @@ impl Store {
     }
 
     async fn connect(path: &Path, create: bool) -> Result<Store> {
+        if create {
+            create_private(path).map_err(|e| sql_error(path, sqlx::Error::Io(e)))?;
+        }
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(create)

@@ -704,6 +704,13 @@ pub struct Control {
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
     let store = Store::open(&config.storage.path).await?;
+    if crate::store::world_readable(&config.storage.path) {
+        // sweepd creates the file 0640; this one was made by someone else (or an older sweepd).
+        warn!(
+            "database {} is readable by every user on this machine, and it holds the stderr tails of failed trials: `chmod o-rwx` it and its -wal and -shm files",
+            config.storage.path.display()
+        );
+    }
     let study = store
         .ensure_study(&config.study.name, config.study.direction)
         .await?;
@@ -1654,7 +1661,7 @@ async fn start_oneshot(
         })
         .collect();
     let results = sh.cfg().worker.log_dir.join("results");
-    std::fs::create_dir_all(&results).map_err(|source| RunError::Spawn {
+    worker::create_private_dir(&results).map_err(|source| RunError::Spawn {
         argv: sh.cfg().worker.command.clone(),
         source,
     })?;

@@ -202,6 +202,17 @@ fn the_unit_keeps_what_gpu_trials_need() {
     }
 }
 
+#[test]
+fn the_unit_keeps_new_files_private_to_the_service() {
+    // Regression: with systemd's default UMask=0022 everything the workers wrote in the study
+    // directory (checkpoints, result files) was readable by every user on the machine.
+    assert_eq!(
+        setting(&unit_text(), "UMask").as_deref(),
+        Some("0027"),
+        "{UNIT}: UMask="
+    );
+}
+
 /// `make` in the repository, isolated from an outer make (`make test` runs these tests) and
 /// from install variables in the environment.
 fn make(args: &[&str]) -> Output {
