@@ -9,6 +9,13 @@
 //! Every change that spans several statements runs in one `BEGIN IMMEDIATE` transaction, so a
 //! `kill -9` at any moment leaves either all of it or none. The SQL stays portable to
 //! PostgreSQL (no `INSERT OR`, claims are conditional `UPDATE`s) except where noted.
+//!
+//! Optuna's own tools come first: sweepd's tables have no foreign keys to Optuna's, and what
+//! sweepd attaches to Optuna's tables (`mirror`: the triggers behind `sweepd_trials` and behind
+//! deleting sweepd's rows with a study) never blocks, breaks or outlives `optuna.delete_study`
+//! or an Optuna schema migration.
+
+mod mirror;
 
 use crate::config::Direction;
 use crate::sampler::TrialRecord;
@@ -336,6 +343,7 @@ impl Store {
                 path: path.to_owned(),
                 source,
             })?;
+        store.ensure_mirror().await?;
         Ok(store)
     }
 
