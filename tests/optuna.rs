@@ -439,3 +439,51 @@ fn optuna_copy_study_and_cli_work_on_a_sweepd_database() {
         4
     );
 }
+
+#[test]
+fn deleting_the_study_under_a_running_daemon_stops_it_and_says_so() {
+    // Regression: a daemon whose study optuna.delete_study removed went on until a write
+    // failed, then exited 3 with "FOREIGN KEY constraint failed", not saying why.
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let cfg = Cfg {
+        name: "live".into(),
+        n_trials: Some(100),
+        max_par: 2,
+        // Long trials and a long grace: the trials of a deleted study must be killed at once.
+        shutdown_grace: "60s",
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "60")
+    .env("SWEEPD_TEST_RECORD", record.path().to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    let child = sweep.spawn_run();
+    wait_until(LIMIT, "two running trials", || {
+        sweep.db.exists() && recorded(record.path()).len() == 2
+    });
+    sweep.optuna("optuna_delete.py", &["live"]);
+    let status = wait_output(child, LIMIT).status;
+    let err = sweep.daemon_stderr();
+    assert_eq!(status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("study `live` was deleted from") && err.contains("optuna.delete_study?"),
+        "{err}"
+    );
+    assert!(!err.contains("FOREIGN KEY"), "{err}");
+    for (pid, _) in recorded(record.path()) {
+        assert!(!alive(pid), "worker {pid} outlived its deleted study");
+    }
+    let logs: String = std::fs::read_dir(sweep.path("logs"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(
+        logs.matches("FAIL interrupted: interrupted: the study was deleted from the database")
+            .count(),
+        2,
+        "both running trials killed without the grace:\n{logs}"
+    );
+    // Nothing of the study is left: neither Optuna's rows nor sweepd's, not even what the
+    // daemon wrote while it stopped.
+    assert_eq!(sweep.sql("SELECT count(*) FROM trials"), ["0"]);
+    assert_eq!(sweepd_rows(&sweep), []);
+}
