@@ -22,35 +22,54 @@
 use super::{Result, Store};
 use sqlx::Row;
 
-/// The value of one `trial_params` row `p` as the user's code saw it: the choice for a
+/// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
 /// categorical (JSON true/false kept as booleans), an integer for int distributions, the float
 /// otherwise. Guards make malformed rows show the internal value instead of failing.
-const EXTERNAL_VALUE: &str = "CASE
-        WHEN NOT json_valid(p.distribution_json) THEN p.param_value
-        WHEN json_extract(p.distribution_json, '$.name') = 'CategoricalDistribution' THEN
+fn external_value(p: &str) -> String {
+    format!(
+        "CASE
+        WHEN NOT json_valid({p}.distribution_json) THEN {p}.param_value
+        WHEN json_extract({p}.distribution_json, '$.name') = 'CategoricalDistribution' THEN
             CASE
-                WHEN CAST(p.param_value AS INTEGER) < 0 THEN NULL
-                ELSE CASE json_type(p.distribution_json,
-                                    '$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
+                WHEN CAST({p}.param_value AS INTEGER) < 0 THEN NULL
+                ELSE CASE json_type({p}.distribution_json,
+                                    '$.attributes.choices[' || CAST({p}.param_value AS INTEGER) || ']')
                     WHEN 'true' THEN json('true')
                     WHEN 'false' THEN json('false')
-                    ELSE json_extract(p.distribution_json,
-                                      '$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
+                    ELSE json_extract({p}.distribution_json,
+                                      '$.attributes.choices[' || CAST({p}.param_value AS INTEGER) || ']')
                 END
             END
-        WHEN json_extract(p.distribution_json, '$.name')
+        WHEN json_extract({p}.distribution_json, '$.name')
              IN ('IntDistribution', 'IntUniformDistribution', 'IntLogUniformDistribution') THEN
-            CAST(p.param_value AS INTEGER)
-        ELSE p.param_value
-    END";
+            CAST({p}.param_value AS INTEGER)
+        ELSE {p}.param_value
+    END"
+    )
+}
 
 /// The `params` column of trial `trial`: its params in the order they were set.
 fn params_of(trial: &str) -> String {
     format!(
-        "(SELECT json_group_object(p.param_name, {EXTERNAL_VALUE})
+        "(SELECT json_group_object(p.param_name, {})
        FROM (SELECT param_name, param_value, distribution_json FROM trial_params
               WHERE trial_params.trial_id = {trial} AND param_name IS NOT NULL
-              ORDER BY param_id) AS p)"
+              ORDER BY param_id) AS p)",
+        external_value("p")
+    )
+}
+
+/// `params` with the new row NEW appended: what `params_of` gives after an insert (a new row
+/// has the largest param_id of its trial), without reading the trial's other rows. Members are
+/// rendered by json_quote, as json_group_object renders them.
+fn params_plus_new() -> String {
+    format!(
+        "CASE WHEN NEW.param_name IS NULL THEN params
+              ELSE substr(params, 1, length(params) - 1)
+                   || CASE WHEN params = '{{}}' THEN '' ELSE ',' END
+                   || json_quote(NEW.param_name) || ':' || json_quote({}) || '}}'
+         END",
+        external_value("NEW")
     )
 }
 
@@ -107,6 +126,13 @@ fn triggers() -> Vec<(&'static str, String)> {
         attr_of("sweepd_trials.trial_id", "fail_reason"),
     );
     let set_params = format!("params = {}", params_of("sweepd_trials.trial_id"));
+    let set_attr_from_new = |column: &str, key: &str| {
+        format!(
+            "UPDATE sweepd_trials SET {column} = \
+             CASE WHEN json_valid(NEW.value_json) THEN json_extract(NEW.value_json, '$') END \
+             WHERE trial_id = NEW.trial_id AND NEW.\"key\" = '{key}';"
+        )
+    };
     vec![
         // A new study's id may be one SQLite reuses: rows of a study deleted while these
         // triggers were missing must not become the new study's.
@@ -198,12 +224,15 @@ fn triggers() -> Vec<(&'static str, String)> {
      WHERE trial_id = OLD.trial_id;"
                 .into(),
         ),
-        // The object is rebuilt from the trial's rows (this trigger's own table), so it keeps
-        // the params' order and the view's exact rendering.
+        // Inserts append (sweepd writes trials at up to ~1000/s); an update or a delete
+        // rebuilds the object from the trial's rows (this trigger's own table).
         trigger(
             "sweepd_trial_params_insert",
             "AFTER INSERT ON trial_params",
-            format!("UPDATE sweepd_trials SET {set_params} WHERE trial_id = NEW.trial_id;"),
+            format!(
+                "UPDATE sweepd_trials SET params = {} WHERE trial_id = NEW.trial_id;",
+                params_plus_new()
+            ),
         ),
         trigger(
             "sweepd_trial_params_update",
@@ -220,7 +249,12 @@ fn triggers() -> Vec<(&'static str, String)> {
         trigger(
             "sweepd_trial_attrs_insert",
             &format!("AFTER INSERT ON trial_system_attributes WHEN NEW.\"key\" IN {SHOWN_ATTRS}"),
-            format!("UPDATE sweepd_trials SET {set_attrs} WHERE trial_id = NEW.trial_id;"),
+            format!(
+                "{}\n    {}\n    {}",
+                set_attr_from_new("worker_id", "sweepd:worker_id"),
+                set_attr_from_new("worker_pid", "sweepd:worker_pid"),
+                set_attr_from_new("fail_reason", "fail_reason"),
+            ),
         ),
         trigger(
             "sweepd_trial_attrs_update",
@@ -423,6 +457,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::Connection;
 
     async fn fresh() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
@@ -525,6 +560,89 @@ mod tests {
         .await;
         exec(&store, "DELETE FROM trials WHERE trial_id = 2").await;
         assert_eq!(mirror_rows(&store).await.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_database_of_an_older_sweepd_is_upgraded_in_place() {
+        // Migrations 0001-0004 (the view sweepd_trials, foreign keys to Optuna's tables) and
+        // rows an older sweepd wrote, among them rows a delete_study left behind.
+        use sqlx::migrate::Migrate;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(false);
+        let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+        conn.ensure_migrations_table().await.unwrap();
+        for m in sqlx::migrate!("./migrations")
+            .iter()
+            .filter(|m| m.version <= 4)
+        {
+            conn.apply(m).await.unwrap();
+        }
+        for sql in [
+            "INSERT INTO studies (study_id, study_name) VALUES (1, 's')",
+            "INSERT INTO trials (trial_id, number, study_id, state) VALUES (1, 0, 1, 'COMPLETE')",
+            "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (1, 0, 2.5, 'FINITE')",
+            "INSERT INTO sweepd_workers (worker_id, study_id, slot, host, pid, state, started_at, trials_done) \
+             VALUES (1, 1, 0, 'h', 10, 'EXITED', '2026-01-01 00:00:00', 1), \
+                    (2, 2, 0, 'h', 11, 'EXITED', '2026-01-01 00:00:00', 0)",
+            "INSERT INTO sweepd_worker_events (worker_id, trial_id, at, kind, detail) VALUES \
+             (1, 1, '2026-01-01 00:00:01', 'trial_failed', 'kept'), \
+             (2, NULL, '2026-01-01 00:00:01', 'spawned', 'of the deleted study'), \
+             (1, 99, '2026-01-01 00:00:01', 'trial_failed', 'of a deleted trial')",
+            "INSERT INTO sweepd_daemon (study_id, pid, host, started_at, heartbeat_at, state) VALUES \
+             (1, 5, 'h', '2026-01-01', '2026-01-01', 'STOPPED'), (2, 6, 'h', '2026-01-01', '2026-01-01', 'STOPPED')",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+
+        let store = Store::open(&path).await.unwrap();
+        let kind: String =
+            sqlx::query_scalar("SELECT type FROM sqlite_master WHERE name = 'sweepd_trials'")
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+        assert_eq!(kind, "table");
+        assert_eq!(
+            mirror_rows(&store).await,
+            [r#"["s",1,0,"COMPLETE",2.5,"FINITE","{}",null,null,null,null,null,null]"#]
+        );
+        let kept: Vec<String> = sqlx::query_scalar(
+            "SELECT json_array('worker', worker_id, study_id, pid, trials_done) FROM sweepd_workers \
+             UNION ALL SELECT json_array('event', worker_id, trial_id, detail) FROM sweepd_worker_events \
+             UNION ALL SELECT json_array('daemon', study_id, pid) FROM sweepd_daemon",
+        )
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            kept,
+            [
+                r#"["worker",1,1,10,1]"#,
+                r#"["event",1,1,"kept"]"#,
+                r#"["daemon",1,5]"#
+            ]
+        );
+        for table in [
+            "sweepd_workers",
+            "sweepd_worker_events",
+            "sweepd_gpus",
+            "sweepd_trial_memory",
+            "sweepd_daemon",
+            "sweepd_commands",
+        ] {
+            let fks: Vec<String> = sqlx::query_scalar(&format!(
+                "SELECT \"table\" FROM pragma_foreign_key_list('{table}')"
+            ))
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+            assert!(fks.is_empty(), "{table} references {fks:?}");
+        }
+        assert!(!store.ensure_mirror().await.unwrap(), "triggers in place");
     }
 
     #[tokio::test]
