@@ -4,8 +4,9 @@
 //! of its own, so that the processes it forks (DataLoader children, a stray `subprocess`) can
 //! be found and killed with it. It talks to sweepd over a Unix socket inherited as fd 3
 //! (`SWEEPD_FD`), never over stdout: the user's prints go to a per-worker log file and cannot
-//! corrupt the protocol. Log files are created 0640 in directories created 0750 (what a
-//! program prints is its owner's business), without touching the umask the worker inherits. The protocol itself is documented in `docs/protocol.md`.
+//! corrupt the protocol. The protocol itself is documented in `docs/protocol.md`. Log files
+//! are created 0640 in directories created 0750 (what a program prints is its owner's
+//! business), without touching the umask the worker inherits.
 //!
 //! Nothing a worker does may take the daemon down: lines are length-bounded, the log file is
 //! size-capped, every wait is bounded by the caller, and a `Worker` dropped in any state kills
