@@ -3,7 +3,8 @@
 //! Every data-printing command has `--json`. `status`, `trials` and `best` only read the
 //! database, so they work while `run` is going and after it. Errors become exit codes here and
 //! nowhere else: 0 ok, 1 runtime failure, 2 bad config or usage, 3 database problem,
-//! 4 another daemon already runs the study.
+//! 4 another daemon already runs the study, 5 the study was deleted from the database while
+//! `run` was running it.
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
 use crate::space::Distribution;
@@ -122,6 +123,7 @@ impl CliError {
             CliError::Config(_) | CliError::Usage(_) => 2,
             CliError::Store(_) | CliError::Run(RunError::Store(_)) => 3,
             CliError::Run(RunError::Locked(_)) => 4,
+            CliError::Run(RunError::StudyDeleted { .. }) => 5,
             CliError::Run(_) => 1,
         }
     }

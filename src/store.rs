@@ -9,6 +9,13 @@
 //! Every change that spans several statements runs in one `BEGIN IMMEDIATE` transaction, so a
 //! `kill -9` at any moment leaves either all of it or none. The SQL stays portable to
 //! PostgreSQL (no `INSERT OR`, claims are conditional `UPDATE`s) except where noted.
+//!
+//! Optuna's own tools come first: sweepd's tables have no foreign keys to Optuna's, and what
+//! sweepd attaches to Optuna's tables (`mirror`: the triggers behind `sweepd_trials` and behind
+//! deleting sweepd's rows with a study) never blocks, breaks or outlives `optuna.delete_study`
+//! or an Optuna schema migration.
+
+mod mirror;
 
 use crate::config::Direction;
 use crate::sampler::TrialRecord;
@@ -407,6 +414,37 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     }
 }
 
+/// Creates a missing database file readable by the service's user and group only (0640, or
+/// less under a stricter umask): it holds the stderr tails of trials. SQLite gives the `-wal`
+/// and `-shm` files the database's permission bits, so they follow. Changing the process umask
+/// instead would also change it for the workers, whose files (checkpoints) are the user's
+/// business. A file that exists is left as its owner made it (`run` warns when it is
+/// world-readable).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.exists() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(path)
+    {
+        // An empty file is an empty SQLite database.
+        Ok(_) => Ok(()),
+        // Another process created it a moment ago: theirs to keep.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether users other than the owner and group can read the database file.
+pub fn world_readable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
 /// The timestamp text Optuna (through SQLAlchemy) writes for DATETIME columns: local time.
 pub fn now_text() -> String {
     chrono::Local::now()
@@ -517,6 +555,7 @@ impl Store {
                 }
             }
         }
+        store.ensure_mirror().await?;
         Ok(store)
     }
 
@@ -587,6 +626,9 @@ impl Store {
     }
 
     async fn connect(path: &Path, create: bool) -> Result<Store> {
+        if create {
+            create_private(path).map_err(|e| sql_error(path, sqlx::Error::Io(e)))?;
+        }
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(create)

@@ -5,7 +5,9 @@
 //! the trial, hand back how it ended, then keep, recycle or replace the worker. The `Core` is the
 //! one place that decides what runs next (budget, sampler, GPU admission, circuit breaker) and
 //! the only writer of trial outcomes, so they never disagree. A housekeeping task polls the GPUs,
-//! takes requests (`sweepd resume`) and keeps the daemon's row current.
+//! takes requests (`sweepd resume`), keeps the daemon's row current, puts back sweepd's triggers
+//! when an Optuna migration dropped them, and stops the daemon when its study is deleted from the
+//! database (`optuna.delete_study`): running trials are then killed at once, without grace.
 //!
 //! A `CancellationToken` threaded through every task carries SIGINT/SIGTERM: slots stop asking
 //! for trials, give running ones `shutdown_grace`, then kill their groups; every trial
@@ -76,6 +78,8 @@ pub enum RunError {
     /// The study's trials keep failing with the same error in the objective.
     #[error("{0}")]
     SameError(String),
+    #[error("study `{name}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopped, and its workers killed", path.display())]
+    StudyDeleted { name: String, path: PathBuf },
 }
 
 /// What a finished run reports.
@@ -1081,6 +1085,9 @@ struct Shared {
     shutdown: CancellationToken,
     /// A second SIGINT/SIGTERM: no more grace, kill the workers' groups now.
     kill_now: CancellationToken,
+    /// The study was deleted from the database: kill running trials now, no grace (their rows
+    /// are gone, there is nothing left to record).
+    abandon: CancellationToken,
     /// The GPU monitor, when sweepd schedules on GPUs.
     monitor: Option<Arc<Monitor>>,
     host: String,
@@ -1121,6 +1128,13 @@ pub struct Control {
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
     let store = Store::open(&config.storage.path).await?;
+    if crate::store::world_readable(&config.storage.path) {
+        // sweepd creates the file 0640; this one was made by someone else (or an older sweepd).
+        warn!(
+            "database {} is readable by every user on this machine, and it holds the stderr tails of failed trials: `chmod o-rwx` it and its -wal and -shm files",
+            config.storage.path.display()
+        );
+    }
     let study = store
         .ensure_study(&config.study.name, config.study.direction)
         .await?;
@@ -1138,8 +1152,39 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         })?;
     let result = run_locked(config, store.clone(), study.clone(), me.clone(), control).await;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    // However the run ended (housekeeping noticed, or a write failed on the missing rows),
+    // a study deleted under us is said as such, not as the error it caused.
+    if store.study_deleted(&study).await.unwrap_or(false) {
+        // The delete's triggers took the study's sweepd rows; what we wrote while stopping
+        // (worker exits, events) goes too.
+        if let Err(e) = store.purge_orphans().await {
+            warn!("could not delete the deleted study's worker rows: {e}");
+        }
+        return Err(RunError::StudyDeleted {
+            name: study.name.clone(),
+            path: store.path().to_owned(),
+        });
+    }
     let _ = store.daemon_state(&study, &me, "STOPPED", None).await;
     result
+}
+
+/// Stops the daemon at once when its study was deleted from the database: running trials
+/// are killed (their rows are gone), and `run` exits with [`RunError::StudyDeleted`].
+fn study_deleted_under_us(sh: &Shared) {
+    if sh.abandon.is_cancelled() {
+        return;
+    }
+    error!(
+        "study `{}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopping",
+        sh.study.name,
+        sh.store.path().display()
+    );
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(
+        "study deleted from the database; stopping",
+    )]);
+    sh.abandon.cancel();
+    sh.shutdown.cancel();
 }
 
 async fn run_locked(
@@ -1261,6 +1306,7 @@ async fn run_locked(
         changed: Notify::new(),
         shutdown,
         kill_now: control.kill_now.clone(),
+        abandon: CancellationToken::new(),
         monitor,
         host: me.host.clone(),
         python_dir: python_dir(),
@@ -1318,7 +1364,18 @@ async fn run_locked(
             }
             Ok((slot, Err(e))) => {
                 live.remove(&slot);
-                error!("{e}");
+                if matches!(e, RunError::Store(_))
+                    && shared
+                        .store
+                        .study_deleted(&shared.study)
+                        .await
+                        .unwrap_or(false)
+                {
+                    // A write failed because the study's rows are gone: say that instead.
+                    study_deleted_under_us(&shared);
+                } else {
+                    error!("{e}");
+                }
                 // One slot's fatal error stops the others gracefully.
                 shared.shutdown.cancel();
                 first_error.get_or_insert(e);
@@ -1500,6 +1557,22 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     };
     let mut tick = 0u64;
     loop {
+        match sh.store.study_deleted(&sh.study).await {
+            Ok(true) => {
+                study_deleted_under_us(&sh);
+                done.cancelled().await;
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => warn!("could not check that the study still exists: {e}"),
+        }
+        match sh.store.ensure_mirror().await {
+            Ok(true) => info!(
+                "sweepd's triggers on Optuna's tables were missing (a table rebuilt by an Optuna migration?): re-created them and refilled sweepd_trials"
+            ),
+            Ok(false) => {}
+            Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
+        }
         if let Some(m) = &sh.monitor {
             let report = m.poll().await;
             if let Err(e) = sh.store.write_samples(&report.samples).await {
@@ -1997,7 +2070,13 @@ async fn finish_and_next(
             "FAIL {}: {}{}",
             f.kind,
             f.reason,
-            if f.retry { " (re-enqueued)" } else { "" }
+            if sh.abandon.is_cancelled() {
+                " (not recorded: the study is gone)"
+            } else if f.retry {
+                " (re-enqueued)"
+            } else {
+                ""
+            }
         ),
     };
     // `gpu` only where there is one (an Option field is left out when None); the params in
@@ -2156,7 +2235,7 @@ async fn start_oneshot(
         })
         .collect();
     let results = sh.cfg().worker.log_dir.join("results");
-    std::fs::create_dir_all(&results).map_err(|source| RunError::Spawn {
+    worker::create_private_dir(&results).map_err(|source| RunError::Spawn {
         argv: sh.cfg().worker.command.clone(),
         source,
     })?;
@@ -2453,8 +2532,17 @@ async fn run_trial(
             }
             _ = sh.shutdown.cancelled(), if !stopping => {
                 stopping = true;
-                info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(sh.cfg().worker.shutdown_grace));
-                grace.as_mut().reset(clock::deadline(sh.cfg().worker.shutdown_grace));
+                // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
+                // of the loop kills the trial.
+                if !sh.abandon.is_cancelled() {
+                    info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(sh.cfg().worker.shutdown_grace));
+                    grace.as_mut().reset(clock::deadline(sh.cfg().worker.shutdown_grace));
+                }
+            }
+            _ = sh.abandon.cancelled() => {
+                let why = "interrupted: the study was deleted from the database".to_owned();
+                w.kill_group(KILL_GRACE).await;
+                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();

@@ -4,7 +4,9 @@
 //! of its own, so that the processes it forks (DataLoader children, a stray `subprocess`) can
 //! be found and killed with it. It talks to sweepd over a Unix socket inherited as fd 3
 //! (`SWEEPD_FD`), never over stdout: the user's prints go to a per-worker log file and cannot
-//! corrupt the protocol. The protocol itself is documented in `docs/protocol.md`.
+//! corrupt the protocol. The protocol itself is documented in `docs/protocol.md`. Log files
+//! are created 0640 in directories created 0750 (what a program prints is its owner's
+//! business), without touching the umask the worker inherits.
 //!
 //! Nothing a worker does may take the daemon down: lines are length-bounded, the log file is
 //! size-capped, every wait is bounded by the caller, and a `Worker` dropped in any state kills
@@ -109,12 +111,9 @@ impl Worker {
     pub fn spawn(id: i64, spec: &SpawnSpec) -> std::io::Result<Worker> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         if let Some(dir) = spec.log_path.parent() {
-            std::fs::create_dir_all(dir)?;
+            create_private_dir(dir)?;
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&spec.log_path)?;
+        let log = open_log(&spec.log_path)?;
         let mut cmd = tokio::process::Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -597,11 +596,7 @@ impl OutputInner {
     fn rotate(&mut self) {
         let rotated = self.path.with_extension("log.1");
         let _ = std::fs::rename(&self.path, &rotated);
-        match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-        {
+        match open_log(&self.path) {
             Ok(f) => {
                 self.file = f;
                 self.written = 0;
@@ -618,6 +613,27 @@ impl OutputInner {
             trim_dir(dir, self.max_total, &self.path);
         }
     }
+}
+
+/// Creates `dir` (and missing parents) as 0750: what workers print, and their oneshot result
+/// files, are for the service's user and group only. An existing directory is left alone.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)
+}
+
+/// Opens a worker log for appending, creating it as 0640 (less under a stricter umask): the
+/// process umask is left alone, since workers inherit it for their own files.
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
 }
 
 /// Deletes the oldest worker log files in `dir` until they total at most `max_total`

@@ -197,3 +197,284 @@ fn the_sweepd_trials_view_answers_hand_written_queries() {
     let pids = sweep.sql("SELECT worker_pid FROM sweepd_trials WHERE worker_pid IS NOT NULL");
     assert_eq!(pids.len(), 3);
 }
+
+/// The sweepd tables that have rows, with their counts: every `sweepd_*` table holds rows of
+/// one study or of its trials.
+fn sweepd_rows(sweep: &Sweep) -> Vec<(String, String)> {
+    sweep
+        .sql("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sweepd\\_%' ESCAPE '\\'")
+        .into_iter()
+        .map(|t| {
+            let n = sweep.sql(&format!("SELECT count(*) FROM {t}"))[0].clone();
+            (t, n)
+        })
+        .filter(|(_, n)| n != "0")
+        .collect()
+}
+
+/// A sweepd study run to its end, deleted with `optuna.delete_study` (with or without foreign
+/// keys enforced on Optuna's connection), then a new study of the same name run by sweepd.
+fn delete_with_optuna_then_run_the_name_again(foreign_keys: bool) {
+    let cfg = Cfg {
+        name: "gone".into(),
+        n_trials: Some(4),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_RAISE_ON", "1");
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(sweep.sweepd(&["resume"]).output().unwrap().status.success());
+    let id = sweep.sql("SELECT study_id FROM studies WHERE study_name = 'gone'");
+    // Tell the old rows from the ones the new study will get.
+    sweep.sql("UPDATE sweepd_workers SET host = 'old study'");
+    sweep.sql("UPDATE sweepd_worker_events SET detail = 'old study'");
+    let before: Vec<String> = sweepd_rows(&sweep).into_iter().map(|(t, _)| t).collect();
+    for t in [
+        "sweepd_workers",
+        "sweepd_worker_events",
+        "sweepd_daemon",
+        "sweepd_commands",
+    ] {
+        assert!(
+            before.iter().any(|b| b == t),
+            "{t} has rows before the delete"
+        );
+    }
+    assert_eq!(sweep.sql("SELECT count(*) FROM sweepd_trials"), ["4"]);
+    assert_eq!(
+        sweep.sql("SELECT count(*) FROM sweepd_worker_events WHERE trial_id IS NOT NULL"),
+        ["1"],
+        "the failed trial's event"
+    );
+    let mut args = vec!["gone"];
+    if foreign_keys {
+        args.push("--foreign-keys");
+    }
+    let said: Value = serde_json::from_str(&sweep.optuna("optuna_delete.py", &args)).unwrap();
+    assert_eq!(said["foreign_keys"], json!(foreign_keys as i64));
+    assert_eq!(sweep.sql("SELECT count(*) FROM trials"), ["0"]);
+    assert_eq!(
+        sweepd_rows(&sweep),
+        [],
+        "sweepd rows left by the deleted study"
+    );
+    // SQLite gives the new study the id of the deleted one: it must start with nothing of it.
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sweep.sql("SELECT study_id FROM studies WHERE study_name = 'gone'"),
+        id,
+        "the id is reused (else this test proves nothing)"
+    );
+    assert_eq!(
+        sweep.sql(
+            "SELECT (SELECT count(*) FROM sweepd_workers WHERE host = 'old study') \
+             + (SELECT count(*) FROM sweepd_worker_events WHERE detail = 'old study')"
+        ),
+        ["0"],
+        "the new study inherited the old one's workers or events"
+    );
+    let numbers: Vec<i64> = sweep
+        .trials()
+        .iter()
+        .map(|t| t["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, [0, 1, 2, 3]);
+    assert_eq!(
+        sweep.sql("SELECT count(*) FROM sweepd_trials WHERE study_name = 'gone'"),
+        ["4"]
+    );
+}
+
+#[test]
+fn optuna_delete_study_leaves_no_sweepd_rows_for_a_new_study_of_the_same_name() {
+    // Regression: sweepd's workers, events, daemon and command rows outlived the study, and a
+    // new study of the same name (same reused id) inherited them.
+    delete_with_optuna_then_run_the_name_again(false);
+}
+
+#[test]
+fn optuna_delete_study_with_foreign_keys_enforced_deletes_the_study() {
+    // Regression: sweepd's tables referenced studies and trials by FOREIGN KEY, so with
+    // foreign keys on in Optuna's connection the delete failed, and Optuna swallowed the
+    // error: the study silently stayed.
+    delete_with_optuna_then_run_the_name_again(true);
+}
+
+/// The view `sweepd_trials` had (migration 0002), evaluated on Optuna's tables as they are
+/// now: what the `sweepd_trials` table must hold, row for row.
+const SWEEPD_TRIALS_AS_THE_VIEW_WAS: &str = "
+SELECT json_array(s.study_name, t.trial_id, t.number, t.state, v.value, v.value_type,
+    (SELECT json_group_object(p.param_name,
+                CASE
+                    WHEN json_extract(p.distribution_json, '$.name') = 'CategoricalDistribution' THEN
+                        CASE json_type(p.distribution_json,
+                                       '$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
+                            WHEN 'true' THEN json('true')
+                            WHEN 'false' THEN json('false')
+                            ELSE json_extract(p.distribution_json,
+                                              '$.attributes.choices[' || CAST(p.param_value AS INTEGER) || ']')
+                        END
+                    WHEN json_extract(p.distribution_json, '$.name')
+                         IN ('IntDistribution', 'IntUniformDistribution', 'IntLogUniformDistribution') THEN
+                        CAST(p.param_value AS INTEGER)
+                    ELSE p.param_value
+                END)
+       FROM (SELECT param_name, param_value, distribution_json
+               FROM trial_params
+              WHERE trial_id = t.trial_id
+              ORDER BY param_id) AS p),
+    t.datetime_start,
+    t.datetime_complete,
+    (julianday(t.datetime_complete) - julianday(t.datetime_start)) * 86400.0,
+    (SELECT json_extract(a.value_json, '$')
+       FROM trial_system_attributes AS a
+      WHERE a.trial_id = t.trial_id AND a.\"key\" = 'sweepd:worker_id'),
+    (SELECT json_extract(a.value_json, '$')
+       FROM trial_system_attributes AS a
+      WHERE a.trial_id = t.trial_id AND a.\"key\" = 'sweepd:worker_pid'),
+    (SELECT json_extract(a.value_json, '$')
+       FROM trial_system_attributes AS a
+      WHERE a.trial_id = t.trial_id AND a.\"key\" = 'fail_reason'))
+FROM trials AS t
+JOIN studies AS s ON s.study_id = t.study_id
+LEFT JOIN trial_values AS v ON v.trial_id = t.trial_id AND v.objective = 0
+ORDER BY t.trial_id";
+
+const SWEEPD_TRIALS_ROWS: &str = "
+SELECT json_array(study_name, trial_id, number, state, value, value_type, json(params),
+                  datetime_start, datetime_complete, duration_s, worker_id, worker_pid, fail_reason)
+FROM sweepd_trials ORDER BY trial_id";
+
+#[test]
+fn optuna_migrations_that_rebuild_tables_succeed_on_a_sweepd_database() {
+    // Regression: the view sweepd_trials named Optuna's tables, and SQLite re-checks every
+    // view when alembic renames a rebuilt table into place: Optuna's own migration v3.0.0.d
+    // failed with "error in view sweepd_trials: no such table: main.trial_values".
+    let cfg = Cfg {
+        name: "migrated".into(),
+        n_trials: Some(6),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_RAISE_ON", "2");
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said: Value = serde_json::from_str(&sweep.optuna("optuna_migrate.py", &[])).unwrap();
+    assert_eq!(said["revision"], "v3.2.0.a", "{said}");
+    // Optuna itself still reads the study, and writes to it with sweepd's triggers gone.
+    sweep.optuna("optuna_create.py", &["migrated-by-optuna", "minimize", "2"]);
+    assert_eq!(
+        dump(&sweep, "migrated")["trials"].as_array().unwrap().len(),
+        6
+    );
+    // sweepd opens the migrated file, puts its triggers back and runs more trials.
+    std::fs::write(
+        &sweep.config,
+        cfg.to_toml().replace("n_trials = 6", "n_trials = 9"),
+    )
+    .unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    assert_eq!(trials.len(), 9);
+    assert!(trials.iter().any(|t| t["state"] == "FAIL"), "{trials:?}");
+    // sweepd_trials shows every trial, of both studies, as the view would have.
+    let want = sweep.sql(SWEEPD_TRIALS_AS_THE_VIEW_WAS);
+    assert_eq!(want.len(), 11);
+    assert_eq!(sweep.sql(SWEEPD_TRIALS_ROWS), want);
+    // And stays so as Optuna writes.
+    sweep.optuna("optuna_create.py", &["migrated-by-optuna", "minimize", "4"]);
+    assert_eq!(
+        sweep.sql(SWEEPD_TRIALS_ROWS),
+        sweep.sql(SWEEPD_TRIALS_AS_THE_VIEW_WAS)
+    );
+}
+
+#[test]
+fn optuna_copy_study_and_cli_work_on_a_sweepd_database() {
+    let cfg = Cfg {
+        name: "original".into(),
+        n_trials: Some(4),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said: Value =
+        serde_json::from_str(&sweep.optuna("optuna_copy.py", &["original", "copy"])).unwrap();
+    let listed: Vec<(Value, Value)> = said["studies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].clone(), s["n_trials"].clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        [(json!("original"), json!(4)), (json!("copy"), json!(4))]
+    );
+    // The copy's rows, written by Optuna, show in sweepd_trials like sweepd's own.
+    let rows = sweep.sql(SWEEPD_TRIALS_ROWS);
+    assert_eq!(rows.len(), 8);
+    assert_eq!(rows, sweep.sql(SWEEPD_TRIALS_AS_THE_VIEW_WAS));
+    // Deleting the copy takes only the copy's rows.
+    sweep.optuna("optuna_delete.py", &["copy"]);
+    assert_eq!(
+        sweep.sql("SELECT DISTINCT study_name FROM sweepd_trials"),
+        ["original"]
+    );
+    assert_eq!(sweep.sql("SELECT count(*) FROM sweepd_workers"), ["2"]);
+    assert_eq!(
+        dump(&sweep, "original")["trials"].as_array().unwrap().len(),
+        4
+    );
+}
+
+#[test]
+fn deleting_the_study_under_a_running_daemon_stops_it_and_says_so() {
+    // Regression: a daemon whose study optuna.delete_study removed went on until a write
+    // failed, then exited 3 with "FOREIGN KEY constraint failed", not saying why.
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let cfg = Cfg {
+        name: "live".into(),
+        n_trials: Some(100),
+        max_par: 2,
+        // Long trials and a long grace: the trials of a deleted study must be killed at once.
+        shutdown_grace: "60s",
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "60")
+    .env("SWEEPD_TEST_RECORD", record.path().to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    let child = sweep.spawn_run();
+    wait_until(LIMIT, "two running trials", || {
+        sweep.db.exists() && recorded(record.path()).len() == 2
+    });
+    sweep.optuna("optuna_delete.py", &["live"]);
+    let status = wait_output(child, LIMIT).status;
+    let err = sweep.daemon_stderr();
+    assert_eq!(status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("study `live` was deleted from") && err.contains("optuna.delete_study?"),
+        "{err}"
+    );
+    assert!(!err.contains("FOREIGN KEY"), "{err}");
+    for (pid, _) in recorded(record.path()) {
+        assert!(!alive(pid), "worker {pid} outlived its deleted study");
+    }
+    let logs: String = std::fs::read_dir(sweep.path("logs"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(
+        logs.matches("FAIL interrupted: interrupted: the study was deleted from the database")
+            .count(),
+        2,
+        "both running trials killed without the grace:\n{logs}"
+    );
+    // Nothing of the study is left: neither Optuna's rows nor sweepd's, not even what the
+    // daemon wrote while it stopped.
+    assert_eq!(sweep.sql("SELECT count(*) FROM trials"), ["0"]);
+    assert_eq!(sweepd_rows(&sweep), Vec::<(String, String)>::new());
+}

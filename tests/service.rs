@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -1416,4 +1416,112 @@ fn read_only_database_directory_stops_dispatch_with_a_clear_error() {
             "{when}, the error does not say the database is read-only: {line:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Files the daemon creates are private to the service's user and group
+// ---------------------------------------------------------------------------------------------
+
+/// The permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn files_sweepd_creates_are_not_readable_by_other_users() {
+    // Regression: the database (stderr tails of failed trials), its -wal/-shm and the worker
+    // logs (everything a trial prints) were 0644 under the usual umask 022.
+    let check = |paths: &[PathBuf]| {
+        for p in paths.iter().filter(|p| p.exists()) {
+            let m = mode(p);
+            assert_eq!(
+                m & 0o007,
+                0,
+                "{} is mode {m:o}: open to others",
+                p.display()
+            );
+        }
+    };
+    // Persistent workers, chatty enough for their logs to rotate (worker-N.log.1).
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 1,
+        worker_extra: "log_max_bytes = \"64KiB\"\n".into(),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_CHATTY", "1")
+    .env("SWEEPD_TEST_SLEEP", "0.3");
+    let mut sweep = Sweep::new(&cfg);
+    sweep.umask = Some(0o022);
+    let mut child = sweep.spawn_run();
+    wait_until(LIMIT, "a finished trial", || {
+        sweep.db.exists()
+            && sweep.sql("SELECT count(*) FROM trials WHERE state = 'COMPLETE'")[0] != "0"
+    });
+    let db = sweep.db.to_string_lossy().into_owned();
+    if child.try_wait().unwrap().is_none() {
+        // WAL mode: while the daemon has the database open, its -wal and -shm exist.
+        assert!(PathBuf::from(format!("{db}-wal")).exists());
+    }
+    check(&[
+        sweep.db.clone(),
+        PathBuf::from(format!("{db}-wal")),
+        PathBuf::from(format!("{db}-shm")),
+    ]);
+    let status = wait_exit(&mut child, LIMIT, "the persistent study", &sweep);
+    assert!(status.success(), "{}", sweep.daemon_stderr());
+    let logs = sweep.path("logs");
+    let files: Vec<PathBuf> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        files
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".log.1")),
+        "a rotated log: {files:?}"
+    );
+    let mut paths = files;
+    paths.push(logs);
+    paths.push(sweep.db.clone());
+    check(&paths);
+
+    // Oneshot workers: the results directory too, created below a log_dir that does not exist.
+    let cfg = Cfg {
+        n_trials: Some(2),
+        mode: "oneshot",
+        ..Cfg::default()
+    };
+    let mut sweep = Sweep::with_toml(
+        &cfg.to_toml()
+            .replace("log_dir = \"logs\"", "log_dir = \"out/logs\""),
+    );
+    sweep.umask = Some(0o022);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let logs = sweep.path("out/logs");
+    let mut paths = vec![
+        sweep.path("out"),
+        logs.clone(),
+        logs.join("results"),
+        sweep.db.clone(),
+    ];
+    paths.extend(std::fs::read_dir(&logs).unwrap().map(|e| e.unwrap().path()));
+    check(&paths);
+    // A database the user created is theirs: left as it is, with a warning at start.
+    let db = sweep.db.clone();
+    std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(mode(&db), 0o644);
+    assert!(
+        stderr(&out).contains("is readable by every user"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -202,6 +202,30 @@ fn the_unit_keeps_what_gpu_trials_need() {
     }
 }
 
+#[test]
+fn the_unit_keeps_new_files_private_to_the_service() {
+    // Regression: with systemd's default UMask=0022 everything the workers wrote in the study
+    // directory (checkpoints, result files) was readable by every user on the machine.
+    assert_eq!(
+        setting(&unit_text(), "UMask").as_deref(),
+        Some("0027"),
+        "{UNIT}: UMask="
+    );
+}
+
+#[test]
+fn the_unit_does_not_restart_a_daemon_whose_study_was_deleted() {
+    // Exit 5: the study was deleted from the database under the daemon. A restart would create
+    // it anew, empty, and run the whole budget again without anyone asking for it.
+    let prevent = setting(&unit_text(), "RestartPreventExitStatus").unwrap_or_default();
+    for code in ["2", "4", "5"] {
+        assert!(
+            prevent.split_whitespace().any(|c| c == code),
+            "{UNIT}: RestartPreventExitStatus={prevent} lacks {code}"
+        );
+    }
+}
+
 /// `make` in the repository, isolated from an outer make (`make test` runs these tests) and
 /// from install variables in the environment.
 fn make(args: &[&str]) -> Output {

@@ -132,6 +132,8 @@ pub struct Sweep {
     pub db: PathBuf,
     /// Environment for the daemon (and so its workers), e.g. the fake NVML.
     pub env: Vec<(String, String)>,
+    /// The umask the daemon starts with; `None` keeps the test process's own.
+    pub umask: Option<u32>,
     /// Daemons started in the background: killed when the study is dropped, so that a test
     /// that fails before waiting for its daemon leaves none behind.
     spawned: std::sync::Mutex<Vec<u32>>,
@@ -165,6 +167,7 @@ impl Sweep {
             config,
             db,
             env: Vec::new(),
+            umask: None,
             spawned: Default::default(),
         }
     }
@@ -176,6 +179,7 @@ impl Sweep {
             config,
             db,
             env: Vec::new(),
+            umask: None,
             spawned: Default::default(),
         }
     }
@@ -189,6 +193,16 @@ impl Sweep {
         cmd.args(args).arg("-c").arg(&self.config);
         cmd.env("SWEEPD_LOG", "info");
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(mask) = self.umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: umask(2) is async-signal-safe and touches nothing but the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
+        }
         cmd
     }
 
