@@ -16,6 +16,7 @@
 //! or an Optuna schema migration.
 
 mod mirror;
+mod sync;
 
 use crate::config::Direction;
 use crate::sampler::TrialRecord;
@@ -48,6 +49,15 @@ pub enum StoreError {
         path: PathBuf,
         #[source]
         source: sqlx::Error,
+    },
+    #[error(
+        "database {path}: could not make its write-ahead log durable: {source}{}",
+        io_hint(path)
+    )]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error("database {path}: migrations failed: {source}")]
     Migrate {
@@ -330,6 +340,8 @@ const TALLY_COLUMNS: &str = "SELECT t.trial_id, t.state, \
 pub struct Store {
     pool: SqlitePool,
     path: PathBuf,
+    /// Group commit: makes lazy commits durable (see [`Store::sync`]).
+    syncer: std::sync::Arc<sync::Syncer>,
 }
 
 /// A study row.
@@ -361,6 +373,13 @@ fn is_busy(e: &sqlx::migrate::MigrateError) -> bool {
             .is_some_and(|c| c & 0xff == 5),
         _ => false,
     }
+}
+
+/// The same hint for an I/O error of sweepd's own (syncing the log).
+fn io_hint(path: &Path) -> String {
+    file_system_state(path)
+        .map(|h| format!(" ({h})"))
+        .unwrap_or_default()
 }
 
 /// " (the file system … is read-only)" when a database or I/O error has that cause.
@@ -559,48 +578,24 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts a write transaction whose commit must survive a power loss: one that makes a trial
-    /// RUNNING (its number is then seen by a worker, a log line, `status`) or final (a result
-    /// sweepd reports). The connection runs with `synchronous = NORMAL` otherwise: a lazy commit
-    /// (runner attributes, intermediate values, worker rows, heartbeats) may be lost with the
-    /// last moments before a power loss, never corrupted, and becomes durable with the next
-    /// durable commit, which syncs the write-ahead log it follows in.
-    async fn begin_durable(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
-        let mut conn = self.pool.acquire().await.map_err(self.err())?;
-        // Not settable inside a transaction; the connection is held from here to the commit,
-        // so no other task's transaction runs in between.
-        sqlx::query("PRAGMA synchronous = FULL")
-            .execute(&mut *conn)
+    /// Starts a multi-statement write transaction. It commits lazily (`synchronous = NORMAL`):
+    /// whoever reports what it wrote (a trial started or finished) waits for [`Store::sync`]
+    /// first. Taking the write lock at BEGIN means no other writer can slip in between what the
+    /// transaction reads and what it writes.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(self.err())?;
-        // `Pool::begin_with` cannot run the pragma first on the connection it takes.
-        sqlx::Transaction::begin(
-            sqlx::pool::MaybePoolConnection::PoolConnection(conn),
-            Some("BEGIN IMMEDIATE".into()),
-        )
-        .await
-        .map_err(self.err())
+            .map_err(self.err())
     }
 
-    /// Commits a [`Store::begin_durable`] transaction (an fsync of the log) and puts the
-    /// connection back to lazy commits.
-    async fn commit_durable(&self, tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<()> {
-        tx.commit().await.map_err(self.err())?;
-        self.relax().await
-    }
-
-    async fn rollback_durable(&self, tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<()> {
-        tx.rollback().await.map_err(self.err())?;
-        self.relax().await
-    }
-
-    /// Back to lazy commits (an error on the way leaves the connection durable: slower, safe).
-    async fn relax(&self) -> Result<()> {
-        sqlx::query("PRAGMA synchronous = NORMAL")
-            .execute(&self.pool)
-            .await
-            .map_err(self.err())?;
-        Ok(())
+    /// Returns once everything committed before the call survives a power loss (see
+    /// `store::sync`: one sync of the write-ahead log, shared by every caller waiting).
+    pub async fn sync(&self) -> Result<()> {
+        self.syncer.sync().await.map_err(|source| StoreError::Sync {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
@@ -649,6 +644,7 @@ impl Store {
         Ok(Store {
             pool,
             path: path.to_owned(),
+            syncer: std::sync::Arc::new(sync::Syncer::new(path)),
         })
     }
 
@@ -701,7 +697,7 @@ impl Store {
 
     /// Finds the study, or creates it the way `optuna.create_study` does.
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let existing: Option<i64> =
             sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = ?")
                 .bind(name)
@@ -746,7 +742,7 @@ impl Store {
                 id
             }
         };
-        self.commit_durable(tx).await?;
+        tx.commit().await.map_err(self.err())?;
         Ok(Study {
             id,
             name: name.to_owned(),
@@ -1002,7 +998,7 @@ impl Store {
     /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let row = sqlx::query(
             "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
@@ -1015,7 +1011,7 @@ impl Store {
         .await
         .map_err(self.err())?;
         let Some(row) = row else {
-            self.rollback_durable(tx).await?;
+            tx.rollback().await.map_err(self.err())?;
             return Ok(None);
         };
         let number: i64 = row.get(0);
@@ -1028,7 +1024,7 @@ impl Store {
             .await?;
         self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
             .await?;
-        self.commit_durable(tx).await?;
+        tx.commit().await.map_err(self.err())?;
         Ok(Some(copy))
     }
 
@@ -1142,11 +1138,11 @@ impl Store {
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<Started> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
         match started {
-            Started::Yes(_) => self.commit_durable(tx).await?,
-            _ => self.rollback_durable(tx).await?,
+            Started::Yes(_) => tx.commit().await.map_err(self.err())?,
+            _ => tx.rollback().await.map_err(self.err())?,
         }
         Ok(started)
     }
@@ -1165,10 +1161,10 @@ impl Store {
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
-        self.commit_durable(tx).await?;
+        tx.commit().await.map_err(self.err())?;
         Ok((finished, started))
     }
 
@@ -1406,11 +1402,11 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         match number {
-            Some(_) => self.commit_durable(tx).await?,
-            None => self.rollback_durable(tx).await?,
+            Some(_) => tx.commit().await.map_err(self.err())?,
+            None => tx.rollback().await.map_err(self.err())?,
         }
         Ok(number)
     }
@@ -1920,7 +1916,7 @@ impl Store {
         me: &DaemonId,
         stale_after: Duration,
     ) -> Result<(), DaemonLockError> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let row = sqlx::query(
             "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = ?",
         )
@@ -1975,7 +1971,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(self.err())?;
-        self.commit_durable(tx).await?;
+        tx.commit().await.map_err(self.err())?;
         Ok(())
     }
 
@@ -2035,7 +2031,7 @@ impl Store {
 
     /// Takes the queued requests (marks them done).
     pub async fn take_commands(&self, study: &Study) -> Result<Vec<String>> {
-        let mut tx = self.begin_durable().await?;
+        let mut tx = self.begin_write().await?;
         let cmds: Vec<String> = sqlx::query_scalar(
             "SELECT command FROM sweepd_commands WHERE study_id = ? AND done_at IS NULL ORDER BY command_id",
         )
@@ -2053,7 +2049,7 @@ impl Store {
             .await
             .map_err(self.err())?;
         }
-        self.commit_durable(tx).await?;
+        tx.commit().await.map_err(self.err())?;
         Ok(cmds)
     }
 

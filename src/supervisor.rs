@@ -317,7 +317,6 @@ struct Core {
     fatal: Option<RunError>,
     /// The study is stopping for an error: no trial starts any more.
     halted: bool,
-    metrics: Arc<Metrics>,
     /// What the terminal's progress display shows, published as it changes.
     progress: Tracker,
 }
@@ -348,6 +347,15 @@ enum Planned {
     Done,
 }
 
+/// A finish as written (not yet synced), for the slot to report once it is durable.
+struct Finished {
+    how: Finish,
+    /// The trial's measured memory peak, for the metrics.
+    peak: Option<u64>,
+    /// The slot's next trial, started in the same commit.
+    next: Option<Next>,
+}
+
 /// A finish decided by `Core::finish_begin`: what to write, and what its accounting needs.
 struct Finishing {
     trial_id: i64,
@@ -358,7 +366,6 @@ struct Finishing {
     device: Option<u32>,
     peak: Option<u64>,
     constraints: Vec<f64>,
-    duration: Duration,
 }
 
 impl Finishing {
@@ -724,10 +731,9 @@ impl Core {
         c: &Claimed,
         device: Option<u32>,
         outcome: Outcome,
-        duration: Duration,
         fresh_worker: bool,
-    ) -> Result<Finish, RunError> {
-        let f = self.finish_begin(c, device, outcome, duration, fresh_worker);
+    ) -> Result<Finished, RunError> {
+        let f = self.finish_begin(c, device, outcome, fresh_worker);
         let written = self
             .store
             .finish(&self.study, c.trial_id, &f.how, &f.attrs)
@@ -735,7 +741,11 @@ impl Core {
         if written.is_some() {
             self.finish_end(&f).await?;
         } // else someone else finished it: nothing to count twice
-        Ok(f.how)
+        Ok(Finished {
+            how: f.how,
+            peak: f.peak,
+            next: None,
+        })
     }
 
     /// `finish`, then the slot's next trial started in the same durable commit when one can
@@ -746,11 +756,10 @@ impl Core {
         c: &Claimed,
         device: Option<u32>,
         outcome: Outcome,
-        duration: Duration,
         fresh_worker: bool,
         hint: Option<u32>,
-    ) -> Result<(Finish, Option<Next>), RunError> {
-        let f = self.finish_begin(c, device, outcome, duration, fresh_worker);
+    ) -> Result<Finished, RunError> {
+        let f = self.finish_begin(c, device, outcome, fresh_worker);
         self.finish_end(&f).await?;
         let plan = self.plan(hint, false).await?;
         let Planned::Start(plan) = plan else {
@@ -762,7 +771,11 @@ impl Core {
             {
                 self.finished_elsewhere(&f);
             }
-            return Ok((f.how, None));
+            return Ok(Finished {
+                how: f.how,
+                peak: f.peak,
+                next: None,
+            });
         };
         let ctx = StartCtx {
             study: &self.study,
@@ -786,7 +799,11 @@ impl Core {
             self.finished_elsewhere(&f);
         }
         let next = self.started(plan, started);
-        Ok((f.how, next))
+        Ok(Finished {
+            how: f.how,
+            peak: f.peak,
+            next,
+        })
     }
 
     /// A finish accounted for before it was written found the trial no longer RUNNING: another
@@ -808,7 +825,6 @@ impl Core {
         c: &Claimed,
         device: Option<u32>,
         outcome: Outcome,
-        duration: Duration,
         fresh_worker: bool,
     ) -> Finishing {
         self.running = self.running.saturating_sub(1);
@@ -903,12 +919,12 @@ impl Core {
             device,
             peak,
             constraints,
-            duration,
         }
     }
 
     /// The accounting of a finish once written (or about to be, in the same commit as the next
-    /// start): budget, best value, metrics, breaker, memory model, pruner and sampler.
+    /// start): budget, best value, breaker, memory model, pruner and sampler. (The metrics are
+    /// the slot's to update, once the finish is durable.)
     async fn finish_end(&mut self, f: &Finishing) -> Result<(), RunError> {
         let Finishing {
             trial_id,
@@ -917,11 +933,9 @@ impl Core {
             how,
             device,
             peak,
-            duration,
             ..
         } = f;
-        let (trial_id, number, device, peak, duration) =
-            (*trial_id, *number, *device, *peak, *duration);
+        let (trial_id, number, device, peak) = (*trial_id, *number, *device, *peak);
         let now = Instant::now();
         let (state, value) = match &how {
             Finish::Complete(v) => (TrialState::Complete, Some(*v)),
@@ -958,11 +972,6 @@ impl Core {
                 self.best = Some(v);
             }
         }
-        let failure = match &how {
-            Finish::Fail(f) => Some(f.kind.as_str()),
-            _ => None,
-        };
-        self.metrics.trial_ended(duration, peak, failure);
         match &how {
             // The breaker is for faults that may clear by themselves (a device, a driver, the
             // memory others use); an error in the objective is the same error next time.
@@ -1207,6 +1216,7 @@ async fn run_locked(
         }
     }
     if !stale.is_empty() {
+        store.sync().await?;
         warn!(trials = ?stale, "marked trials left RUNNING by a previous instance as FAIL and re-enqueued them");
     }
     let monitor = open_gpus(&config).await?;
@@ -1289,7 +1299,6 @@ async fn run_locked(
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             halted: false,
-            metrics: metrics.clone(),
             progress: Tracker::new(
                 control.progress.clone(),
                 config.study.direction,
@@ -1841,6 +1850,8 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                 }
                 Next::Run(c, d) => (c, d),
             };
+            // Its number is seen from here on (the worker, the log): it must be durable.
+            sh.store.sync().await?;
             if persistent && current.as_ref().is_some_and(|c| c.device != device) {
                 let c = current.take().expect("checked");
                 retire(&sh, c.worker, c.device, "moved to another device").await?;
@@ -2047,22 +2058,27 @@ async fn finish_and_next(
     fresh_worker: bool,
     then: Option<Option<u32>>,
 ) -> Result<(Finish, Option<Next>), RunError> {
-    let (how, next, fatal) = {
+    let (finished, fatal) = {
         let mut core = sh.core.lock().await;
-        let (how, next) = match then {
+        let finished = match then {
             Some(hint) => {
-                core.finish_then_next(claimed, device, outcome, duration, fresh_worker, hint)
+                core.finish_then_next(claimed, device, outcome, fresh_worker, hint)
                     .await?
             }
-            None => (
-                core.finish(claimed, device, outcome, duration, fresh_worker)
-                    .await?,
-                None,
-            ),
+            None => core.finish(claimed, device, outcome, fresh_worker).await?,
         };
-        core.publish();
-        (how, next, core.fatal.take())
+        (finished, core.fatal.take())
     };
+    // Reported (log line, metrics, the display) only once durable; the sync is shared with
+    // other slots' commits and runs outside the core's lock.
+    sh.store.sync().await?;
+    let Finished { how, peak, next } = finished;
+    let failure = match &how {
+        Finish::Fail(f) => Some(f.kind.as_str()),
+        _ => None,
+    };
+    sh.metrics.trial_ended(duration, peak, failure);
+    sh.core.lock().await.publish();
     let what = match &how {
         Finish::Complete(v) => format!("COMPLETE value={v}"),
         Finish::Pruned => "PRUNED".to_owned(),
