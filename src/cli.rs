@@ -4,7 +4,7 @@
 //! database, so they work while `run` is going and after it. Errors become exit codes here and
 //! nowhere else: 0 ok, 1 runtime failure, 2 bad config or usage, 3 database problem,
 //! 4 another daemon already runs the study, 5 the study was deleted from the database while
-//! `run` was running it.
+//! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
 use crate::space::Distribution;
@@ -124,6 +124,7 @@ impl CliError {
             CliError::Store(_) | CliError::Run(RunError::Store(_)) => 3,
             CliError::Run(RunError::Locked(_)) => 4,
             CliError::Run(RunError::StudyDeleted { .. }) => 5,
+            CliError::Run(RunError::SameError(_)) => 6,
             CliError::Run(_) => 1,
         }
     }

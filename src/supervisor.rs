@@ -1503,6 +1503,7 @@ async fn reload(sh: &Shared) {
         let mut core = sh.core.lock().await;
         core.config = applied.clone();
         core.breaker.cfg = applied.retry.clone();
+        core.same_error.limit = applied.retry.stop_after_same_error;
         if let Some(g) = &mut core.gpu {
             g.capacity.set_headroom(applied.gpu.headroom);
         }

@@ -398,7 +398,7 @@ fn a_study_that_can_only_fail_never_ended() {
     let sweep = Sweep::new(&cfg);
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(6), "{err}");
     // What a person needs: the exception, where the user's code raised it, how many trials.
     assert!(
         err.contains("5 trials in a row failed with the same error"),
