@@ -273,7 +273,7 @@ impl Sweep {
     }
 
     /// `sweepd trials --json`, parsed. A daemon that is just starting may not have created the
-    /// tables yet: that is waited for (bounded), anything else fails the test.
+    /// tables or the study yet: that is waited for (bounded), anything else fails the test.
     pub fn trials(&self) -> Vec<Value> {
         let start = Instant::now();
         let out = loop {
@@ -281,7 +281,10 @@ impl Sweep {
                 .sweepd(&["trials", "--json"])
                 .output()
                 .expect("sweepd trials");
-            let starting = String::from_utf8_lossy(&out.stderr).contains("has no study tables");
+            // Migrations not applied yet, or the study row not created yet.
+            let err = String::from_utf8_lossy(&out.stderr);
+            let starting = err.contains("has no study tables")
+                || (err.contains("study `") && err.contains("` not found in"));
             if !starting || start.elapsed() > Duration::from_secs(10) {
                 break out;
             }
