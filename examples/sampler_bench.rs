@@ -19,10 +19,11 @@ use serde_json::{json, Value};
 use std::f64::consts::PI;
 use std::io::{BufRead, Write};
 use std::time::Instant;
-use sweepd::config::{Direction, SamplerConfig, SamplerKind};
-use sweepd::sampler::{self, TrialRecord};
-use sweepd::space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace};
-use sweepd::store::TrialState;
+use sweepd::config::{SamplerConfig, SamplerKind};
+use sweepd::sampler;
+use sweepd::study::{
+    Direction, Distribution, ParamSpec, ParamValue, Params, SearchSpace, TrialRecord, TrialState,
+};
 
 /// A test function: its search space and the objective (minimized).
 struct Func {

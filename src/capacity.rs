@@ -16,7 +16,7 @@
 //!
 //! Users' view of both: `docs/gpu-memory-model.md`.
 
-use crate::space::{Distribution, ParamValue, Params, SearchSpace};
+use crate::study::{Distribution, ParamValue, Params, SearchSpace};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -625,7 +625,7 @@ fn distance(a: &Point, b: &Point) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::ParamSpec;
+    use crate::study::ParamSpec;
     use serde_json::json;
 
     const G: u64 = 1 << 30;

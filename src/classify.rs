@@ -26,93 +26,8 @@
 //! 5. `killed` by a signal sweepd sent (the supervisor normally relabels this `timeout`, `hang`
 //!    or `interrupted`), then `worker_died` for any other exit.
 
+use crate::study::FailureKind;
 use std::fmt;
-
-/// How a trial or a worker ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// Out of memory (GPU, or host for Python's `MemoryError`).
-    Oom,
-    /// A CUDA error that leaves the process's CUDA context unusable.
-    CudaFatal,
-    /// The process died by a signal.
-    Killed,
-    /// The trial ran past its time limit (supervisor).
-    Timeout,
-    /// The worker stopped answering (supervisor).
-    Hang,
-    /// The worker broke the protocol (supervisor).
-    Protocol,
-    /// The objective raised an ordinary exception.
-    UserError,
-    /// The objective returned something that is not a number (supervisor).
-    BadValue,
-    /// The process exited without a recognizable cause.
-    WorkerDied,
-    /// sweepd stopped the trial because it is shutting down (supervisor).
-    Interrupted,
-}
-
-impl Kind {
-    /// Every kind, in declaration order.
-    pub const ALL: [Kind; 10] = [
-        Kind::Oom,
-        Kind::CudaFatal,
-        Kind::Killed,
-        Kind::Timeout,
-        Kind::Hang,
-        Kind::Protocol,
-        Kind::UserError,
-        Kind::BadValue,
-        Kind::WorkerDied,
-        Kind::Interrupted,
-    ];
-
-    /// The snake_case name, as stored and serialized.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Kind::Oom => "oom",
-            Kind::CudaFatal => "cuda_fatal",
-            Kind::Killed => "killed",
-            Kind::Timeout => "timeout",
-            Kind::Hang => "hang",
-            Kind::Protocol => "protocol",
-            Kind::UserError => "user_error",
-            Kind::BadValue => "bad_value",
-            Kind::WorkerDied => "worker_died",
-            Kind::Interrupted => "interrupted",
-        }
-    }
-
-    /// The kind named by [`Kind::as_str`]'s text (exact match).
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.iter().copied().find(|k| k.as_str() == s)
-    }
-
-    /// The CUDA context of the process is unusable: the worker must be replaced.
-    ///
-    /// True for `cuda_fatal`, and for the kinds where the process is gone or can no longer be
-    /// trusted (`killed`, `worker_died`, `timeout`, `hang`, `protocol`). An `oom` leaves a
-    /// usable context (the allocator gives the memory back when the trial's tensors go).
-    pub fn poisons_context(&self) -> bool {
-        matches!(
-            self,
-            Kind::CudaFatal
-                | Kind::Killed
-                | Kind::WorkerDied
-                | Kind::Timeout
-                | Kind::Hang
-                | Kind::Protocol
-        )
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the worker said (protocol `error` message), if anything.
 #[derive(Debug, Clone, Copy, Default)]
@@ -134,7 +49,7 @@ pub struct Exit {
 /// The decision: a kind, and one line for a person.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    pub kind: Kind,
+    pub kind: FailureKind,
     /// One line for a person, at most [`REASON_MAX_CHARS`] characters.
     pub reason: String,
     /// For a `user_error`: the exception's type and where the user's code raised it, which is
@@ -313,7 +228,7 @@ pub fn classify_exit(exit: &Exit, stderr_tail: &str, report: Option<&Report>) ->
                 reason.push_str("; stderr: ");
                 reason.push_str(&clip_chars(l, 160));
             }
-            return verdict(Kind::Killed, reason);
+            return verdict(FailureKind::Killed, reason);
         }
     }
     // A report, or else a Python traceback on stderr (a script that does not use the helper
@@ -336,7 +251,7 @@ pub fn classify_exit(exit: &Exit, stderr_tail: &str, report: Option<&Report>) ->
     }
     if let Some(sig) = exit.signal {
         return verdict(
-            Kind::Killed,
+            FailureKind::Killed,
             format!("killed by {} (sent by sweepd)", signal_name(sig)),
         );
     }
@@ -352,7 +267,7 @@ pub fn classify_exit(exit: &Exit, stderr_tail: &str, report: Option<&Report>) ->
         }
         None => reason.push_str(" (stderr empty)"),
     }
-    verdict(Kind::WorkerDied, reason)
+    verdict(FailureKind::WorkerDied, reason)
 }
 
 /// Parses PyTorch's OOM message for the numbers a person needs: "Tried to allocate 7.45 GiB.
@@ -551,14 +466,14 @@ fn classify_cuda(lines: &[&str]) -> Option<Verdict> {
     let oom = find_oom(lines);
     match (fatal, oom) {
         (Some(f), Some(o)) => Some(verdict(
-            Kind::CudaFatal,
+            FailureKind::CudaFatal,
             format!("CUDA fatal error: {}{}", f.label, o.after_note()) + &f.detail,
         )),
         (Some(f), None) => Some(verdict(
-            Kind::CudaFatal,
+            FailureKind::CudaFatal,
             format!("CUDA fatal error: {}{}", f.label, f.detail),
         )),
-        (None, Some(o)) => Some(verdict(Kind::Oom, o.reason())),
+        (None, Some(o)) => Some(verdict(FailureKind::Oom, o.reason())),
         (None, None) => None,
     }
 }
@@ -787,7 +702,7 @@ fn exception_summary(r: &Report) -> String {
 }
 
 fn user_error(r: &Report) -> Verdict {
-    let mut v = verdict(Kind::UserError, exception_summary(r));
+    let mut v = verdict(FailureKind::UserError, exception_summary(r));
     v.error = Some(UserError {
         exc_type: r.exc_type.trim().to_owned(),
         at: user_frame(r.traceback),
@@ -965,7 +880,7 @@ fn unit_multiplier(unit: &str) -> Option<u64> {
 // ---------------------------------------------------------------------------------------------
 // Reasons.
 
-fn verdict(kind: Kind, reason: String) -> Verdict {
+fn verdict(kind: FailureKind, reason: String) -> Verdict {
     Verdict {
         kind,
         reason: one_line(&reason, REASON_MAX_CHARS),
@@ -1084,7 +999,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             TORCH_OOM_MSG,
             TORCH_OOM_TB,
         ));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.starts_with(
                 "CUDA out of memory: tried to allocate 2.00 GiB, 33.56 MiB free of 23.56 GiB, 1.41 GiB reserved but unallocated"
@@ -1110,7 +1025,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn oom_fragmentation_hint_when_cached_memory_would_have_fit() {
         let msg = "CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which 301.25 MiB is free. Of the allocated memory 70.02 GiB is allocated by PyTorch, and 8.40 GiB is reserved by PyTorch but unallocated.";
         let v = classify_report(&report("torch.OutOfMemoryError", msg, ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.contains("expandable_segments:True"),
             "{}",
@@ -1122,7 +1037,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn oom_torch_cuda_out_of_memory_error_old_message_format() {
         let msg = "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.26 GiB already allocated; 7.88 MiB free; 14.45 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF";
         let v = classify_report(&report("torch.cuda.OutOfMemoryError", msg, ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.starts_with(
                 "CUDA out of memory: tried to allocate 20.00 MiB, 7.88 MiB free of 15.78 GiB"
@@ -1135,7 +1050,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     #[test]
     fn oom_exc_type_alone_is_oom() {
         let v = classify_report(&report("torch.OutOfMemoryError", "", ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(v.reason, "out of memory (OutOfMemoryError)");
     }
 
@@ -1146,7 +1061,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n    y = x @ w\ntorch.OutOfMemoryError: {msg}\n"
         );
         let v = classify_report(&report("torch.OutOfMemoryError", msg, &tb));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(
             v.reason,
             "CUDA out of memory (cudaMallocAsync): tried to allocate 2.00 GiB, 15.31 MiB free of 23.68 GiB"
@@ -1158,7 +1073,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
         // The boilerplate mentions "device-side assertions": that is not an assert.
         let msg = "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
         let v = classify_report(&report("RuntimeError", msg, ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(v.reason, "CUDA out of memory (CUDA error: out of memory)");
     }
 
@@ -1166,7 +1081,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn oom_cublas_alloc_failed() {
         let msg = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`";
         let v = classify_report(&report("RuntimeError", msg, ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.contains("CUBLAS_STATUS_ALLOC_FAILED"),
             "{}",
@@ -1181,7 +1096,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
             "",
         ));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.contains("CUDNN_STATUS_ALLOC_FAILED"),
             "{}",
@@ -1196,7 +1111,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "Traceback (most recent call last):\n  File \"train_jax.py\", line 30, in <module>\n    state, loss = step(state, batch)\njaxlib.xla_extension.XlaRuntimeError: {msg}\n"
         );
         let v = classify_report(&report("jaxlib.xla_extension.XlaRuntimeError", msg, &tb));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(
             v.reason,
             "GPU out of memory (XLA RESOURCE_EXHAUSTED): tried to allocate 16.00 GiB"
@@ -1211,7 +1126,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             msg,
             "",
         ));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert!(
             v.reason.starts_with(
                 "out of memory (TensorFlow): OOM when allocating tensor with shape[8192,8192,16]"
@@ -1224,27 +1139,27 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "Graph execution error:",
             "",
         ));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
     }
 
     #[test]
     fn oom_host_python_memory_error() {
         let v = classify_report(&report("MemoryError", "", ""));
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(v.reason, "host out of memory (Python MemoryError)");
         let v = classify_exit(
             &died(1),
             "Traceback (most recent call last):\n  File \"prep.py\", line 3, in <module>\n    x = [0] * 10**12\nMemoryError\n",
             None,
         );
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
     }
 
     #[test]
     fn oom_on_torchrun_rank_prefixed_stderr() {
         let stderr = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 9, in <module>\n[rank0]:     out = model(x)\n[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 11.06 MiB is free.\n";
         let v = classify_exit(&died(1), stderr, None);
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
         assert_eq!(
             v.reason,
             "CUDA out of memory: tried to allocate 64.00 MiB, 11.06 MiB free of 79.19 GiB"
@@ -1256,7 +1171,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     #[test]
     fn cuda_fatal_device_side_assert_names_the_assertion() {
         let v = classify_exit(&died(1), DEVICE_ASSERT_STDERR, None);
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert!(
             v.reason
                 .starts_with("CUDA fatal error: device-side assert: Assertion `"),
@@ -1273,7 +1188,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn cuda_fatal_device_side_assert_report() {
         let msg = "CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
         let v = classify_report(&report("RuntimeError", msg, ""));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: device-side assert");
     }
 
@@ -1294,7 +1209,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             classify_exit(&signalled(libc::SIGABRT), &stderr, Some(&r)),
             classify_report(&report("torch.AcceleratorError", &stderr, "")),
         ] {
-            assert_eq!(v.kind, Kind::CudaFatal, "{}", v.reason);
+            assert_eq!(v.kind, FailureKind::CudaFatal, "{}", v.reason);
             assert!(
                 v.reason.starts_with(
                     "CUDA fatal error: device-side assert (after CUDA OOM: tried to allocate 2.00 GiB, 33.56 MiB free of 23.56 GiB"
@@ -1311,7 +1226,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn cuda_fatal_illegal_memory_access() {
         let msg = "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
         let v = classify_report(&report("RuntimeError", msg, ""));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: illegal memory access");
     }
 
@@ -1319,7 +1234,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn cuda_fatal_jax_illegal_address() {
         let msg = "INTERNAL: Failed to execute XLA Runtime executable: run time error: custom call 'xla.gpu.func.launch' failed: Failed to launch CUDA kernel: fusion_12 with block dimensions: 256x1x1 and grid dimensions: 64x1x1: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered.";
         let v = classify_report(&report("jaxlib.xla_extension.XlaRuntimeError", msg, ""));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: illegal memory access");
     }
 
@@ -1330,7 +1245,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "CUDA error: misaligned address",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: misaligned address");
     }
 
@@ -1341,7 +1256,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "CUDA error: unspecified launch failure\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: unspecified launch failure");
     }
 
@@ -1352,7 +1267,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "CUDA error: the launch timed out and was terminated\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(
             v.reason,
             "CUDA fatal error: the launch timed out and was terminated"
@@ -1366,7 +1281,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "something went wrong",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(
             v.reason,
             "CUDA fatal error: torch.AcceleratorError: something went wrong"
@@ -1380,7 +1295,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "CUDA error: out of memory",
             "",
         ));
-        assert_eq!(v.kind, Kind::Oom, "{}", v.reason);
+        assert_eq!(v.kind, FailureKind::Oom, "{}", v.reason);
     }
 
     #[test]
@@ -1390,7 +1305,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert!(v.reason.contains("CUDNN_STATUS_EXECUTION_FAILED"));
     }
 
@@ -1401,7 +1316,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
             "",
         ));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(
             v.reason,
             "CUDA fatal error: cuBLAS execution failed (CUBLAS_STATUS_EXECUTION_FAILED)"
@@ -1412,7 +1327,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn cuda_fatal_nccl_error() {
         let msg = "NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid device ordinal'";
         let v = classify_report(&report("torch.distributed.DistBackendError", msg, ""));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(
             v.reason,
             "CUDA fatal error: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"
@@ -1423,7 +1338,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn cuda_fatal_nccl_after_cuda_oom() {
         let msg = "NCCL error in: /opt/pytorch/ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'out of memory'";
         let v = classify_report(&report("DistBackendError", msg, ""));
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert!(v.reason.contains("(after CUDA OOM)"), "{}", v.reason);
     }
 
@@ -1432,7 +1347,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     #[test]
     fn killed_sigkill_points_at_the_kernel_oom_killer() {
         let v = classify_exit(&signalled(libc::SIGKILL), "epoch 3: loss 0.412\n", None);
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert_eq!(
             v.reason,
             "killed by SIGKILL (the kernel OOM killer? check `dmesg`); stderr: epoch 3: loss 0.412"
@@ -1444,7 +1359,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn killed_sigsegv() {
         let stderr = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f3a (most recent call first):\n  File \"/usr/lib/python3.11/site-packages/torch/nn/functional.py\", line 2233 in embedding\n";
         let v = classify_exit(&signalled(libc::SIGSEGV), stderr, None);
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert!(
             v.reason
                 .starts_with("killed by SIGSEGV (segmentation fault); stderr: "),
@@ -1457,7 +1372,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn killed_sigabrt_without_cuda_text() {
         let stderr = "terminate called after throwing an instance of 'std::runtime_error'\n  what():  tokenizer vocabulary file is corrupt\n";
         let v = classify_exit(&signalled(libc::SIGABRT), stderr, None);
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert!(
             v.reason.starts_with("killed by SIGABRT (abort)"),
             "{}",
@@ -1469,7 +1384,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     #[test]
     fn killed_sigbus_hints_at_shared_memory() {
         let v = classify_exit(&signalled(libc::SIGBUS), "", None);
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert_eq!(
             v.reason,
             "killed by SIGBUS (bus error: shared memory /dev/shm exhausted?)"
@@ -1480,21 +1395,21 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn sigabrt_after_device_side_assert_is_cuda_fatal() {
         let stderr = "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\nException raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f0b8d3e1446 in /usr/lib/python3.11/site-packages/torch/lib/libc10.so)\n";
         let v = classify_exit(&signalled(libc::SIGABRT), stderr, None);
-        assert_eq!(v.kind, Kind::CudaFatal);
+        assert_eq!(v.kind, FailureKind::CudaFatal);
         assert_eq!(v.reason, "CUDA fatal error: device-side assert");
     }
 
     #[test]
     fn sigkill_with_cuda_oom_on_stderr_is_oom() {
         let v = classify_exit(&signalled(libc::SIGKILL), TORCH_OOM_TB, None);
-        assert_eq!(v.kind, Kind::Oom);
+        assert_eq!(v.kind, FailureKind::Oom);
     }
 
     #[test]
     fn killed_by_foreign_signal_after_a_report_mentions_the_report() {
         let r = report("ValueError", "lr must be positive", "");
         let v = classify_exit(&signalled(libc::SIGSEGV), "", Some(&r));
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert_eq!(
             v.reason,
             "killed by SIGSEGV (segmentation fault); after ValueError: lr must be positive"
@@ -1509,7 +1424,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
             signalled_by_us: true,
         };
         let v = classify_exit(&e, "step 10\n", None);
-        assert_eq!(v.kind, Kind::Killed);
+        assert_eq!(v.kind, FailureKind::Killed);
         assert_eq!(v.reason, "killed by SIGTERM (sent by sweepd)");
     }
 
@@ -1520,7 +1435,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
         let junk = "\u{fffd}\u{fffd}\x01\x02 ~~~ ".repeat(100);
         let stderr = format!("some noise\n{junk}\n\n   \n");
         let v = classify_exit(&died(3), &stderr, None);
-        assert_eq!(v.kind, Kind::WorkerDied);
+        assert_eq!(v.kind, FailureKind::WorkerDied);
         assert!(
             v.reason.starts_with("worker died: exit code 3; stderr: "),
             "{}",
@@ -1535,7 +1450,7 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     fn uncaught_python_exception_without_report_is_a_user_error_where_it_was_raised() {
         let stderr = "Traceback (most recent call last):\n  File \"train.py\", line 5, in <module>\n    raise KeyError('batch_size')\nKeyError: 'batch_size'\n";
         let v = classify_exit(&died(1), stderr, None);
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
         assert_eq!(
             v.reason,
             "KeyError: 'batch_size' (worker exited with code 1)"
@@ -1588,7 +1503,7 @@ RuntimeError: shapes cannot be multiplied
     #[test]
     fn worker_died_exit_137_hints_at_sigkill() {
         let v = classify_exit(&died(137), "", None);
-        assert_eq!(v.kind, Kind::WorkerDied);
+        assert_eq!(v.kind, FailureKind::WorkerDied);
         assert!(
             v.reason
                 .starts_with("worker died: exit code 137 (128+SIGKILL"),
@@ -1601,7 +1516,7 @@ RuntimeError: shapes cannot be multiplied
     #[test]
     fn worker_died_exit_zero_mid_trial() {
         let v = classify_exit(&died(0), "", None);
-        assert_eq!(v.kind, Kind::WorkerDied);
+        assert_eq!(v.kind, FailureKind::WorkerDied);
         assert_eq!(
             v.reason,
             "worker died: exited with code 0 in the middle of a trial (stderr empty)"
@@ -1616,7 +1531,7 @@ RuntimeError: shapes cannot be multiplied
     fn user_error_plain_value_error() {
         let tb = "Traceback (most recent call last):\n  File \"train.py\", line 14, in objective\n    raise ValueError(\"lr must be positive\")\nValueError: lr must be positive\n";
         let v = classify_report(&report("ValueError", "lr must be positive", tb));
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
         assert_eq!(v.reason, "ValueError: lr must be positive");
         assert!(!v.kind.poisons_context());
     }
@@ -1625,20 +1540,20 @@ RuntimeError: shapes cannot be multiplied
     fn user_error_whose_message_mentions_memory_stays_user_error() {
         let msg = "model needs more memory than allowed: 48 GiB of memory for hidden_size=8192; lower it (out of memory budget)";
         let v = classify_report(&report("ValueError", msg, ""));
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
         let v = classify_report(&report(
             "RuntimeError",
             "not enough GPU memory for batch_size=512",
             "",
         ));
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
     }
 
     #[test]
     fn user_error_when_source_line_merely_mentions_cuda_texts() {
         let tb = "Traceback (most recent call last):\n  File \"train.py\", line 20, in objective\n    if \"CUDA out of memory\" in str(e) or \"device-side assert triggered\" in str(e):\n  File \"train.py\", line 22, in objective\n    raise ValueError(\"bad batch\")  # not a CUDA error: just data\nValueError: bad batch\n";
         let v = classify_report(&report("ValueError", "bad batch", tb));
-        assert_eq!(v.kind, Kind::UserError, "{}", v.reason);
+        assert_eq!(v.kind, FailureKind::UserError, "{}", v.reason);
     }
 
     #[test]
@@ -1649,7 +1564,7 @@ RuntimeError: shapes cannot be multiplied
             "Traceback ...\nValueError: lr must be positive\n",
             Some(&r),
         );
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
         assert_eq!(
             v.reason,
             "ValueError: lr must be positive (worker exited with code 1)"
@@ -1660,7 +1575,7 @@ RuntimeError: shapes cannot be multiplied
     fn user_error_reason_is_one_clipped_line() {
         let long = format!("\n\n  {}\nsecond line", "x".repeat(1000));
         let v = classify_report(&report("mypkg.errors.ConfigError", &long, ""));
-        assert_eq!(v.kind, Kind::UserError);
+        assert_eq!(v.kind, FailureKind::UserError);
         assert!(v.reason.starts_with("mypkg.errors.ConfigError: xxx"));
         assert_eq!(v.reason.chars().count(), REASON_MAX_CHARS);
         assert_one_line(&v);
@@ -1722,40 +1637,5 @@ RuntimeError: shapes cannot be multiplied
         assert_eq!(oom_figures("CUDA error: out of memory"), None);
         assert_eq!(oom_figures("Tried to allocate lots"), None);
         assert_eq!(oom_figures(""), None);
-    }
-
-    // ---- Kind -----------------------------------------------------------------------------
-
-    #[test]
-    fn kind_names_round_trip_and_match_serde() {
-        for k in Kind::ALL {
-            assert_eq!(Kind::parse(k.as_str()), Some(k));
-            assert_eq!(k.to_string(), k.as_str());
-            assert_eq!(
-                serde_json::to_value(k).unwrap(),
-                serde_json::json!(k.as_str())
-            );
-        }
-        assert_eq!(Kind::parse("OOM"), None);
-        assert_eq!(Kind::parse(""), None);
-    }
-
-    #[test]
-    fn poisons_context_for_fatal_and_gone_processes_only() {
-        let poisoned: Vec<Kind> = Kind::ALL
-            .into_iter()
-            .filter(Kind::poisons_context)
-            .collect();
-        assert_eq!(
-            poisoned,
-            [
-                Kind::CudaFatal,
-                Kind::Killed,
-                Kind::Timeout,
-                Kind::Hang,
-                Kind::Protocol,
-                Kind::WorkerDied
-            ]
-        );
     }
 }

@@ -7,8 +7,8 @@
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
-use crate::space::Distribution;
-use crate::store::{Store, StoreError, TrialState, TrialView};
+use crate::store::{Store, StoreError, TrialView};
+use crate::study::{Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -249,7 +249,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             csv,
         } => {
             let state = match state {
-                Some(s) => Some(TrialState::parse(&s).ok_or_else(|| {
+                Some(s) => Some(s.parse::<TrialState>().map_err(|_| {
                     CliError::Usage(format!(
                         "unknown state `{s}`: use RUNNING, WAITING, COMPLETE, PRUNED or FAIL"
                     ))

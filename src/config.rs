@@ -26,7 +26,7 @@
 //!
 //! Loading has no side effects: it checks that directories and files exist but creates nothing.
 
-use crate::space::{Distribution, ParamSpec, SearchSpace};
+use crate::study::{Direction, Distribution, ParamSpec, SearchSpace};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -65,30 +65,6 @@ pub struct StudyConfig {
     pub timeout: Option<Duration>,
     pub sampler: SamplerKind,
     pub seed: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Minimize,
-    Maximize,
-}
-
-impl Direction {
-    /// The name Optuna stores in `study_directions.direction`.
-    pub fn as_optuna(&self) -> &'static str {
-        match self {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        }
-    }
-
-    /// Whether objective value `a` is strictly better than `b` (never true when either is NaN).
-    pub fn better(&self, a: f64, b: f64) -> bool {
-        match self {
-            Direction::Minimize => a < b,
-            Direction::Maximize => a > b,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

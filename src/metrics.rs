@@ -6,7 +6,8 @@
 //! housekeeping tick (running trials, GPU readings) or every tenth tick (counts by state, a
 //! query over the study), so a scrape never touches the database.
 
-use crate::store::{Counts, GpuRow};
+use crate::store::GpuRow;
+use crate::study::Counts;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

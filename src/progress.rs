@@ -9,7 +9,7 @@
 //! display again below it, so the two never tear. Under journald or a pipe there is no
 //! display at all (`cli` decides): stderr gets the log lines as before.
 
-use crate::config::Direction;
+use crate::study::Direction;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -23,7 +23,7 @@
 //!
 //! Pure logic: no I/O, no clock, no randomness.
 
-use crate::config::Direction;
+use crate::study::Direction;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Which pruner, with its settings: the validated `[pruner]` table. Median follows Optuna's

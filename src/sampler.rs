@@ -13,7 +13,7 @@
 //!   a restart (or a manual `enqueue_trial`) it does not propose a point twice.
 
 use crate::config::SamplerKind;
-use crate::space::{Distribution, ParamValue, Params, SearchSpace};
+use crate::study::{Direction, Distribution, ParamValue, Params, SearchSpace, TrialRecord};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -21,19 +21,6 @@ use rand_chacha::ChaCha8Rng;
 /// The largest grid `GridSampler` accepts: the permutation and taken-set are held in memory, and a
 /// sweep larger than this is almost certainly a config mistake (a float step far too small).
 pub const MAX_GRID_POINTS: u64 = 1_000_000;
-
-/// A finished trial, as samplers learn from it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrialRecord {
-    pub number: i64,
-    pub params: Params,
-    pub state: crate::store::TrialState,
-    /// The objective value (COMPLETE, or the last intermediate value of a PRUNED trial).
-    pub value: Option<f64>,
-    /// Optuna's `constraints` system attribute: a value > 0 means infeasible (e.g. the trial
-    /// ran out of GPU memory even alone on the device). Empty when not set.
-    pub constraints: Vec<f64>,
-}
 
 /// What a sampler is told about the study, and what it proposes.
 pub trait Sampler: Send {
@@ -60,7 +47,7 @@ pub fn build(
     kind: SamplerKind,
     space: &SearchSpace,
     seed: Option<u64>,
-    direction: crate::config::Direction,
+    direction: Direction,
     settings: &crate::config::SamplerConfig,
 ) -> Result<Box<dyn Sampler>, String> {
     validate(space)?;
@@ -408,7 +395,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    use crate::space::test_util::{cat, float, int, spec};
+    use crate::study::space::test_util::{cat, float, int, spec};
 
     fn mixed_space() -> SearchSpace {
         SearchSpace {
@@ -732,7 +719,7 @@ mod tests {
             SamplerKind::Random,
             &bad,
             None,
-            crate::config::Direction::Minimize,
+            Direction::Minimize,
             &Default::default()
         )
         .is_err());
@@ -740,7 +727,7 @@ mod tests {
             SamplerKind::Grid,
             &bad,
             None,
-            crate::config::Direction::Minimize,
+            Direction::Minimize,
             &Default::default()
         )
         .is_err());
@@ -748,7 +735,7 @@ mod tests {
             SamplerKind::Grid,
             &grid_space(),
             Some(1),
-            crate::config::Direction::Minimize,
+            Direction::Minimize,
             &Default::default(),
         )
         .unwrap();
@@ -757,7 +744,7 @@ mod tests {
             SamplerKind::Random,
             &mixed_space(),
             Some(1),
-            crate::config::Direction::Minimize,
+            Direction::Minimize,
             &Default::default(),
         )
         .unwrap();

@@ -18,13 +18,13 @@
 mod mirror;
 mod sync;
 
-use crate::config::Direction;
-use crate::sampler::TrialRecord;
-use crate::space::{Distribution, ParamValue, Params, SearchSpace};
+use crate::study::{
+    Attempts, Claimed, Counts, Direction, Distribution, Failure, FailureKind, Finish, ParamValue,
+    Params, SearchSpace, Tally, TrialRecord, TrialState,
+};
 use serde_json::{json, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -84,70 +84,6 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// A trial's state, as Optuna names it in the `trials.state` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TrialState {
-    Running,
-    Waiting,
-    Complete,
-    Pruned,
-    Fail,
-}
-
-impl TrialState {
-    pub const ALL: [TrialState; 5] = [
-        TrialState::Running,
-        TrialState::Waiting,
-        TrialState::Complete,
-        TrialState::Pruned,
-        TrialState::Fail,
-    ];
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            TrialState::Running => "RUNNING",
-            TrialState::Waiting => "WAITING",
-            TrialState::Complete => "COMPLETE",
-            TrialState::Pruned => "PRUNED",
-            TrialState::Fail => "FAIL",
-        }
-    }
-    pub fn parse(s: &str) -> Option<TrialState> {
-        TrialState::ALL
-            .into_iter()
-            .find(|t| t.as_str().eq_ignore_ascii_case(s))
-    }
-}
-
-/// How a trial ended, as the supervisor decided it.
-#[derive(Debug, Clone)]
-pub enum Finish {
-    Complete(f64),
-    Pruned,
-    Fail(Failure),
-}
-
-/// A failed attempt: why, and whether to run the same params again.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// Machine-readable class (`interrupted`, `worker_died`, `timeout`, `protocol`, ...).
-    pub kind: String,
-    /// One line for a person; also Optuna's `fail_reason`.
-    pub reason: String,
-    pub stderr_tail: Option<String>,
-    /// Enqueue a WAITING copy with the same params, as Optuna's RetryFailedTrialCallback does.
-    pub retry: bool,
-}
-
-/// A trial the store just moved to RUNNING for a worker.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub trial_id: i64,
-    pub number: i64,
-    pub params: Params,
-    /// Earlier failed attempts of the same params, by kind (empty for a new trial).
-    pub attempts: Attempts,
-}
-
 /// What starting a trial needs besides the trial: who starts it, and the budget it is checked
 /// against.
 pub struct StartCtx<'a> {
@@ -195,9 +131,6 @@ pub struct Waiting {
     pub attempts: Attempts,
 }
 
-/// Failed attempts by kind, carried from a failed trial to its retry copy.
-pub type Attempts = std::collections::BTreeMap<String, u32>;
-
 /// Who runs a claimed trial; written as `sweepd:` system attributes.
 #[derive(Debug, Clone, Copy)]
 pub struct Runner {
@@ -221,110 +154,6 @@ pub struct TrialView {
     pub worker_pid: Option<i64>,
     pub fail_kind: Option<String>,
     pub fail_reason: Option<String>,
-}
-
-/// Trial counts of a study, by state.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Counts {
-    pub running: u64,
-    pub waiting: u64,
-    pub complete: u64,
-    pub pruned: u64,
-    /// All FAIL trials, retried or not.
-    pub fail: u64,
-    /// FAIL trials that have a WAITING (or later) copy: they do not spend the budget.
-    pub fail_retried: u64,
-}
-
-impl Counts {
-    /// Trials that reached a final outcome: what the `n_trials` budget counts.
-    pub fn finished(&self) -> u64 {
-        self.complete + self.pruned + self.fail - self.fail_retried
-    }
-}
-
-/// The study's trials as the budget counts them, whoever runs them (this daemon, an Optuna
-/// script, another host), kept current by reading only what can have changed: a final trial
-/// never changes again, so a refresh reads the trials created since the last one and those
-/// that were not final then. See [`Store::refresh_tally`].
-#[derive(Debug, Default, Clone)]
-pub struct Tally {
-    /// The highest trial_id of the study read so far.
-    seen: i64,
-    /// Trials with an outcome that spends the budget: COMPLETE, PRUNED, FAIL without a retry.
-    pub finished: u64,
-    /// Trials not final yet, by trial_id.
-    open: HashMap<i64, OpenTrial>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct OpenTrial {
-    running: bool,
-    /// Run by a sweepd daemon (this one or another): it will spend the budget unless it fails
-    /// and is retried. A RUNNING trial of an Optuna script is not counted: sweepd cannot tell a
-    /// live one from one whose process died.
-    sweepd: bool,
-}
-
-impl Tally {
-    /// RUNNING trials of sweepd daemons: starts already reserved against the budget.
-    pub fn reserved(&self) -> u64 {
-        self.open.values().filter(|t| t.running && t.sweepd).count() as u64
-    }
-
-    /// Whether another trial may start under a budget of `n_trials`.
-    pub fn room(&self, n_trials: Option<u64>) -> bool {
-        n_trials.is_none_or(|n| self.finished + self.reserved() < n)
-    }
-
-    /// This daemon started `trial_id` (created in the transaction that refreshed the tally, so
-    /// no other trial can have been created between: the tally has seen everything up to it).
-    fn started_new(&mut self, trial_id: i64) {
-        self.seen = self.seen.max(trial_id);
-        self.started(trial_id);
-    }
-
-    fn started(&mut self, trial_id: i64) {
-        self.open.insert(
-            trial_id,
-            OpenTrial {
-                running: true,
-                sweepd: true,
-            },
-        );
-    }
-
-    /// A final failure counted before was re-enqueued after all: it no longer spends the budget.
-    pub fn unspend(&mut self) {
-        self.finished = self.finished.saturating_sub(1);
-    }
-
-    /// This daemon finished `trial_id`; `spends` unless it failed and was retried.
-    pub fn finished_own(&mut self, trial_id: i64, spends: bool) {
-        if self.open.remove(&trial_id).is_some() && spends {
-            self.finished += 1;
-        }
-    }
-
-    fn apply(&mut self, trial_id: i64, state: Option<TrialState>, retried: bool, sweepd: bool) {
-        match state {
-            Some(TrialState::Running | TrialState::Waiting) => {
-                let running = state == Some(TrialState::Running);
-                self.open.insert(trial_id, OpenTrial { running, sweepd });
-            }
-            Some(final_state) => {
-                // Final trials count once: when first seen, or when an open one becomes final.
-                let unseen = self.open.remove(&trial_id).is_some() || trial_id > self.seen;
-                if unseen && !(final_state == TrialState::Fail && retried) {
-                    self.finished += 1;
-                }
-            }
-            // Deleted (or a state this version does not know): nothing to count.
-            None => {
-                self.open.remove(&trial_id);
-            }
-        }
-    }
 }
 
 /// The columns [`Store::refresh_tally`] reads for each trial.
@@ -793,7 +622,7 @@ impl Store {
         for row in rows {
             let state: String = row.get(0);
             let n = row.get::<i64, _>(1) as u64;
-            match TrialState::parse(&state) {
+            match &state.parse::<TrialState>().ok() {
                 Some(TrialState::Running) => c.running = n,
                 Some(TrialState::Waiting) => c.waiting = n,
                 Some(TrialState::Complete) => c.complete = n,
@@ -825,7 +654,7 @@ impl Store {
         let read = |row: &sqlx::sqlite::SqliteRow| {
             (
                 row.get::<i64, _>(0),
-                TrialState::parse(row.get(1)),
+                row.get::<&str, _>(1).parse::<TrialState>().ok(),
                 row.get::<bool, _>(2),
                 row.get::<bool, _>(3),
             )
@@ -834,7 +663,7 @@ impl Store {
         let new = sqlx::query(&format!(
             "{TALLY_COLUMNS} WHERE t.trial_id > ? AND t.study_id = ? ORDER BY t.trial_id"
         ))
-        .bind(tally.seen)
+        .bind(tally.seen())
         .bind(study.id)
         .fetch_all(&mut *conn)
         .await
@@ -842,9 +671,8 @@ impl Store {
         for row in &new {
             let (id, state, retried, sweepd) = read(row);
             tally.apply(id, state, retried, sweepd);
-            tally.seen = tally.seen.max(id);
         }
-        let open: Vec<i64> = tally.open.keys().copied().collect();
+        let open: Vec<i64> = tally.open();
         for chunk in open.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(", ");
             let sql = format!("{TALLY_COLUMNS} WHERE t.trial_id IN ({marks})");
@@ -881,7 +709,7 @@ impl Store {
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
         let mut index = std::collections::HashMap::with_capacity(rows.len());
         for row in rows {
-            let Some(state) = TrialState::parse(row.get(2)) else {
+            let Some(state) = row.get::<&str, _>(2).parse::<TrialState>().ok() else {
                 continue;
             };
             let vt: Option<String> = row.get(4);
@@ -985,7 +813,7 @@ impl Store {
         reason: &str,
     ) -> Result<Option<i64>> {
         let failure = Failure {
-            kind: "interrupted".into(),
+            kind: FailureKind::Interrupted,
             reason: reason.to_owned(),
             stderr_tail: None,
             retry: true,
@@ -1015,12 +843,12 @@ impl Store {
             return Ok(None);
         };
         let number: i64 = row.get(0);
-        let kind: String = row
+        let kind = row
             .get::<Option<String>, _>(1)
-            .and_then(|k| serde_json::from_str::<String>(&k).ok())
-            .unwrap_or_else(|| "user_error".into());
+            .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
+            .unwrap_or(FailureKind::UserError);
         let copy = self
-            .enqueue_retry(&mut tx, study, trial_id, number, &kind)
+            .enqueue_retry(&mut tx, study, trial_id, number, kind)
             .await?;
         self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
             .await?;
@@ -1488,7 +1316,7 @@ impl Store {
             }
             if f.retry {
                 let copy = self
-                    .enqueue_retry(tx, study, trial_id, number, &f.kind)
+                    .enqueue_retry(tx, study, trial_id, number, f.kind)
                     .await?;
                 self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
                     .await?;
@@ -1506,7 +1334,7 @@ impl Store {
         study: &Study,
         failed_id: i64,
         failed_number: i64,
-        kind: &str,
+        kind: FailureKind,
     ) -> Result<i64> {
         let attrs = sqlx::query(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
@@ -1533,7 +1361,7 @@ impl Store {
                 _ => zero_params = NegativeZeros::parse(Some(row.get(1))).params,
             }
         }
-        *attempts.entry(kind.to_owned()).or_default() += 1;
+        *attempts.entry(kind).or_default() += 1;
         history.push(json!(failed_number));
         let (copy_id, copy_number) =
             Self::insert_trial(tx, study, TrialState::Waiting, &self.path).await?;
@@ -2220,45 +2048,4 @@ pub struct GpuRow {
     pub wait: Option<String>,
     pub error: Option<String>,
     pub updated_at: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tally_counts_final_trials_once_and_reserves_sweepd_running_ones() {
-        let mut t = Tally::default();
-        let see = |t: &mut Tally, id, state, retried, sweepd| {
-            t.apply(id, state, retried, sweepd);
-            t.seen = t.seen.max(id);
-        };
-        // An Optuna script's RUNNING trial reserves nothing; sweepd's does.
-        see(&mut t, 1, Some(TrialState::Running), false, false);
-        see(&mut t, 2, Some(TrialState::Running), false, true);
-        see(&mut t, 3, Some(TrialState::Waiting), false, false);
-        assert_eq!((t.finished, t.reserved()), (0, 1));
-        assert!(t.room(Some(2)));
-        assert!(!t.room(Some(1)));
-        assert!(t.room(None));
-        // Seen final on a later refresh: counted once, and no longer open.
-        t.apply(1, Some(TrialState::Complete), false, false);
-        t.apply(1, Some(TrialState::Complete), false, false);
-        assert_eq!(t.finished, 1);
-        // A FAIL with a retry copy spends nothing; one without does.
-        t.apply(2, Some(TrialState::Fail), true, true);
-        assert_eq!((t.finished, t.reserved()), (1, 0));
-        t.apply(3, Some(TrialState::Fail), false, false);
-        assert_eq!(t.finished, 2);
-        // Our own start and finish, and a finish seen again later, count once.
-        t.started_new(10);
-        assert_eq!(t.reserved(), 1);
-        t.finished_own(10, true);
-        t.finished_own(10, true);
-        assert_eq!((t.finished, t.reserved()), (3, 0));
-        // A deleted open trial leaves nothing behind.
-        see(&mut t, 11, Some(TrialState::Waiting), false, false);
-        t.apply(11, None, false, false);
-        assert!(t.open.is_empty());
-    }
 }

@@ -19,7 +19,7 @@
 //! (`progress`) whenever a trial starts or ends.
 
 use crate::capacity::{Capacity, Decision, MemoryModel};
-use crate::classify::{self, Kind};
+use crate::classify;
 use crate::clock;
 use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::Gpu;
@@ -27,11 +27,13 @@ use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
-use crate::sampler::{self, Sampler, TrialRecord};
-use crate::space::Params;
+use crate::sampler::{self, Sampler};
 use crate::store::{
-    Attempts, Claimed, Counts, DaemonId, DaemonLockError, Failure, Finish, GpuRow, Runner,
-    StartCtx, StartOp, Started, Store, StoreError, Tally, TrialState, Waiting,
+    DaemonId, DaemonLockError, GpuRow, Runner, StartCtx, StartOp, Started, Store, StoreError,
+    Waiting,
+};
+use crate::study::{
+    Attempts, Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use serde_json::json;
@@ -182,7 +184,7 @@ impl Breaker {
 /// user's code that raised it, or the way a value was bad.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Signature {
-    kind: Kind,
+    kind: FailureKind,
     error: Option<classify::UserError>,
     /// For a bad value: what was wrong with it ("returned NaN"), without the value itself.
     what: String,
@@ -191,14 +193,18 @@ struct Signature {
 impl Signature {
     /// The signature of a failure that will not clear by itself (a user error, a bad value);
     /// `None` for the others.
-    fn of(kind: Kind, reason: &str, error: Option<&classify::UserError>) -> Option<Signature> {
+    fn of(
+        kind: FailureKind,
+        reason: &str,
+        error: Option<&classify::UserError>,
+    ) -> Option<Signature> {
         match kind {
-            Kind::UserError => Some(Signature {
+            FailureKind::UserError => Some(Signature {
                 kind,
                 error: error.cloned(),
                 what: String::new(),
             }),
-            Kind::BadValue => Some(Signature {
+            FailureKind::BadValue => Some(Signature {
                 kind,
                 error: None,
                 what: reason.split(':').next().unwrap_or(reason).to_owned(),
@@ -389,7 +395,7 @@ enum Outcome {
     Complete(f64),
     Pruned,
     Failed {
-        kind: Kind,
+        kind: FailureKind,
         reason: String,
         tail: Option<String>,
         /// For a user error: its type and where the user's code raised it.
@@ -664,7 +670,7 @@ impl Core {
                         .await?
                     {
                         let failure = Failure {
-                            kind: Kind::UserError.as_str().into(),
+                            kind: FailureKind::UserError,
                             reason: why,
                             stderr_tail: None,
                             retry: false,
@@ -676,7 +682,7 @@ impl Core {
                             .is_some()
                         {
                             self.tally.finished_own(c.trial_id, true);
-                            self.progress.failed(Kind::UserError.as_str());
+                            self.progress.failed(FailureKind::UserError.as_str());
                         }
                     }
                     Ok(None)
@@ -859,10 +865,10 @@ impl Core {
             } => {
                 // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
                 // no other sweepd trial on the device: these params do not fit this card.
-                let infeasible = kind == Kind::Oom && alone && fresh_worker;
+                let infeasible = kind == FailureKind::Oom && alone && fresh_worker;
                 // An OOM that turned into a device-side assert still says the trial needs more.
-                let oom_like = kind == Kind::Oom
-                    || (kind == Kind::CudaFatal && reason.contains("after CUDA OOM"));
+                let oom_like = kind == FailureKind::Oom
+                    || (kind == FailureKind::CudaFatal && reason.contains("after CUDA OOM"));
                 if oom_like {
                     if let (Some(g), Some(d)) = (&mut self.gpu, device) {
                         g.capacity.record_oom(d, now);
@@ -903,7 +909,7 @@ impl Core {
                     (retry_allowed(kind, &c.attempts, &self.config.retry), reason)
                 };
                 Finish::Fail(Failure {
-                    kind: kind.as_str().into(),
+                    kind,
                     reason,
                     stderr_tail: tail,
                     retry,
@@ -961,7 +967,7 @@ impl Core {
         }
         match &how {
             Finish::Complete(v) => self.progress.completed(number, *v),
-            Finish::Fail(f) => self.progress.failed(&f.kind),
+            Finish::Fail(f) => self.progress.failed(f.kind.as_str()),
             Finish::Pruned => {}
         }
         if let Some(v) = value.filter(|_| state == TrialState::Complete) {
@@ -975,7 +981,7 @@ impl Core {
         match &how {
             // The breaker is for faults that may clear by themselves (a device, a driver, the
             // memory others use); an error in the objective is the same error next time.
-            Finish::Fail(f) if breaker_counts(&f.kind) => {
+            Finish::Fail(f) if f.kind.may_clear() => {
                 if let Some(wait) = self.breaker.failure(device, now) {
                     let on = device.map_or("the CPU".into(), |d| format!("gpu{d}"));
                     warn!(
@@ -1030,8 +1036,8 @@ const MAX_REDRAWS: u64 = 20;
 
 /// Whether `p` resembles the infeasible `bad`: equal on every discrete param, and within 5% of
 /// the range (in log space for log params) on every continuous one.
-fn resembles(space: &crate::space::SearchSpace, p: &Params, bad: &Params) -> bool {
-    use crate::space::{Distribution, ParamValue};
+fn resembles(space: &crate::study::SearchSpace, p: &Params, bad: &Params) -> bool {
+    use crate::study::{Distribution, ParamValue};
     space
         .params
         .iter()
@@ -1052,31 +1058,29 @@ fn resembles(space: &crate::space::SearchSpace, p: &Params, bad: &Params) -> boo
         })
 }
 
-/// Whether a failure of this kind counts towards the circuit breaker: faults that may clear by
-/// themselves, not errors of the objective (`user_error`, `bad_value`, `protocol`) nor trials
-/// sweepd interrupted.
-fn breaker_counts(kind: &str) -> bool {
-    !matches!(
-        Kind::parse(kind),
-        Some(Kind::Interrupted | Kind::UserError | Kind::BadValue | Kind::Protocol)
-    )
-}
-
 /// Whether a failure of `kind` gets another attempt, given the attempts before it.
-fn retry_allowed(kind: Kind, attempts: &Attempts, cfg: &RetryConfig) -> bool {
-    let n = |k: Kind| attempts.get(k.as_str()).copied().unwrap_or(0);
+fn retry_allowed(kind: FailureKind, attempts: &Attempts, cfg: &RetryConfig) -> bool {
+    let n = |k: FailureKind| attempts.get(&k).copied().unwrap_or(0);
     match kind {
-        Kind::Interrupted => true,
-        Kind::Oom => n(Kind::Oom) < cfg.oom,
-        Kind::CudaFatal => n(Kind::CudaFatal) < cfg.cuda_fatal,
-        Kind::Killed | Kind::Timeout | Kind::Hang | Kind::WorkerDied => {
-            let crashes: u32 = [Kind::Killed, Kind::Timeout, Kind::Hang, Kind::WorkerDied]
-                .into_iter()
-                .map(n)
-                .sum();
+        FailureKind::Interrupted => true,
+        FailureKind::Oom => n(FailureKind::Oom) < cfg.oom,
+        FailureKind::CudaFatal => n(FailureKind::CudaFatal) < cfg.cuda_fatal,
+        FailureKind::Killed
+        | FailureKind::Timeout
+        | FailureKind::Hang
+        | FailureKind::WorkerDied => {
+            let crashes: u32 = [
+                FailureKind::Killed,
+                FailureKind::Timeout,
+                FailureKind::Hang,
+                FailureKind::WorkerDied,
+            ]
+            .into_iter()
+            .map(n)
+            .sum();
             crashes < cfg.crash
         }
-        Kind::UserError | Kind::BadValue | Kind::Protocol => false,
+        FailureKind::UserError | FailureKind::BadValue | FailureKind::Protocol => false,
     }
 }
 
@@ -1785,7 +1789,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
             if sh.shutdown.is_cancelled() || slot >= sh.cfg().worker.max_par {
                 if let Some((claimed, device)) = carried.take() {
                     let out = Outcome::Failed {
-                        kind: Kind::Interrupted,
+                        kind: FailureKind::Interrupted,
                         reason: "interrupted: sweepd stopped before the trial ran".into(),
                         tail: None,
                         error: None,
@@ -1872,7 +1876,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                     }
                     Err((reason, stderr)) => {
                         let out = Outcome::Failed {
-                            kind: Kind::Interrupted,
+                            kind: FailureKind::Interrupted,
                             reason: format!("interrupted: its worker failed to start: {reason}"),
                             tail: Some(stderr.clone()),
                             error: None,
@@ -1908,7 +1912,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                     }
                     Err(e) => {
                         let out = Outcome::Failed {
-                            kind: Kind::Interrupted,
+                            kind: FailureKind::Interrupted,
                             reason: e.to_string(),
                             tail: None,
                             error: None,
@@ -1921,7 +1925,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
             let oom = matches!(
                 &outcome,
                 Outcome::Failed {
-                    kind: Kind::Oom,
+                    kind: FailureKind::Oom,
                     ..
                 }
             );
@@ -2399,7 +2403,7 @@ async fn run_trial(
         "trial {} (trial_id {}) start: {params}",
         c.number, c.trial_id
     ));
-    let failed = |kind: Kind, reason: String, tail: Option<String>| Outcome::Failed {
+    let failed = |kind: FailureKind, reason: String, tail: Option<String>| Outcome::Failed {
         kind,
         reason,
         tail: tail.filter(|t| !t.is_empty()),
@@ -2417,7 +2421,7 @@ async fn run_trial(
         if let Err(e) = w.send(&msg).await {
             let why = format!("could not send the trial to the worker: {e}");
             return (
-                failed(Kind::WorkerDied, why.clone(), Some(w.stderr_tail())),
+                failed(FailureKind::WorkerDied, why.clone(), Some(w.stderr_tail())),
                 Fate::Replace(why),
             );
         }
@@ -2448,9 +2452,9 @@ async fn run_trial(
                 }
                 Event::Msg(Message::Result { trial_id, value }) if trial_id == c.trial_id => {
                     let o = match value {
-                        Ok(v) if v.is_nan() => failed(Kind::BadValue, "the objective returned NaN".into(), None),
+                        Ok(v) if v.is_nan() => failed(FailureKind::BadValue, "the objective returned NaN".into(), None),
                         Ok(v) => Outcome::Complete(v),
-                        Err(text) => failed(Kind::BadValue, format!("the objective returned a non-number: {text}"), None),
+                        Err(text) => failed(FailureKind::BadValue, format!("the objective returned a non-number: {text}"), None),
                     };
                     if result_file.is_none() { break (o, Fate::Keep); }
                     outcome = Some(o);
@@ -2483,7 +2487,7 @@ async fn run_trial(
                     | Message::Pruned { trial_id } | Message::Error { trial_id, .. }) => {
                     let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
                     w.kill_group(KILL_GRACE).await;
-                    break (failed(Kind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Msg(_) => {}
                 // A persistent worker without its channel can never deliver this trial's
@@ -2492,13 +2496,13 @@ async fn run_trial(
                 Event::Closed if result_file.is_none() => {
                     let why = "the worker closed its protocol channel during the trial and kept running".to_owned();
                     w.kill_group(KILL_GRACE).await;
-                    break (failed(Kind::WorkerDied, format!("{why}; its process group was killed"), Some(w.stderr_tail())), Fate::Replace(why));
+                    break (failed(FailureKind::WorkerDied, format!("{why}; its process group was killed"), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Closed => {}
                 Event::Garbage(what) => {
                     let why = format!("worker sent garbage on the protocol channel: {what}");
                     w.kill_group(KILL_GRACE).await;
-                    break (failed(Kind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Exited(status) => {
                     let how = worker::describe_exit(status);
@@ -2511,7 +2515,7 @@ async fn run_trial(
                             Some(o) if status.success() => break (o, fate),
                             None if status.success() => {
                                 let why = "worker exited 0 without writing a result to SWEEPD_RESULT_FILE".to_owned();
-                                break (failed(Kind::WorkerDied, why, Some(w.stderr_tail())), fate);
+                                break (failed(FailureKind::WorkerDied, why, Some(w.stderr_tail())), fate);
                             }
                             _ => {}
                         }
@@ -2537,7 +2541,7 @@ async fn run_trial(
                 let limit = sh.cfg().worker.trial_timeout.unwrap_or(far);
                 let why = format!("trial exceeded trial_timeout ({})", humantime::format_duration(limit));
                 w.kill_group(KILL_GRACE).await;
-                break (failed(Kind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                break (failed(FailureKind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = &mut heartbeat, if outcome.is_none() => {
                 let why = format!(
@@ -2545,7 +2549,7 @@ async fn run_trial(
                     humantime::format_duration(heartbeat_limit)
                 );
                 w.kill_group(KILL_GRACE).await;
-                break (failed(Kind::Hang, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                break (failed(FailureKind::Hang, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = sh.shutdown.cancelled(), if !stopping => {
                 stopping = true;
@@ -2559,12 +2563,12 @@ async fn run_trial(
             _ = sh.abandon.cancelled() => {
                 let why = "interrupted: the study was deleted from the database".to_owned();
                 w.kill_group(KILL_GRACE).await;
-                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
                 kill_group(sh, w).await;
-                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = sh.kill_now.cancelled() => {
                 w.kill_group_now().await;
@@ -2573,7 +2577,7 @@ async fn run_trial(
                     break (o, Fate::Replace("sweepd was stopped at once".into()));
                 }
                 let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
-                break (failed(Kind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
         }
     };
@@ -2619,7 +2623,7 @@ fn read_result_file(path: &PathBuf) -> Option<Outcome> {
         _ => None,
     };
     let bad = |reason: String| Outcome::Failed {
-        kind: Kind::BadValue,
+        kind: FailureKind::BadValue,
         reason,
         tail: None,
         error: None,
@@ -2681,22 +2685,26 @@ mod tests {
     #[test]
     fn retries_are_bounded_per_kind() {
         let mut a = Attempts::new();
-        assert!(retry_allowed(Kind::Oom, &a, &cfg()));
-        a.insert("oom".into(), 2);
-        assert!(!retry_allowed(Kind::Oom, &a, &cfg()));
-        assert!(retry_allowed(Kind::CudaFatal, &a, &cfg()));
-        a.insert("timeout".into(), 1);
+        assert!(retry_allowed(FailureKind::Oom, &a, &cfg()));
+        a.insert(FailureKind::Oom, 2);
+        assert!(!retry_allowed(FailureKind::Oom, &a, &cfg()));
+        assert!(retry_allowed(FailureKind::CudaFatal, &a, &cfg()));
+        a.insert(FailureKind::Timeout, 1);
         assert!(
-            !retry_allowed(Kind::Killed, &a, &cfg()),
+            !retry_allowed(FailureKind::Killed, &a, &cfg()),
             "crash kinds share one limit"
         );
-        assert!(retry_allowed(Kind::Interrupted, &a, &cfg()));
-        assert!(!retry_allowed(Kind::UserError, &Attempts::new(), &cfg()));
+        assert!(retry_allowed(FailureKind::Interrupted, &a, &cfg()));
+        assert!(!retry_allowed(
+            FailureKind::UserError,
+            &Attempts::new(),
+            &cfg()
+        ));
     }
 
     #[test]
     fn a_proposal_near_an_infeasible_trial_resembles_it() {
-        use crate::space::{Distribution, ParamSpec, ParamValue, SearchSpace};
+        use crate::study::{Distribution, ParamSpec, ParamValue, SearchSpace};
         let space = SearchSpace {
             params: vec![
                 ParamSpec {
@@ -2735,7 +2743,7 @@ mod tests {
 
     fn sig(exc: &str, line: u32) -> Signature {
         Signature {
-            kind: Kind::UserError,
+            kind: FailureKind::UserError,
             error: Some(classify::UserError {
                 exc_type: exc.into(),
                 at: Some(classify::Frame {
@@ -2812,29 +2820,32 @@ mod tests {
 
     #[test]
     fn the_breaker_counts_faults_that_may_clear_not_errors_of_the_objective() {
-        for kind in Kind::ALL {
+        for kind in FailureKind::ALL {
             let expected = !matches!(
                 kind,
-                Kind::Interrupted | Kind::UserError | Kind::BadValue | Kind::Protocol
+                FailureKind::Interrupted
+                    | FailureKind::UserError
+                    | FailureKind::BadValue
+                    | FailureKind::Protocol
             );
-            assert_eq!(breaker_counts(kind.as_str()), expected, "{kind}");
+            assert_eq!(kind.may_clear(), expected, "{kind}");
         }
     }
 
     #[test]
     fn a_bad_value_signature_ignores_the_value_itself() {
         let a = Signature::of(
-            Kind::BadValue,
+            FailureKind::BadValue,
             "the objective returned a non-number: None",
             None,
         );
         let b = Signature::of(
-            Kind::BadValue,
+            FailureKind::BadValue,
             "the objective returned a non-number: 'x'",
             None,
         );
         assert_eq!(a, b);
-        assert!(Signature::of(Kind::Oom, "out of memory", None).is_none());
+        assert!(Signature::of(FailureKind::Oom, "out of memory", None).is_none());
     }
 
     #[test]

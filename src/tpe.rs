@@ -72,10 +72,10 @@
 //!   cost grows with the study; here a proposal's cost stops growing. Optuna's fading weights
 //!   already give the oldest trials the least weight, so the window drops what matters least.
 
-use crate::config::Direction;
-use crate::sampler::{RandomSampler, Sampler, TrialRecord};
-use crate::space::{Distribution, ParamValue, Params, SearchSpace};
-use crate::store::TrialState;
+use crate::sampler::{RandomSampler, Sampler};
+use crate::study::{
+    Direction, Distribution, ParamValue, Params, SearchSpace, TrialRecord, TrialState,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
@@ -1198,7 +1198,7 @@ fn truncnorm_draw(mu: f64, sigma: f64, lo: f64, hi: f64, rng: &mut ChaCha8Rng) -
 mod tests {
     use super::*;
 
-    use crate::space::test_util::{cat, float, int, spec};
+    use crate::study::space::test_util::{cat, float, int, spec};
 
     fn seeded(seed: u64) -> TpeSettings {
         TpeSettings {

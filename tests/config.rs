@@ -703,8 +703,8 @@ fn mutate(doc: &mut Doc, rng: &mut impl rand::Rng) {
 /// What the daemon does with an accepted config before and while it runs trials, in-process:
 /// build the sampler, propose and learn, estimate memory, prune.
 fn exercise(c: &sweepd::config::Config) {
-    use sweepd::sampler::{self, TrialRecord};
-    use sweepd::store::TrialState;
+    use sweepd::sampler;
+    use sweepd::study::{TrialRecord, TrialState};
     let seed = c.sampler.seed.or(c.study.seed);
     let Ok(mut s) = sampler::build(
         c.study.sampler,

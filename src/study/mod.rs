@@ -1,0 +1,17 @@
+//! The study's domain: what a trial is, the values it takes, how it ended and how the budget
+//! counts it, each state and kind as an enum with one name and its database spelling.
+//!
+//! Pure types and rules, no I/O, and nothing else of sweepd's imported: every other module
+//! may use them (config, store, samplers, the supervisor), so the arrows between those never
+//! have to point back.
+
+pub mod space;
+mod tally;
+mod trial;
+
+pub use space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace};
+pub use tally::Tally;
+pub use trial::{
+    Attempts, Claimed, Counts, DaemonState, Direction, Failure, FailureKind, Finish, TrialRecord,
+    TrialState, UnknownName,
+};

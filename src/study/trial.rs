@@ -1,0 +1,320 @@
+//! Trials: their states, a study's direction, how a trial ended and why it failed.
+
+use super::space::Params;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// A name that is not the spelling of any value of the enum it was parsed as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{name}`")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+}
+
+/// Enums spelled in the database (and on the command line) by a fixed name each: `Display`
+/// writes it, `FromStr` reads it back (ASCII case-insensitively), `ALL` lists every value.
+macro_rules! spelled {
+    ($(#[$meta:meta])* $name:ident, $what:literal { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The name as stored.
+            pub fn as_str(&self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<$name, UnknownName> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str().eq_ignore_ascii_case(s))
+                    .ok_or_else(|| UnknownName { what: $what, name: s.to_owned() })
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+spelled! {
+    /// A trial's state, as Optuna names it in the `trials.state` column.
+    TrialState, "trial state" {
+        Running => "RUNNING",
+        Waiting => "WAITING",
+        Complete => "COMPLETE",
+        Pruned => "PRUNED",
+        Fail => "FAIL",
+    }
+}
+
+impl TrialState {
+    /// COMPLETE, PRUNED and FAIL never change again.
+    pub fn is_final(&self) -> bool {
+        !matches!(self, TrialState::Running | TrialState::Waiting)
+    }
+}
+
+spelled! {
+    /// Whether the objective is minimized or maximized, as Optuna names it in
+    /// `study_directions.direction`.
+    Direction, "direction" {
+        Minimize => "MINIMIZE",
+        Maximize => "MAXIMIZE",
+    }
+}
+
+impl Direction {
+    /// The name Optuna stores in `study_directions.direction`.
+    pub fn as_optuna(&self) -> &'static str {
+        self.as_str()
+    }
+
+    /// Whether objective value `a` is strictly better than `b` (never true when either is NaN).
+    pub fn better(&self, a: f64, b: f64) -> bool {
+        match self {
+            Direction::Minimize => a < b,
+            Direction::Maximize => a > b,
+        }
+    }
+}
+
+spelled! {
+    /// How a trial failed: stored as `sweepd:fail_kind` and shown by `sweepd trials`.
+    FailureKind, "failure kind" {
+        /// Out of memory (GPU, or host for Python's `MemoryError`).
+        Oom => "oom",
+        /// A CUDA error that leaves the process's CUDA context unusable.
+        CudaFatal => "cuda_fatal",
+        /// The process died by a signal.
+        Killed => "killed",
+        /// The trial ran past its time limit.
+        Timeout => "timeout",
+        /// The worker stopped answering.
+        Hang => "hang",
+        /// The worker broke the protocol.
+        Protocol => "protocol",
+        /// The objective raised an ordinary exception.
+        UserError => "user_error",
+        /// The objective returned something that is not a number.
+        BadValue => "bad_value",
+        /// The process exited without a recognizable cause.
+        WorkerDied => "worker_died",
+        /// sweepd stopped the trial: shutdown, or the daemon that ran it is gone.
+        Interrupted => "interrupted",
+    }
+}
+
+impl FailureKind {
+    /// The CUDA context of the process is unusable: the worker must be replaced.
+    ///
+    /// True for `cuda_fatal`, and for the kinds where the process is gone or can no longer be
+    /// trusted (`killed`, `worker_died`, `timeout`, `hang`, `protocol`). An `oom` leaves a
+    /// usable context (the allocator gives the memory back when the trial's tensors go).
+    pub fn poisons_context(&self) -> bool {
+        matches!(
+            self,
+            FailureKind::CudaFatal
+                | FailureKind::Killed
+                | FailureKind::WorkerDied
+                | FailureKind::Timeout
+                | FailureKind::Hang
+                | FailureKind::Protocol
+        )
+    }
+
+    /// A fault that may clear by itself (a device, a driver, memory others hold), as opposed to
+    /// an error of the objective, which is the same error next time, or sweepd's own stop.
+    pub fn may_clear(&self) -> bool {
+        !matches!(
+            self,
+            FailureKind::Interrupted
+                | FailureKind::UserError
+                | FailureKind::BadValue
+                | FailureKind::Protocol
+        )
+    }
+}
+
+spelled! {
+    /// The daemon's state in `sweepd_daemon.state`.
+    DaemonState, "daemon state" {
+        Running => "RUNNING",
+        /// Every device quarantined by the circuit breaker.
+        Paused => "PAUSED",
+        Stopped => "STOPPED",
+    }
+}
+
+/// Failed attempts of the same params by kind, carried from a failed trial to its retry copy
+/// (`sweepd:attempts`).
+pub type Attempts = BTreeMap<FailureKind, u32>;
+
+/// A failed attempt: why, and whether to run the same params again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// One line for a person; also Optuna's `fail_reason`.
+    pub reason: String,
+    pub stderr_tail: Option<String>,
+    /// Enqueue a WAITING copy with the same params, as Optuna's RetryFailedTrialCallback does.
+    pub retry: bool,
+}
+
+/// How a trial ended, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    Complete(f64),
+    Pruned,
+    Fail(Failure),
+}
+
+impl Finish {
+    pub fn state(&self) -> TrialState {
+        match self {
+            Finish::Complete(_) => TrialState::Complete,
+            Finish::Pruned => TrialState::Pruned,
+            Finish::Fail(_) => TrialState::Fail,
+        }
+    }
+
+    /// Whether it spends the budget: every final outcome but a failure that is retried.
+    pub fn spends(&self) -> bool {
+        !matches!(self, Finish::Fail(f) if f.retry)
+    }
+}
+
+/// A trial started for this daemon: RUNNING in the database, to be run by a worker.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub trial_id: i64,
+    pub number: i64,
+    pub params: Params,
+    /// Earlier failed attempts of the same params, by kind (empty for a new trial).
+    pub attempts: Attempts,
+}
+
+/// A trial as samplers learn from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialRecord {
+    pub number: i64,
+    pub params: Params,
+    pub state: TrialState,
+    /// The objective value (COMPLETE, or the last intermediate value of a PRUNED trial).
+    pub value: Option<f64>,
+    /// Optuna's `constraints` system attribute: a value > 0 means infeasible (e.g. the trial
+    /// ran out of GPU memory even alone on the device). Empty when not set.
+    pub constraints: Vec<f64>,
+}
+
+/// Trial counts of a study, by state.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Counts {
+    pub running: u64,
+    pub waiting: u64,
+    pub complete: u64,
+    pub pruned: u64,
+    /// All FAIL trials, retried or not.
+    pub fail: u64,
+    /// FAIL trials that have a WAITING (or later) copy: they do not spend the budget.
+    pub fail_retried: u64,
+}
+
+impl Counts {
+    /// Trials that reached a final outcome: what the `n_trials` budget counts.
+    pub fn finished(&self) -> u64 {
+        self.complete + self.pruned + self.fail - self.fail_retried
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_reads_back_and_nothing_else_does() {
+        for s in TrialState::ALL {
+            assert_eq!(s.to_string().parse::<TrialState>(), Ok(*s));
+            assert_eq!(s.as_str().to_lowercase().parse::<TrialState>(), Ok(*s));
+        }
+        for k in FailureKind::ALL {
+            assert_eq!(k.as_str().parse::<FailureKind>(), Ok(*k));
+        }
+        for d in DaemonState::ALL {
+            assert_eq!(d.as_str().parse::<DaemonState>(), Ok(*d));
+        }
+        assert_eq!("maximize".parse::<Direction>(), Ok(Direction::Maximize));
+        let e = "DONE".parse::<TrialState>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown trial state `DONE`");
+    }
+
+    #[test]
+    fn direction_helpers() {
+        assert_eq!(Direction::Minimize.as_optuna(), "MINIMIZE");
+        assert!(Direction::Minimize.better(1.0, 2.0));
+        assert!(Direction::Maximize.better(2.0, 1.0));
+        assert!(!Direction::Maximize.better(f64::NAN, 1.0));
+    }
+
+    #[test]
+    fn a_retried_failure_spends_nothing() {
+        let fail = |retry| {
+            Finish::Fail(Failure {
+                kind: FailureKind::Oom,
+                reason: String::new(),
+                stderr_tail: None,
+                retry,
+            })
+        };
+        assert!(fail(false).spends());
+        assert!(!fail(true).spends());
+        assert!(Finish::Pruned.spends());
+        assert_eq!(Finish::Complete(1.0).state(), TrialState::Complete);
+    }
+
+    #[test]
+    fn poisons_context_for_fatal_and_gone_processes_only() {
+        let poisoned: Vec<FailureKind> = FailureKind::ALL
+            .iter()
+            .copied()
+            .filter(FailureKind::poisons_context)
+            .collect();
+        assert_eq!(
+            poisoned,
+            [
+                FailureKind::CudaFatal,
+                FailureKind::Killed,
+                FailureKind::Timeout,
+                FailureKind::Hang,
+                FailureKind::Protocol,
+                FailureKind::WorkerDied
+            ]
+        );
+    }
+}
