@@ -13,7 +13,8 @@ fn params(extra: &str) -> String {
     format!("[params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n{extra}")
 }
 
-/// A simulated GPU study; `tail` is appended to the config (tables such as [retry]).
+/// A simulated GPU study on one 24 GiB card; `tail` is appended to the config (tables such as
+/// [retry]).
 fn sim_sweep(
     n: u64,
     max_par: usize,
@@ -31,14 +32,9 @@ fn sim_sweep(
     for (k, v) in env {
         cfg = cfg.env(k, v);
     }
-    let toml = format!(
-        "{}\n[gpu]\nheadroom = \"1GiB\"\ntrial_memory = \"1GiB\"\npoll_interval = \"100ms\"\n{tail}\n",
-        cfg.to_toml()
-    );
-    let mut sweep = Sweep::with_toml(&toml);
-    let fake = FakeGpus::new(sweep.dir.path(), &["24G Fake A10"]);
-    sweep.env = fake.env();
-    (sweep, fake)
+    let gpu =
+        format!("headroom = \"1GiB\"\ntrial_memory = \"1GiB\"\npoll_interval = \"100ms\"\n{tail}");
+    gpu_study(&cfg, &["24G Fake A10"], &gpu)
 }
 
 fn by_number(trials: &[Value], n: i64) -> &Value {

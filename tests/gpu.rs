@@ -35,14 +35,10 @@ fn gpu_sweep(
     for (k, v) in env {
         cfg = cfg.env(k, v);
     }
-    let toml = format!(
-        "{}\n[gpu]\ndevices = \"all\"\nheadroom = \"1GiB\"\nmax_par_per_device = 8\npoll_interval = \"100ms\"\n{gpu_extra}\n",
-        cfg.to_toml()
+    let gpu = format!(
+        "devices = \"all\"\nheadroom = \"1GiB\"\nmax_par_per_device = 8\npoll_interval = \"100ms\"\n{gpu_extra}"
     );
-    let mut sweep = Sweep::with_toml(&toml);
-    let fake = FakeGpus::new(sweep.dir.path(), gpus);
-    sweep.env = fake.env();
-    (sweep, fake)
+    gpu_study(&cfg, gpus, &gpu)
 }
 
 fn parse_time(s: &str) -> f64 {

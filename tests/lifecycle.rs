@@ -11,54 +11,6 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn sigterm(child: &std::process::Child) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-}
-
-/// What Ctrl-C at a terminal sends the daemon.
-fn sigint(child: &std::process::Child) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-}
-
-fn running(sweep: &Sweep) -> usize {
-    if !sweep.db.exists() {
-        return 0;
-    }
-    sweep.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'")[0]
-        .parse()
-        .unwrap()
-}
-
-/// The checks every stop must pass: no trial RUNNING, every FAIL an interruption with a
-/// WAITING (or later) copy of the same params.
-fn assert_nothing_lost(sweep: &Sweep) {
-    let trials = sweep.trials();
-    assert!(trials.iter().all(|t| t["state"] != "RUNNING"), "{trials:?}");
-    for t in trials.iter().filter(|t| t["state"] == "FAIL") {
-        assert_eq!(t["fail_kind"], "interrupted", "{t}");
-        let copy = sweep.sql(&format!(
-            "SELECT value_json FROM trial_system_attributes WHERE trial_id = {} AND key = 'sweepd:retried_as'",
-            t["trial_id"]
-        ));
-        let copy: i64 = copy[0]
-            .parse()
-            .expect("a FAIL from an interruption has a retry copy");
-        let copy = trials
-            .iter()
-            .find(|c| c["number"] == copy)
-            .expect("the copy exists");
-        assert_eq!(copy["params"], t["params"], "the copy has the same params");
-    }
-}
-
 #[test]
 fn sigterm_lets_running_trials_finish_within_the_grace() {
     let cfg = Cfg {

@@ -9,8 +9,6 @@
 mod common;
 
 use common::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
@@ -26,113 +24,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn signal(child: &Child, sig: Signal) {
-    kill(Pid::from_raw(child.id() as i32), sig).unwrap();
-}
-
-/// A query's first column, or `None` while the database or its tables do not exist yet (the
-/// daemon is still creating them) or the query fails for any other reason.
-fn try_sql(db: &Path, sql: &str) -> Option<Vec<String>> {
-    use sqlx::{Connection, Row};
-    if !db.exists() {
-        return None;
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    rt.block_on(async {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(db)
-            .busy_timeout(Duration::from_secs(10));
-        let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.ok()?;
-        let rows = sqlx::query(sql).fetch_all(&mut conn).await.ok()?;
-        let _ = conn.close().await;
-        Some(
-            rows.iter()
-                .map(|r| {
-                    r.try_get::<String, _>(0)
-                        .or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string()))
-                        .or_else(|_| r.try_get::<f64, _>(0).map(|v| v.to_string()))
-                        .unwrap_or_default()
-                })
-                .collect(),
-        )
-    })
-}
-
-fn try_count(db: &Path, sql: &str) -> Option<usize> {
-    try_sql(db, sql)?.first()?.parse().ok()
-}
-
-/// Trials in `state` (0 while the database is not there yet).
-fn count_in(sweep: &Sweep, state: &str) -> usize {
-    try_count(
-        &sweep.db,
-        &format!("SELECT COUNT(*) FROM trials WHERE state = '{state}'"),
-    )
-    .unwrap_or(0)
-}
-
-fn running(sweep: &Sweep) -> usize {
-    count_in(sweep, "RUNNING")
-}
-
-/// Trials with a final outcome: what `n_trials` counts (a FAIL with a retry copy does not).
-fn finished(sweep: &Sweep) -> usize {
-    try_count(
-        &sweep.db,
-        "SELECT COUNT(*) FROM trials t WHERE t.state IN ('COMPLETE', 'PRUNED') OR (t.state = 'FAIL' \
-         AND NOT EXISTS (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
-         AND a.key = 'sweepd:retried_as'))",
-    )
-    .unwrap_or(0)
-}
-
-/// COMPLETE trials: number -> (value, params), from `sweepd trials --json`.
-fn complete_trials(sweep: &Sweep) -> BTreeMap<i64, (Value, Value)> {
-    sweep
-        .trials()
-        .into_iter()
-        .filter(|t| t["state"] == "COMPLETE")
-        .map(|t| {
-            (
-                t["number"].as_i64().unwrap(),
-                (t["value"].clone(), t["params"].clone()),
-            )
-        })
-        .collect()
-}
-
-/// No trial RUNNING; every FAIL an interruption with a retry copy of the same params.
-fn assert_nothing_lost(sweep: &Sweep) {
-    let trials = sweep.trials();
-    assert!(
-        trials.iter().all(|t| t["state"] != "RUNNING"),
-        "a trial was left RUNNING: {trials:#?}"
-    );
-    for t in trials.iter().filter(|t| t["state"] == "FAIL") {
-        assert_eq!(t["fail_kind"], "interrupted", "{t}");
-        let copy = sweep.sql(&format!(
-            "SELECT value_json FROM trial_system_attributes WHERE trial_id = {} AND key = 'sweepd:retried_as'",
-            t["trial_id"]
-        ));
-        let copy: i64 = copy
-            .first()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("an interrupted trial has no retry copy: {t}"));
-        let copy = trials
-            .iter()
-            .find(|c| c["number"] == copy)
-            .unwrap_or_else(|| panic!("the retry copy {copy} of {t} does not exist"));
-        assert_eq!(copy["params"], t["params"], "the copy has the same params");
-    }
-}
-
-fn integrity_ok(sweep: &Sweep) {
-    assert_eq!(sweep.sql("PRAGMA integrity_check"), vec!["ok".to_owned()]);
-}
 
 /// faulty_worker's objective, recomputed from a trial's external params.
 fn expected_value(params: &Value) -> f64 {
@@ -408,7 +299,7 @@ fn sighup_applies_max_par_and_budget_and_rejects_a_bad_file() {
     let bad = cfg.to_toml().replace("max_par = 1\n", "max_par = 0\n");
     assert_ne!(bad, cfg.to_toml());
     std::fs::write(&sweep.config, &bad).unwrap();
-    signal(&child, Signal::SIGHUP);
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
     wait_until(LIMIT, "the reload to be rejected", || {
         sweep.daemon_stderr().contains("reload rejected")
     });
@@ -433,7 +324,7 @@ fn sighup_applies_max_par_and_budget_and_rejects_a_bad_file() {
     };
     good.command.push("--ignored-extra-arg".into());
     std::fs::write(&sweep.config, good.to_toml()).unwrap();
-    signal(&child, Signal::SIGHUP);
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
     wait_until(LIMIT, "three trials running at once", || {
         running(&sweep) == 3
     });
@@ -814,7 +705,7 @@ fn metrics_endpoint_serves_prometheus_text() {
     let (status, _, _) = http_get(port, "/").unwrap();
     assert!(status.starts_with("HTTP/1.1 404"), "{status}");
 
-    signal(&child, Signal::SIGTERM);
+    sigterm(&child);
     let out = wait_output(child, LIMIT);
     assert!(out.status.success(), "{}", sweep.daemon_stderr());
 
@@ -896,7 +787,7 @@ fn metrics_endpoint_serves_gpu_families_on_simulated_gpus() {
     assert!(e.check_histogram("sweepd_trial_peak_memory_bytes") >= 1.0);
     e.check_histogram("sweepd_trial_duration_seconds");
     assert_all_typed(&e, &body);
-    signal(&child, Signal::SIGTERM);
+    sigterm(&child);
     let out = wait_output(child, LIMIT);
     assert!(out.status.success(), "{}", sweep.daemon_stderr());
 }
@@ -924,7 +815,7 @@ fn metrics_running_trials_is_reported_on_a_cpu_only_run() {
             |e| e.get("sweepd_running_trials", &[("gpu", "cpu")]) == Some(2.0),
         )
     });
-    signal(&child, Signal::SIGTERM);
+    sigterm(&child);
     let _ = wait_exit(&mut child, LIMIT, "after SIGTERM", &sweep);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
@@ -979,7 +870,7 @@ fn metrics_content_type_names_the_format_of_the_body() {
             }
         }
     });
-    signal(&child, Signal::SIGTERM);
+    sigterm(&child);
     let _ = wait_exit(&mut child, LIMIT, "after SIGTERM", &sweep);
     if let Err(e) = result {
         std::panic::resume_unwind(e);

@@ -106,13 +106,11 @@ fn gpu_sweep() -> Sweep {
         params: "[params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n".into(),
         ..Cfg::default()
     };
-    let toml = format!(
-        "{}\n[gpu]\ndevices = \"all\"\nheadroom = \"1GiB\"\npoll_interval = \"100ms\"\n",
-        cfg.to_toml()
+    let (sweep, _fake) = gpu_study(
+        &cfg,
+        &["24G Fake A10", "24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\npoll_interval = \"100ms\"",
     );
-    let mut sweep = Sweep::with_toml(&toml);
-    let fake = FakeGpus::new(sweep.dir.path(), &["24G Fake A10", "24G Fake A10"]);
-    sweep.env = fake.env();
     sweep
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -475,6 +476,16 @@ impl FakeGpus {
     }
 }
 
+/// A study of `cfg` on simulated GPUs (`gpus`: one "TOTAL NAME" per device, as `FakeGpus`
+/// takes them), with `gpu_table` as the lines of its `[gpu]` table.
+pub fn gpu_study(cfg: &Cfg, gpus: &[&str], gpu_table: &str) -> (Sweep, FakeGpus) {
+    let toml = format!("{}\n[gpu]\n{gpu_table}\n", cfg.to_toml());
+    let mut sweep = Sweep::with_toml(&toml);
+    let fake = FakeGpus::new(sweep.dir.path(), gpus);
+    sweep.env = fake.env();
+    (sweep, fake)
+}
+
 pub fn gpu_sim_worker() -> Vec<String> {
     vec![
         python(),
@@ -645,4 +656,125 @@ pub fn mounted_sweep(cfg: &Cfg, mount: impl FnOnce(&Path) -> Mount) -> MountedSw
         mount,
         sweep: Sweep::at(dir, config, db),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals, counts and the checks every stop must pass.
+
+/// Sends `sig` to a child process (the daemon).
+pub fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+/// What `systemctl stop` sends the daemon.
+pub fn sigterm(child: &Child) {
+    signal(child, nix::sys::signal::Signal::SIGTERM);
+}
+
+/// What Ctrl-C at a terminal sends the daemon.
+pub fn sigint(child: &Child) {
+    signal(child, nix::sys::signal::Signal::SIGINT);
+}
+
+/// A query's first column, or `None` while the database or its tables do not exist yet (the
+/// daemon is still creating them) or the query fails for any other reason.
+pub fn try_sql(db: &Path, sql: &str) -> Option<Vec<String>> {
+    use sqlx::{Connection, Row};
+    if !db.exists() {
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    rt.block_on(async {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(db)
+            .busy_timeout(Duration::from_secs(10));
+        let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.ok()?;
+        let rows = sqlx::query(sql).fetch_all(&mut conn).await.ok()?;
+        let _ = conn.close().await;
+        Some(
+            rows.iter()
+                .map(|r| {
+                    r.try_get::<String, _>(0)
+                        .or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string()))
+                        .or_else(|_| r.try_get::<f64, _>(0).map(|v| v.to_string()))
+                        .unwrap_or_default()
+                })
+                .collect(),
+        )
+    })
+}
+
+pub fn try_count(db: &Path, sql: &str) -> Option<usize> {
+    try_sql(db, sql)?.first()?.parse().ok()
+}
+
+/// Trials in `state` (0 while the database is not there yet).
+pub fn count_in(sweep: &Sweep, state: &str) -> usize {
+    try_count(
+        &sweep.db,
+        &format!("SELECT COUNT(*) FROM trials WHERE state = '{state}'"),
+    )
+    .unwrap_or(0)
+}
+
+pub fn running(sweep: &Sweep) -> usize {
+    count_in(sweep, "RUNNING")
+}
+
+/// Trials with a final outcome: what `n_trials` counts (a FAIL with a retry copy does not).
+pub fn finished(sweep: &Sweep) -> usize {
+    try_count(
+        &sweep.db,
+        "SELECT COUNT(*) FROM trials t WHERE t.state IN ('COMPLETE', 'PRUNED') OR (t.state = 'FAIL' \
+         AND NOT EXISTS (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+         AND a.key = 'sweepd:retried_as'))",
+    )
+    .unwrap_or(0)
+}
+
+/// COMPLETE trials: number -> (value, params), from `sweepd trials --json`.
+pub fn complete_trials(sweep: &Sweep) -> BTreeMap<i64, (Value, Value)> {
+    sweep
+        .trials()
+        .into_iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .map(|t| {
+            (
+                t["number"].as_i64().unwrap(),
+                (t["value"].clone(), t["params"].clone()),
+            )
+        })
+        .collect()
+}
+
+/// No trial RUNNING; every FAIL an interruption with a retry copy of the same params.
+pub fn assert_nothing_lost(sweep: &Sweep) {
+    let trials = sweep.trials();
+    assert!(
+        trials.iter().all(|t| t["state"] != "RUNNING"),
+        "a trial was left RUNNING: {trials:#?}"
+    );
+    for t in trials.iter().filter(|t| t["state"] == "FAIL") {
+        assert_eq!(t["fail_kind"], "interrupted", "{t}");
+        let copy = sweep.sql(&format!(
+            "SELECT value_json FROM trial_system_attributes WHERE trial_id = {} AND key = 'sweepd:retried_as'",
+            t["trial_id"]
+        ));
+        let copy: i64 = copy
+            .first()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("an interrupted trial has no retry copy: {t}"));
+        let copy = trials
+            .iter()
+            .find(|c| c["number"] == copy)
+            .unwrap_or_else(|| panic!("the retry copy {copy} of {t} does not exist"));
+        assert_eq!(copy["params"], t["params"], "the copy has the same params");
+    }
+}
+
+pub fn integrity_ok(sweep: &Sweep) {
+    assert_eq!(sweep.sql("PRAGMA integrity_check"), vec!["ok".to_owned()]);
 }
