@@ -33,9 +33,10 @@ use crate::store::{
     Waiting,
 };
 use crate::study::{
-    Attempts, Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
+    Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
+use policy::{Breaker, Fate, SameError, Signature, WorkerHealth};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -45,6 +46,8 @@ use tokio::sync::{watch, Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+mod policy;
+
 /// Consecutive failures of a slot's worker to start before the run gives up.
 const MAX_START_FAILURES: u32 = 3;
 /// How long a oneshot worker may take to exit after it reported its result.
@@ -53,9 +56,6 @@ const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
 const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How long a retired worker's memory may take to disappear from NVML before sweepd says so.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
-/// A worker whose memory between trials exceeds its level after its first trial by less than
-/// this is healthy enough to keep after an OOM exception.
-const OOM_HEALTH_SLACK: u64 = 256 << 20;
 /// A daemon row whose heartbeat is older than this (from another host) is stale.
 const LOCK_STALE_AFTER: Duration = Duration::from_secs(60);
 
@@ -115,175 +115,6 @@ impl Candidate {
             Candidate::Waiting(_, p) | Candidate::New(p) => p,
         }
     }
-}
-
-/// Quarantines a device (or the CPU, `None`) whose failures keep coming with no success.
-struct Breaker {
-    cfg: RetryConfig,
-    devices: HashMap<Option<u32>, BreakerState>,
-}
-
-#[derive(Default)]
-struct BreakerState {
-    consecutive: u32,
-    quarantines: u32,
-    until: Option<Instant>,
-}
-
-impl Breaker {
-    fn success(&mut self, device: Option<u32>) {
-        self.devices.insert(device, BreakerState::default());
-    }
-
-    /// Counts a failure; returns the quarantine it starts, if any.
-    fn failure(&mut self, device: Option<u32>, now: Instant) -> Option<Duration> {
-        let st = self.devices.entry(device).or_default();
-        st.consecutive += 1;
-        if st.consecutive < self.cfg.breaker_threshold {
-            return None;
-        }
-        st.consecutive = 0;
-        let factor = 2u32.saturating_pow(st.quarantines.min(20));
-        let wait = clock::times(self.cfg.breaker_backoff, factor).min(self.cfg.breaker_max_backoff);
-        st.quarantines = st.quarantines.saturating_add(1);
-        st.until = Some(clock::after(now, wait));
-        Some(wait)
-    }
-
-    fn quarantined(&self, device: Option<u32>, now: Instant) -> Option<Instant> {
-        self.devices
-            .get(&device)
-            .and_then(|s| s.until)
-            .filter(|u| *u > now)
-    }
-
-    fn release_all(&mut self) {
-        for st in self.devices.values_mut() {
-            st.until = None;
-            st.consecutive = 0;
-        }
-    }
-
-    /// Why the whole study is paused: every device quarantined.
-    fn paused(&self, devices: &[Option<u32>], now: Instant) -> Option<String> {
-        let untils: Vec<Instant> = devices
-            .iter()
-            .map(|d| self.quarantined(*d, now))
-            .collect::<Option<_>>()?;
-        let soonest = untils.into_iter().min()?;
-        Some(format!(
-            "paused: every device is quarantined after {} consecutive failures with no success; \
-             resumes by itself in {}s, or now with `sweepd resume`",
-            self.cfg.breaker_threshold,
-            (soonest - now).as_secs()
-        ))
-    }
-}
-
-/// What makes two failures the same error: a user error's exception type and the place in the
-/// user's code that raised it, or the way a value was bad.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Signature {
-    kind: FailureKind,
-    error: Option<classify::UserError>,
-    /// For a bad value: what was wrong with it ("returned NaN"), without the value itself.
-    what: String,
-}
-
-impl Signature {
-    /// The signature of a failure that will not clear by itself (a user error, a bad value);
-    /// `None` for the others.
-    fn of(
-        kind: FailureKind,
-        reason: &str,
-        error: Option<&classify::UserError>,
-    ) -> Option<Signature> {
-        match kind {
-            FailureKind::UserError => Some(Signature {
-                kind,
-                error: error.cloned(),
-                what: String::new(),
-            }),
-            FailureKind::BadValue => Some(Signature {
-                kind,
-                error: None,
-                what: reason.split(':').next().unwrap_or(reason).to_owned(),
-            }),
-            _ => None,
-        }
-    }
-}
-
-/// Stops a study whose trials can only fail: `limit` trials in a row failing with the same user
-/// error or bad value while nothing has succeeded since this daemon started. Such an error does
-/// not clear by itself (a bug in the objective, Optuna's `report(value, step)` order): spending
-/// the budget on it, or pausing and resuming as for a device fault, helps no one.
-#[derive(Debug)]
-struct SameError {
-    limit: u32,
-    succeeded: bool,
-    signature: Option<Signature>,
-    /// trial_ids of the current run of identical failures.
-    streak: Vec<i64>,
-    /// The error the study stopped for: later failures with it do not spend the budget either.
-    stopped: Option<Signature>,
-}
-
-impl SameError {
-    fn new(limit: u32) -> SameError {
-        SameError {
-            limit,
-            succeeded: false,
-            signature: None,
-            streak: Vec::new(),
-            stopped: None,
-        }
-    }
-
-    fn success(&mut self) {
-        self.succeeded = true;
-        self.signature = None;
-        self.streak.clear();
-    }
-
-    /// A failure that will not clear by itself. True when it completes the streak that stops
-    /// the study (the streak is then `self.streak`, this trial last).
-    fn failure(&mut self, trial_id: i64, sig: &Signature) -> bool {
-        if self.limit == 0 || self.succeeded || self.stopped.is_some() {
-            return false;
-        }
-        if self.signature.as_ref() != Some(sig) {
-            self.signature = Some(sig.clone());
-            self.streak.clear();
-        }
-        self.streak.push(trial_id);
-        if self.streak.len() as u64 >= u64::from(self.limit) {
-            self.stopped = Some(sig.clone());
-            return true;
-        }
-        false
-    }
-
-    /// Whether the study already stopped for this error.
-    fn stopped_for(&self, sig: &Signature) -> bool {
-        self.stopped.as_ref() == Some(sig)
-    }
-}
-
-/// Why the study stopped for a repeated error, for a person who has to fix it.
-fn same_error_message(n: usize, reason: &str, sig: &Signature) -> String {
-    let mut text = format!(
-        "stopped: {n} trials in a row failed with the same error, and none has succeeded since \
-         sweepd started:\n  {reason}"
-    );
-    if let Some(at) = sig.error.as_ref().and_then(|e| e.at.as_ref()) {
-        text.push_str(&format!("\n  raised at {at}"));
-    }
-    text.push_str(&format!(
-        "\nThese {n} trials did not spend the budget: they are re-enqueued and run first when \
-         sweepd starts again. Fix the error, then run sweepd again."
-    ));
-    text
 }
 
 /// The study's decision point: what runs next, and the record of how things ended.
@@ -506,8 +337,8 @@ impl Core {
                     None => continue,
                 }
             }
-            let head_starved = self.pending[0].1 >= MAX_PASSES;
-            let tries = if head_starved { 1 } else { self.pending.len() };
+            let head_passes = self.pending[0].1;
+            let tries = policy::admissible(head_passes, self.pending.len());
             let mut chosen = None;
             for k in 0..tries {
                 let params = self.pending[k].0.params().clone();
@@ -517,7 +348,7 @@ impl Core {
                 }
             }
             let Some((k, placement)) = chosen else {
-                if !head_starved && self.pending.len() < MAX_QUEUE && !self.exhausted {
+                if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
                     // Look one candidate further: it may fit where those in line do not.
                     if let Some(c) = self.choose().await? {
                         self.pending.push_back((c, 0));
@@ -701,9 +532,14 @@ impl Core {
             .count() as u64;
         let key = self.next_key + queued_new;
         let mut proposal = self.sampler.sample(space, &Params::new(), key);
-        for attempt in 1..=MAX_REDRAWS {
+        for attempt in 1..=policy::MAX_REDRAWS {
             match &proposal {
-                Some(p) if self.infeasible.iter().any(|bad| resembles(space, p, bad)) => {
+                Some(p)
+                    if self
+                        .infeasible
+                        .iter()
+                        .any(|bad| policy::resembles(space, p, bad)) =>
+                {
                     // A distinct seed key per redraw keeps seeded runs reproducible.
                     proposal =
                         self.sampler
@@ -865,11 +701,9 @@ impl Core {
             } => {
                 // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
                 // no other sweepd trial on the device: these params do not fit this card.
-                let infeasible = kind == FailureKind::Oom && alone && fresh_worker;
+                let infeasible = policy::infeasible(kind, alone, fresh_worker);
                 // An OOM that turned into a device-side assert still says the trial needs more.
-                let oom_like = kind == FailureKind::Oom
-                    || (kind == FailureKind::CudaFatal && reason.contains("after CUDA OOM"));
-                if oom_like {
+                if policy::oom_like(kind, &reason) {
                     if let (Some(g), Some(d)) = (&mut self.gpu, device) {
                         g.capacity.record_oom(d, now);
                         let total = g
@@ -896,17 +730,23 @@ impl Core {
                         (true, reason)
                     } else if self.same_error.failure(c.trial_id, sig) {
                         self.halted = true;
-                        self.fatal = Some(RunError::SameError(same_error_message(
+                        self.fatal = Some(RunError::SameError(policy::same_error_message(
                             self.same_error.streak.len(),
                             &reason,
                             sig,
                         )));
                         (true, reason)
                     } else {
-                        (retry_allowed(kind, &c.attempts, &self.config.retry), reason)
+                        (
+                            policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                            reason,
+                        )
                     }
                 } else {
-                    (retry_allowed(kind, &c.attempts, &self.config.retry), reason)
+                    (
+                        policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                        reason,
+                    )
                 };
                 Finish::Fail(Failure {
                     kind,
@@ -1023,64 +863,6 @@ impl Core {
             constraints: f.constraints.clone(),
         });
         Ok(())
-    }
-}
-
-/// Candidates kept in line for admission (see `Core::next`).
-const MAX_QUEUE: usize = 4;
-/// Trials that may start ahead of the candidate at the head of the line before it has priority.
-const MAX_PASSES: u32 = 8;
-
-/// Redraws of a proposal that resembles an infeasible trial before it is run anyway.
-const MAX_REDRAWS: u64 = 20;
-
-/// Whether `p` resembles the infeasible `bad`: equal on every discrete param, and within 5% of
-/// the range (in log space for log params) on every continuous one.
-fn resembles(space: &crate::study::SearchSpace, p: &Params, bad: &Params) -> bool {
-    use crate::study::{Distribution, ParamValue};
-    space
-        .params
-        .iter()
-        .all(|spec| match (p.get(&spec.name), bad.get(&spec.name)) {
-            (Some(ParamValue::Float(a)), Some(ParamValue::Float(b))) => match &spec.dist {
-                Distribution::Float { step: Some(_), .. } => a == b,
-                Distribution::Float {
-                    low,
-                    high,
-                    log: true,
-                    ..
-                } => (a.ln() - b.ln()).abs() <= 0.05 * (high.ln() - low.ln()),
-                Distribution::Float { low, high, .. } => (a - b).abs() <= 0.05 * (high - low),
-                _ => a == b,
-            },
-            (Some(a), Some(b)) => a == b,
-            _ => false,
-        })
-}
-
-/// Whether a failure of `kind` gets another attempt, given the attempts before it.
-fn retry_allowed(kind: FailureKind, attempts: &Attempts, cfg: &RetryConfig) -> bool {
-    let n = |k: FailureKind| attempts.get(&k).copied().unwrap_or(0);
-    match kind {
-        FailureKind::Interrupted => true,
-        FailureKind::Oom => n(FailureKind::Oom) < cfg.oom,
-        FailureKind::CudaFatal => n(FailureKind::CudaFatal) < cfg.cuda_fatal,
-        FailureKind::Killed
-        | FailureKind::Timeout
-        | FailureKind::Hang
-        | FailureKind::WorkerDied => {
-            let crashes: u32 = [
-                FailureKind::Killed,
-                FailureKind::Timeout,
-                FailureKind::Hang,
-                FailureKind::WorkerDied,
-            ]
-            .into_iter()
-            .map(n)
-            .sum();
-            crashes < cfg.crash
-        }
-        FailureKind::UserError | FailureKind::BadValue | FailureKind::Protocol => false,
     }
 }
 
@@ -1748,34 +1530,11 @@ async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
         .collect()
 }
 
-/// How a trial ended for the worker that ran it.
-enum Fate {
-    Keep,
-    /// The worker is dead or must not be trusted with another trial.
-    Replace(String),
-}
-
 /// A slot's current worker and what it knows of it.
 struct Current {
     worker: Worker,
     device: Option<u32>,
-    successes: u64,
-    /// Trials it ran, whatever their outcome (a fresh process has run none).
-    trials_run: u64,
-    /// GPU memory of the worker between trials after its first success (growth baseline).
-    baseline: Option<u64>,
-    /// GPU memory of the worker after its last trial (what it holds when the next one starts).
-    idle: Option<u64>,
-}
-
-impl Current {
-    /// Whether the process starts a trial as clean as a new one: it has run nothing, or its
-    /// memory between trials has not grown past its level after its first success. An OOM in
-    /// such a process, alone on the device, means the params themselves do not fit.
-    fn clean(&self) -> bool {
-        self.trials_run == 0
-            || matches!((self.baseline, self.idle), (Some(b), Some(i)) if i <= b + OOM_HEALTH_SLACK)
-    }
+    health: WorkerHealth,
 }
 
 /// One parallel slot: owns at most one worker at a time.
@@ -1815,10 +1574,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                         current = Some(Current {
                             worker: w,
                             device: None,
-                            successes: 0,
-                            trials_run: 0,
-                            baseline: None,
-                            idle: None,
+                            health: WorkerHealth::default(),
                         });
                     }
                     Err(_) if sh.shutdown.is_cancelled() => return Ok(()),
@@ -1868,10 +1624,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                         current = Some(Current {
                             worker: w,
                             device,
-                            successes: 0,
-                            trials_run: 0,
-                            baseline: None,
-                            idle: None,
+                            health: WorkerHealth::default(),
                         });
                     }
                     Err((reason, stderr)) => {
@@ -1930,7 +1683,7 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                 }
             );
             // Oneshot workers are always fresh.
-            let fresh = current.as_ref().is_none_or(Current::clean);
+            let fresh = current.as_ref().is_none_or(|c| c.health.clean());
             // The next trial starts in the same commit, unless this slot is ending.
             let then = (!sh.shutdown.is_cancelled() && slot < sh.cfg().worker.max_par)
                 .then_some(if persistent { device } else { None });
@@ -1952,23 +1705,30 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
                 continue;
             }
             let mut c = current.take().expect("persistent worker");
-            c.trials_run += 1;
+            c.health.trials_run += 1;
             let success = matches!(how, Finish::Complete(_) | Finish::Pruned);
             if success {
-                c.successes += 1;
+                c.health.successes += 1;
                 sh.store.worker_trial_done(c.worker.id).await?;
             }
             if let (Some(m), Some(d), Fate::Keep) = (&sh.monitor, c.device, &fate) {
                 // What the process holds between trials: the growth baseline, and how clean
                 // it is when the next trial starts.
-                c.idle = m.group_usage(c.worker.pid as i32, d).await;
-                if success && c.baseline.is_none() {
-                    c.baseline = c.idle;
+                c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
+                if success && c.health.baseline.is_none() {
+                    c.health.baseline = c.health.idle;
                 }
             }
             let fate = match fate {
-                Fate::Keep if oom => oom_health(&c),
-                Fate::Keep if success => recycle_check(&sh, &c),
+                Fate::Keep if oom => policy::after_oom(&c.health),
+                Fate::Keep if success => {
+                    let cfg = sh.cfg();
+                    policy::recycle(
+                        &c.health,
+                        cfg.worker.recycle_after,
+                        cfg.worker.recycle_on_growth,
+                    )
+                }
                 other => other,
             };
             match fate {
@@ -1982,39 +1742,6 @@ async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
         retire(&sh, c.worker, c.device, "study stopped").await?;
     }
     result
-}
-
-/// After a successful trial: recycle the worker after `recycle_after` successes, or when its
-/// memory between trials grew past `recycle_on_growth` over its level after the first trial.
-fn recycle_check(sh: &Shared, c: &Current) -> Fate {
-    if let Some(limit) = sh.cfg().worker.recycle_after {
-        if limit > 0 && c.successes >= u64::from(limit) {
-            return Fate::Replace(format!("recycled after {} successful trials", c.successes));
-        }
-    }
-    match (sh.cfg().worker.recycle_on_growth, c.baseline, c.idle) {
-        (Some(growth), Some(base), Some(now)) if now > base.saturating_add(growth) => {
-            Fate::Replace(format!(
-                "recycled early: its memory between trials grew from {} to {} MiB",
-                base >> 20,
-                now >> 20
-            ))
-        }
-        _ => Fate::Keep,
-    }
-}
-
-/// After an OOM exception the worker stays only if its memory is back near its level after
-/// its first trial; a fragmented or leaking process is replaced. Without readings: replace.
-fn oom_health(c: &Current) -> Fate {
-    match (c.idle, c.baseline) {
-        (Some(now), Some(base)) if now <= base + OOM_HEALTH_SLACK => Fate::Keep,
-        (now, base) => Fate::Replace(format!(
-            "replaced after an OOM: holds {} MiB between trials (baseline {})",
-            now.unwrap_or(0) >> 20,
-            base.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
-        )),
-    }
 }
 
 async fn backoff(sh: &Shared, failures: u32) {
@@ -2662,249 +2389,4 @@ pub fn python_dir() -> Option<PathBuf> {
         .into_iter()
         .flatten()
         .find(|d| d.join("sweepd_worker.py").is_file())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg() -> RetryConfig {
-        RetryConfig {
-            oom: 2,
-            cuda_fatal: 1,
-            crash: 1,
-            breaker_threshold: 3,
-            breaker_backoff: Duration::from_secs(60),
-            breaker_max_backoff: Duration::from_secs(600),
-            oom_admission_factor: 0.75,
-            oom_recovery: Duration::from_secs(600),
-            stop_after_same_error: 5,
-        }
-    }
-
-    #[test]
-    fn retries_are_bounded_per_kind() {
-        let mut a = Attempts::new();
-        assert!(retry_allowed(FailureKind::Oom, &a, &cfg()));
-        a.insert(FailureKind::Oom, 2);
-        assert!(!retry_allowed(FailureKind::Oom, &a, &cfg()));
-        assert!(retry_allowed(FailureKind::CudaFatal, &a, &cfg()));
-        a.insert(FailureKind::Timeout, 1);
-        assert!(
-            !retry_allowed(FailureKind::Killed, &a, &cfg()),
-            "crash kinds share one limit"
-        );
-        assert!(retry_allowed(FailureKind::Interrupted, &a, &cfg()));
-        assert!(!retry_allowed(
-            FailureKind::UserError,
-            &Attempts::new(),
-            &cfg()
-        ));
-    }
-
-    #[test]
-    fn a_proposal_near_an_infeasible_trial_resembles_it() {
-        use crate::study::{Distribution, ParamSpec, ParamValue, SearchSpace};
-        let space = SearchSpace {
-            params: vec![
-                ParamSpec {
-                    name: "lr".into(),
-                    dist: Distribution::Float {
-                        low: 1e-5,
-                        high: 1e-1,
-                        step: None,
-                        log: true,
-                    },
-                },
-                ParamSpec {
-                    name: "dim".into(),
-                    dist: Distribution::Categorical {
-                        choices: vec![json!(80), json!(512)],
-                    },
-                },
-            ],
-        };
-        let p = |lr: f64, dim: usize| -> Params {
-            [
-                ("lr".to_owned(), ParamValue::Float(lr)),
-                ("dim".to_owned(), ParamValue::Choice(dim)),
-            ]
-            .into_iter()
-            .collect()
-        };
-        let bad = p(1e-3, 1);
-        assert!(
-            resembles(&space, &p(1.2e-3, 1), &bad),
-            "close in log space, same dim"
-        );
-        assert!(!resembles(&space, &p(1.2e-3, 0), &bad), "another dim");
-        assert!(!resembles(&space, &p(1e-2, 1), &bad), "a decade away");
-    }
-
-    fn sig(exc: &str, line: u32) -> Signature {
-        Signature {
-            kind: FailureKind::UserError,
-            error: Some(classify::UserError {
-                exc_type: exc.into(),
-                at: Some(classify::Frame {
-                    file: "train.py".into(),
-                    line,
-                    function: "objective".into(),
-                }),
-            }),
-            what: String::new(),
-        }
-    }
-
-    #[test]
-    fn the_same_error_in_a_row_with_no_success_stops_the_study() {
-        // (failures as (trial_id, signature), a success before them?, limit, stops at index)
-        type Case = (&'static str, Vec<Signature>, bool, u32, Option<usize>);
-        let a = sig("TypeError", 20);
-        let cases: Vec<Case> = vec![
-            ("five identical", vec![a.clone(); 5], false, 5, Some(4)),
-            ("four are not enough", vec![a.clone(); 4], false, 5, None),
-            (
-                "another line breaks the streak",
-                vec![
-                    a.clone(),
-                    a.clone(),
-                    sig("TypeError", 21),
-                    a.clone(),
-                    a.clone(),
-                    a.clone(),
-                ],
-                false,
-                3,
-                Some(5),
-            ),
-            (
-                "another type breaks it",
-                vec![a.clone(), sig("KeyError", 20), a.clone()],
-                false,
-                2,
-                None,
-            ),
-            (
-                "a success since start: never",
-                vec![a.clone(); 9],
-                true,
-                5,
-                None,
-            ),
-            ("limit 0: never", vec![a.clone(); 9], false, 0, None),
-        ];
-        for (name, failures, succeeded, limit, stops_at) in cases {
-            let mut s = SameError::new(limit);
-            if succeeded {
-                s.success();
-            }
-            let stopped: Vec<usize> = failures
-                .iter()
-                .enumerate()
-                .filter(|(i, f)| s.failure(*i as i64, f))
-                .map(|(i, _)| i)
-                .collect();
-            assert_eq!(stopped.first().copied(), stops_at, "{name}");
-            assert!(stopped.len() <= 1, "{name}: stops once");
-            if let Some(at) = stops_at {
-                assert_eq!(
-                    s.streak.len() as u32,
-                    limit,
-                    "{name}: the streak is reported"
-                );
-                assert!(s.stopped_for(&failures[at]), "{name}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_breaker_counts_faults_that_may_clear_not_errors_of_the_objective() {
-        for kind in FailureKind::ALL {
-            let expected = !matches!(
-                kind,
-                FailureKind::Interrupted
-                    | FailureKind::UserError
-                    | FailureKind::BadValue
-                    | FailureKind::Protocol
-            );
-            assert_eq!(kind.may_clear(), expected, "{kind}");
-        }
-    }
-
-    #[test]
-    fn a_bad_value_signature_ignores_the_value_itself() {
-        let a = Signature::of(
-            FailureKind::BadValue,
-            "the objective returned a non-number: None",
-            None,
-        );
-        let b = Signature::of(
-            FailureKind::BadValue,
-            "the objective returned a non-number: 'x'",
-            None,
-        );
-        assert_eq!(a, b);
-        assert!(Signature::of(FailureKind::Oom, "out of memory", None).is_none());
-    }
-
-    #[test]
-    fn breaker_quarantines_with_exponential_backoff_and_resets_on_success() {
-        let mut b = Breaker {
-            cfg: cfg(),
-            devices: HashMap::new(),
-        };
-        let t = Instant::now();
-        assert_eq!(b.failure(Some(0), t), None);
-        assert_eq!(b.failure(Some(0), t), None);
-        assert_eq!(b.failure(Some(0), t), Some(Duration::from_secs(60)));
-        assert!(b.quarantined(Some(0), t).is_some());
-        assert!(b.paused(&[Some(0)], t).is_some());
-        assert!(
-            b.paused(&[Some(0), Some(1)], t).is_none(),
-            "gpu1 still works"
-        );
-        for _ in 0..3 {
-            b.failure(Some(0), t);
-        }
-        assert_eq!(
-            b.quarantined(Some(0), t),
-            Some(t + Duration::from_secs(120)),
-            "the second quarantine doubles"
-        );
-        b.release_all();
-        assert!(b.quarantined(Some(0), t).is_none());
-        b.success(Some(0));
-        assert_eq!(b.failure(Some(0), t), None);
-    }
-
-    #[test]
-    fn breaker_backoff_that_overflows_when_doubled_saturates_not_panics() {
-        // Validation bounds both backoffs, but the doubling and the deadline are computed at
-        // run time: neither may overflow whatever the settings.
-        let mut b = Breaker {
-            cfg: RetryConfig {
-                breaker_threshold: 1,
-                breaker_backoff: Duration::from_secs(u64::MAX / 2 + 1),
-                breaker_max_backoff: Duration::MAX,
-                ..cfg()
-            },
-            devices: HashMap::new(),
-        };
-        let t = Instant::now();
-        assert_eq!(
-            b.failure(None, t),
-            Some(Duration::from_secs(u64::MAX / 2 + 1))
-        );
-        assert_eq!(
-            b.failure(None, t),
-            Some(Duration::MAX),
-            "doubled, saturated"
-        );
-        for _ in 0..40 {
-            b.failure(None, t);
-        }
-        assert_eq!(b.quarantined(None, t), Some(t + clock::FAR));
-        assert!(b.paused(&[None], t).is_some());
-    }
 }

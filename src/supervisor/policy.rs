@@ -1,0 +1,762 @@
+//! The supervisor's rules, as pure functions and small state machines: whether a failure is
+//! retried, when a device is quarantined, when a study that can only fail stops, when a worker
+//! is recycled or replaced, whether an OOM means the params never fit, which candidate in the
+//! admission line may start. No I/O and no clock of their own (time comes in as an argument),
+//! so every rule is unit-tested here directly, table-driven, instead of only through a daemon.
+
+use crate::classify;
+use crate::clock;
+use crate::config::RetryConfig;
+use crate::study::{Attempts, Distribution, FailureKind, ParamValue, Params, SearchSpace};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A worker whose memory between trials exceeds its level after its first trial by less than
+/// this is healthy enough to keep after an OOM exception.
+pub(super) const OOM_HEALTH_SLACK: u64 = 256 << 20;
+/// Candidates kept in line for admission (see `Core::plan`).
+pub(super) const MAX_QUEUE: usize = 4;
+/// Trials that may start ahead of the candidate at the head of the line before it has priority.
+pub(super) const MAX_PASSES: u32 = 8;
+
+// ---------------------------------------------------------------------------------------------
+// Failures: retries, the circuit breaker, the same error again and again.
+
+/// Quarantines a device (or the CPU, `None`) whose failures keep coming with no success.
+pub(super) struct Breaker {
+    pub(super) cfg: RetryConfig,
+    pub(super) devices: HashMap<Option<u32>, BreakerState>,
+}
+
+#[derive(Default)]
+pub(super) struct BreakerState {
+    consecutive: u32,
+    quarantines: u32,
+    until: Option<Instant>,
+}
+
+impl Breaker {
+    pub(super) fn success(&mut self, device: Option<u32>) {
+        self.devices.insert(device, BreakerState::default());
+    }
+
+    /// Counts a failure; returns the quarantine it starts, if any.
+    pub(super) fn failure(&mut self, device: Option<u32>, now: Instant) -> Option<Duration> {
+        let st = self.devices.entry(device).or_default();
+        st.consecutive += 1;
+        if st.consecutive < self.cfg.breaker_threshold {
+            return None;
+        }
+        st.consecutive = 0;
+        let factor = 2u32.saturating_pow(st.quarantines.min(20));
+        let wait = clock::times(self.cfg.breaker_backoff, factor).min(self.cfg.breaker_max_backoff);
+        st.quarantines = st.quarantines.saturating_add(1);
+        st.until = Some(clock::after(now, wait));
+        Some(wait)
+    }
+
+    pub(super) fn quarantined(&self, device: Option<u32>, now: Instant) -> Option<Instant> {
+        self.devices
+            .get(&device)
+            .and_then(|s| s.until)
+            .filter(|u| *u > now)
+    }
+
+    pub(super) fn release_all(&mut self) {
+        for st in self.devices.values_mut() {
+            st.until = None;
+            st.consecutive = 0;
+        }
+    }
+
+    /// Why the whole study is paused: every device quarantined.
+    pub(super) fn paused(&self, devices: &[Option<u32>], now: Instant) -> Option<String> {
+        let untils: Vec<Instant> = devices
+            .iter()
+            .map(|d| self.quarantined(*d, now))
+            .collect::<Option<_>>()?;
+        let soonest = untils.into_iter().min()?;
+        Some(format!(
+            "paused: every device is quarantined after {} consecutive failures with no success; \
+             resumes by itself in {}s, or now with `sweepd resume`",
+            self.cfg.breaker_threshold,
+            (soonest - now).as_secs()
+        ))
+    }
+}
+
+/// What makes two failures the same error: a user error's exception type and the place in the
+/// user's code that raised it, or the way a value was bad.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Signature {
+    kind: FailureKind,
+    error: Option<classify::UserError>,
+    /// For a bad value: what was wrong with it ("returned NaN"), without the value itself.
+    what: String,
+}
+
+impl Signature {
+    /// The signature of a failure that will not clear by itself (a user error, a bad value);
+    /// `None` for the others.
+    pub(super) fn of(
+        kind: FailureKind,
+        reason: &str,
+        error: Option<&classify::UserError>,
+    ) -> Option<Signature> {
+        match kind {
+            FailureKind::UserError => Some(Signature {
+                kind,
+                error: error.cloned(),
+                what: String::new(),
+            }),
+            FailureKind::BadValue => Some(Signature {
+                kind,
+                error: None,
+                what: reason.split(':').next().unwrap_or(reason).to_owned(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Stops a study whose trials can only fail: `limit` trials in a row failing with the same user
+/// error or bad value while nothing has succeeded since this daemon started. Such an error does
+/// not clear by itself (a bug in the objective, Optuna's `report(value, step)` order): spending
+/// the budget on it, or pausing and resuming as for a device fault, helps no one.
+#[derive(Debug)]
+pub(super) struct SameError {
+    pub(super) limit: u32,
+    succeeded: bool,
+    signature: Option<Signature>,
+    /// trial_ids of the current run of identical failures.
+    pub(super) streak: Vec<i64>,
+    /// The error the study stopped for: later failures with it do not spend the budget either.
+    stopped: Option<Signature>,
+}
+
+impl SameError {
+    pub(super) fn new(limit: u32) -> SameError {
+        SameError {
+            limit,
+            succeeded: false,
+            signature: None,
+            streak: Vec::new(),
+            stopped: None,
+        }
+    }
+
+    pub(super) fn success(&mut self) {
+        self.succeeded = true;
+        self.signature = None;
+        self.streak.clear();
+    }
+
+    /// A failure that will not clear by itself. True when it completes the streak that stops
+    /// the study (the streak is then `self.streak`, this trial last).
+    pub(super) fn failure(&mut self, trial_id: i64, sig: &Signature) -> bool {
+        if self.limit == 0 || self.succeeded || self.stopped.is_some() {
+            return false;
+        }
+        if self.signature.as_ref() != Some(sig) {
+            self.signature = Some(sig.clone());
+            self.streak.clear();
+        }
+        self.streak.push(trial_id);
+        if self.streak.len() as u64 >= u64::from(self.limit) {
+            self.stopped = Some(sig.clone());
+            return true;
+        }
+        false
+    }
+
+    /// Whether the study already stopped for this error.
+    pub(super) fn stopped_for(&self, sig: &Signature) -> bool {
+        self.stopped.as_ref() == Some(sig)
+    }
+}
+
+/// Why the study stopped for a repeated error, for a person who has to fix it.
+pub(super) fn same_error_message(n: usize, reason: &str, sig: &Signature) -> String {
+    let mut text = format!(
+        "stopped: {n} trials in a row failed with the same error, and none has succeeded since \
+         sweepd started:\n  {reason}"
+    );
+    if let Some(at) = sig.error.as_ref().and_then(|e| e.at.as_ref()) {
+        text.push_str(&format!("\n  raised at {at}"));
+    }
+    text.push_str(&format!(
+        "\nThese {n} trials did not spend the budget: they are re-enqueued and run first when \
+         sweepd starts again. Fix the error, then run sweepd again."
+    ));
+    text
+}
+
+/// Redraws of a proposal that resembles an infeasible trial before it is run anyway.
+pub(super) const MAX_REDRAWS: u64 = 20;
+
+/// Whether `p` resembles the infeasible `bad`: equal on every discrete param, and within 5% of
+/// the range (in log space for log params) on every continuous one.
+pub(super) fn resembles(space: &SearchSpace, p: &Params, bad: &Params) -> bool {
+    space
+        .params
+        .iter()
+        .all(|spec| match (p.get(&spec.name), bad.get(&spec.name)) {
+            (Some(ParamValue::Float(a)), Some(ParamValue::Float(b))) => match &spec.dist {
+                Distribution::Float { step: Some(_), .. } => a == b,
+                Distribution::Float {
+                    low,
+                    high,
+                    log: true,
+                    ..
+                } => (a.ln() - b.ln()).abs() <= 0.05 * (high.ln() - low.ln()),
+                Distribution::Float { low, high, .. } => (a - b).abs() <= 0.05 * (high - low),
+                _ => a == b,
+            },
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        })
+}
+
+/// Whether a failure of `kind` gets another attempt, given the attempts before it.
+pub(super) fn retry_allowed(kind: FailureKind, attempts: &Attempts, cfg: &RetryConfig) -> bool {
+    let n = |k: FailureKind| attempts.get(&k).copied().unwrap_or(0);
+    match kind {
+        FailureKind::Interrupted => true,
+        FailureKind::Oom => n(FailureKind::Oom) < cfg.oom,
+        FailureKind::CudaFatal => n(FailureKind::CudaFatal) < cfg.cuda_fatal,
+        FailureKind::Killed
+        | FailureKind::Timeout
+        | FailureKind::Hang
+        | FailureKind::WorkerDied => {
+            let crashes: u32 = [
+                FailureKind::Killed,
+                FailureKind::Timeout,
+                FailureKind::Hang,
+                FailureKind::WorkerDied,
+            ]
+            .into_iter()
+            .map(n)
+            .sum();
+            crashes < cfg.crash
+        }
+        FailureKind::UserError | FailureKind::BadValue | FailureKind::Protocol => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: kept, recycled or replaced.
+
+/// How a trial ended for the worker that ran it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Fate {
+    Keep,
+    /// The worker is dead or must not be trusted with another trial.
+    Replace(String),
+}
+
+/// What a slot knows of its worker's history and memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct WorkerHealth {
+    pub(super) successes: u64,
+    /// Trials it ran, whatever their outcome (a fresh process has run none).
+    pub(super) trials_run: u64,
+    /// GPU memory of the worker between trials after its first success (growth baseline).
+    pub(super) baseline: Option<u64>,
+    /// GPU memory of the worker after its last trial (what it holds when the next one starts).
+    pub(super) idle: Option<u64>,
+}
+
+impl WorkerHealth {
+    /// Whether the process starts a trial as clean as a new one: it has run nothing, or its
+    /// memory between trials has not grown past its level after its first success. An OOM in
+    /// such a process, alone on the device, means the params themselves do not fit.
+    pub(super) fn clean(&self) -> bool {
+        self.trials_run == 0
+            || matches!((self.baseline, self.idle), (Some(b), Some(i)) if i <= b.saturating_add(OOM_HEALTH_SLACK))
+    }
+}
+
+/// After a successful trial: recycle the worker after `recycle_after` successes (0: never), or
+/// when its memory between trials grew past `recycle_on_growth` over its level after the first
+/// trial.
+pub(super) fn recycle(
+    h: &WorkerHealth,
+    recycle_after: Option<u32>,
+    recycle_on_growth: Option<u64>,
+) -> Fate {
+    if let Some(limit) = recycle_after {
+        if limit > 0 && h.successes >= u64::from(limit) {
+            return Fate::Replace(format!("recycled after {} successful trials", h.successes));
+        }
+    }
+    match (recycle_on_growth, h.baseline, h.idle) {
+        (Some(growth), Some(base), Some(now)) if now > base.saturating_add(growth) => {
+            Fate::Replace(format!(
+                "recycled early: its memory between trials grew from {} to {} MiB",
+                base >> 20,
+                now >> 20
+            ))
+        }
+        _ => Fate::Keep,
+    }
+}
+
+/// After an OOM exception the worker stays only if its memory is back near its level after
+/// its first trial; a fragmented or leaking process is replaced. Without readings: replace.
+pub(super) fn after_oom(h: &WorkerHealth) -> Fate {
+    match (h.idle, h.baseline) {
+        (Some(now), Some(base)) if now <= base.saturating_add(OOM_HEALTH_SLACK) => Fate::Keep,
+        (now, base) => Fate::Replace(format!(
+            "replaced after an OOM: holds {} MiB between trials (baseline {})",
+            now.unwrap_or(0) >> 20,
+            base.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Out of memory: what an OOM says about the params and the device.
+
+/// An OOM, or an OOM that turned into a device-side assert: the trial needs more memory than
+/// it had, which admission and the memory model learn from.
+pub(super) fn oom_like(kind: FailureKind, reason: &str) -> bool {
+    kind == FailureKind::Oom
+        || (kind == FailureKind::CudaFatal && reason.contains("after CUDA OOM"))
+}
+
+/// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
+/// the device: these params do not fit this card.
+pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
+    kind == FailureKind::Oom && alone_on_device && clean_worker
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admission line.
+
+/// How many candidates of the line, from its head, may be tried for admission now: all of them,
+/// unless the head has been passed `MAX_PASSES` times already (then only the head, so that a
+/// large trial waiting for room cannot starve behind small ones).
+pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
+    if head_passes >= MAX_PASSES {
+        line.min(1)
+    } else {
+        line
+    }
+}
+
+/// Whether to draw one more candidate when none in line fits: the line is short, the head not
+/// starved, and the sampler has more.
+pub(super) fn look_further(head_passes: u32, line: usize, exhausted: bool) -> bool {
+    head_passes < MAX_PASSES && line < MAX_QUEUE && !exhausted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg() -> RetryConfig {
+        RetryConfig {
+            oom: 2,
+            cuda_fatal: 1,
+            crash: 1,
+            breaker_threshold: 3,
+            breaker_backoff: Duration::from_secs(60),
+            breaker_max_backoff: Duration::from_secs(600),
+            oom_admission_factor: 0.75,
+            oom_recovery: Duration::from_secs(600),
+            stop_after_same_error: 5,
+        }
+    }
+
+    #[test]
+    fn a_proposal_near_an_infeasible_trial_resembles_it() {
+        use crate::study::{Distribution, ParamSpec, ParamValue, SearchSpace};
+        let space = SearchSpace {
+            params: vec![
+                ParamSpec {
+                    name: "lr".into(),
+                    dist: Distribution::Float {
+                        low: 1e-5,
+                        high: 1e-1,
+                        step: None,
+                        log: true,
+                    },
+                },
+                ParamSpec {
+                    name: "dim".into(),
+                    dist: Distribution::Categorical {
+                        choices: vec![json!(80), json!(512)],
+                    },
+                },
+            ],
+        };
+        let p = |lr: f64, dim: usize| -> Params {
+            [
+                ("lr".to_owned(), ParamValue::Float(lr)),
+                ("dim".to_owned(), ParamValue::Choice(dim)),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let bad = p(1e-3, 1);
+        assert!(
+            resembles(&space, &p(1.2e-3, 1), &bad),
+            "close in log space, same dim"
+        );
+        assert!(!resembles(&space, &p(1.2e-3, 0), &bad), "another dim");
+        assert!(!resembles(&space, &p(1e-2, 1), &bad), "a decade away");
+    }
+
+    fn sig(exc: &str, line: u32) -> Signature {
+        Signature {
+            kind: FailureKind::UserError,
+            error: Some(classify::UserError {
+                exc_type: exc.into(),
+                at: Some(classify::Frame {
+                    file: "train.py".into(),
+                    line,
+                    function: "objective".into(),
+                }),
+            }),
+            what: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_same_error_in_a_row_with_no_success_stops_the_study() {
+        // (failures as (trial_id, signature), a success before them?, limit, stops at index)
+        type Case = (&'static str, Vec<Signature>, bool, u32, Option<usize>);
+        let a = sig("TypeError", 20);
+        let cases: Vec<Case> = vec![
+            ("five identical", vec![a.clone(); 5], false, 5, Some(4)),
+            ("four are not enough", vec![a.clone(); 4], false, 5, None),
+            (
+                "another line breaks the streak",
+                vec![
+                    a.clone(),
+                    a.clone(),
+                    sig("TypeError", 21),
+                    a.clone(),
+                    a.clone(),
+                    a.clone(),
+                ],
+                false,
+                3,
+                Some(5),
+            ),
+            (
+                "another type breaks it",
+                vec![a.clone(), sig("KeyError", 20), a.clone()],
+                false,
+                2,
+                None,
+            ),
+            (
+                "a success since start: never",
+                vec![a.clone(); 9],
+                true,
+                5,
+                None,
+            ),
+            ("limit 0: never", vec![a.clone(); 9], false, 0, None),
+        ];
+        for (name, failures, succeeded, limit, stops_at) in cases {
+            let mut s = SameError::new(limit);
+            if succeeded {
+                s.success();
+            }
+            let stopped: Vec<usize> = failures
+                .iter()
+                .enumerate()
+                .filter(|(i, f)| s.failure(*i as i64, f))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(stopped.first().copied(), stops_at, "{name}");
+            assert!(stopped.len() <= 1, "{name}: stops once");
+            if let Some(at) = stops_at {
+                assert_eq!(
+                    s.streak.len() as u32,
+                    limit,
+                    "{name}: the streak is reported"
+                );
+                assert!(s.stopped_for(&failures[at]), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_breaker_counts_faults_that_may_clear_not_errors_of_the_objective() {
+        for kind in FailureKind::ALL {
+            let expected = !matches!(
+                kind,
+                FailureKind::Interrupted
+                    | FailureKind::UserError
+                    | FailureKind::BadValue
+                    | FailureKind::Protocol
+            );
+            assert_eq!(kind.may_clear(), expected, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_bad_value_signature_ignores_the_value_itself() {
+        let a = Signature::of(
+            FailureKind::BadValue,
+            "the objective returned a non-number: None",
+            None,
+        );
+        let b = Signature::of(
+            FailureKind::BadValue,
+            "the objective returned a non-number: 'x'",
+            None,
+        );
+        assert_eq!(a, b);
+        assert!(Signature::of(FailureKind::Oom, "out of memory", None).is_none());
+    }
+
+    #[test]
+    fn breaker_quarantines_with_exponential_backoff_and_resets_on_success() {
+        let mut b = Breaker {
+            cfg: cfg(),
+            devices: HashMap::new(),
+        };
+        let t = Instant::now();
+        assert_eq!(b.failure(Some(0), t), None);
+        assert_eq!(b.failure(Some(0), t), None);
+        assert_eq!(b.failure(Some(0), t), Some(Duration::from_secs(60)));
+        assert!(b.quarantined(Some(0), t).is_some());
+        assert!(b.paused(&[Some(0)], t).is_some());
+        assert!(
+            b.paused(&[Some(0), Some(1)], t).is_none(),
+            "gpu1 still works"
+        );
+        for _ in 0..3 {
+            b.failure(Some(0), t);
+        }
+        assert_eq!(
+            b.quarantined(Some(0), t),
+            Some(t + Duration::from_secs(120)),
+            "the second quarantine doubles"
+        );
+        b.release_all();
+        assert!(b.quarantined(Some(0), t).is_none());
+        b.success(Some(0));
+        assert_eq!(b.failure(Some(0), t), None);
+    }
+
+    #[test]
+    fn breaker_backoff_that_overflows_when_doubled_saturates_not_panics() {
+        // Validation bounds both backoffs, but the doubling and the deadline are computed at
+        // run time: neither may overflow whatever the settings.
+        let mut b = Breaker {
+            cfg: RetryConfig {
+                breaker_threshold: 1,
+                breaker_backoff: Duration::from_secs(u64::MAX / 2 + 1),
+                breaker_max_backoff: Duration::MAX,
+                ..cfg()
+            },
+            devices: HashMap::new(),
+        };
+        let t = Instant::now();
+        assert_eq!(
+            b.failure(None, t),
+            Some(Duration::from_secs(u64::MAX / 2 + 1))
+        );
+        assert_eq!(
+            b.failure(None, t),
+            Some(Duration::MAX),
+            "doubled, saturated"
+        );
+        for _ in 0..40 {
+            b.failure(None, t);
+        }
+        assert_eq!(b.quarantined(None, t), Some(t + clock::FAR));
+        assert!(b.paused(&[None], t).is_some());
+    }
+
+    #[test]
+    fn retries_are_bounded_per_kind_and_crashes_share_one_limit() {
+        use FailureKind::*;
+        // (kind, earlier attempts by kind, allowed) with oom = 2, cuda_fatal = 1, crash = 1.
+        type Case = (FailureKind, &'static [(FailureKind, u32)], bool);
+        let cases: &[Case] = &[
+            (Oom, &[], true),
+            (Oom, &[(Oom, 1)], true),
+            (Oom, &[(Oom, 2)], false),
+            (Oom, &[(CudaFatal, 5)], true),
+            (CudaFatal, &[], true),
+            (CudaFatal, &[(CudaFatal, 1)], false),
+            (CudaFatal, &[(Oom, 2)], true),
+            (Killed, &[], true),
+            (Killed, &[(Timeout, 1)], false),
+            (Timeout, &[(Hang, 1)], false),
+            (Hang, &[(WorkerDied, 1)], false),
+            (WorkerDied, &[(Killed, 1)], false),
+            (WorkerDied, &[(Oom, 2), (CudaFatal, 1)], true),
+            (Interrupted, &[(Interrupted, 100)], true),
+            (UserError, &[], false),
+            (BadValue, &[], false),
+            (Protocol, &[], false),
+        ];
+        for (kind, earlier, allowed) in cases {
+            let attempts: Attempts = earlier.iter().copied().collect();
+            assert_eq!(
+                retry_allowed(*kind, &attempts, &cfg()),
+                *allowed,
+                "{kind} after {earlier:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn workers_are_recycled_after_their_count_or_their_growth() {
+        const MIB: u64 = 1 << 20;
+        let h = |successes, baseline: Option<u64>, idle: Option<u64>| WorkerHealth {
+            successes,
+            trials_run: successes,
+            baseline,
+            idle,
+        };
+        // (health, recycle_after, recycle_on_growth, replaced?)
+        let cases = [
+            (h(9, None, None), Some(10), None, false),
+            (h(10, None, None), Some(10), None, true),
+            (h(10, None, None), Some(0), None, false),
+            (h(10, None, None), None, None, false),
+            (
+                h(3, Some(500 * MIB), Some(900 * MIB)),
+                None,
+                Some(512 * MIB),
+                false,
+            ),
+            (
+                h(3, Some(500 * MIB), Some(1100 * MIB)),
+                None,
+                Some(512 * MIB),
+                true,
+            ),
+            (h(3, None, Some(u64::MAX)), None, Some(MIB), false),
+            (
+                h(3, Some(u64::MAX), Some(u64::MAX)),
+                None,
+                Some(u64::MAX),
+                false,
+            ),
+        ];
+        for (health, after, growth, replaced) in cases {
+            let fate = recycle(&health, after, growth);
+            assert_eq!(
+                matches!(fate, Fate::Replace(_)),
+                replaced,
+                "{health:?} {after:?} {growth:?}: {fate:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn after_an_oom_a_worker_stays_only_if_its_memory_came_back() {
+        let h = |baseline, idle| WorkerHealth {
+            successes: 1,
+            trials_run: 2,
+            baseline,
+            idle,
+        };
+        let base = 600 << 20;
+        assert_eq!(
+            after_oom(&h(Some(base), Some(base + (100 << 20)))),
+            Fate::Keep
+        );
+        assert!(matches!(
+            after_oom(&h(Some(base), Some(base + (300 << 20)))),
+            Fate::Replace(_)
+        ));
+        assert!(
+            matches!(after_oom(&h(None, Some(base))), Fate::Replace(_)),
+            "no baseline"
+        );
+        assert!(
+            matches!(after_oom(&h(Some(base), None)), Fate::Replace(_)),
+            "no reading"
+        );
+    }
+
+    #[test]
+    fn a_worker_is_clean_until_it_ran_something_and_then_while_it_has_not_grown() {
+        let fresh = WorkerHealth::default();
+        assert!(fresh.clean());
+        let grown = WorkerHealth {
+            successes: 1,
+            trials_run: 1,
+            baseline: Some(500 << 20),
+            idle: Some(1 << 30),
+        };
+        assert!(!grown.clean());
+        let steady = WorkerHealth {
+            idle: Some(600 << 20),
+            ..grown
+        };
+        assert!(steady.clean());
+        let unmeasured = WorkerHealth {
+            baseline: None,
+            ..grown
+        };
+        assert!(
+            !unmeasured.clean(),
+            "ran a trial, never measured: not known to be clean"
+        );
+    }
+
+    #[test]
+    fn an_oom_alone_on_the_device_in_a_clean_worker_is_infeasible() {
+        use FailureKind::*;
+        // (kind, alone, clean worker, infeasible)
+        let cases = [
+            (Oom, true, true, true),
+            (Oom, false, true, false),
+            (Oom, true, false, false),
+            (CudaFatal, true, true, false),
+            (UserError, true, true, false),
+        ];
+        for (kind, alone, clean, expected) in cases {
+            assert_eq!(
+                infeasible(kind, alone, clean),
+                expected,
+                "{kind} {alone} {clean}"
+            );
+        }
+        assert!(oom_like(Oom, "anything"));
+        assert!(oom_like(
+            CudaFatal,
+            "CUDA fatal error: device-side assert (after CUDA OOM: …)"
+        ));
+        assert!(!oom_like(
+            CudaFatal,
+            "CUDA fatal error: illegal memory access"
+        ));
+        assert!(!oom_like(Killed, "after CUDA OOM"));
+    }
+
+    #[test]
+    fn the_admission_line_lets_small_trials_pass_until_the_head_is_starved() {
+        // (passes of the head, line length, exhausted) -> (candidates tried, look further?)
+        let cases = [
+            ((0, 1, false), (1, true)),
+            ((0, 3, false), (3, true)),
+            ((0, MAX_QUEUE, false), (MAX_QUEUE, false)),
+            ((0, 2, true), (2, false)),
+            ((MAX_PASSES - 1, 3, false), (3, true)),
+            ((MAX_PASSES, 3, false), (1, false)),
+            ((MAX_PASSES + 5, 1, false), (1, false)),
+            ((MAX_PASSES, 0, false), (0, false)),
+        ];
+        for ((passes, line, exhausted), (tried, further)) in cases {
+            assert_eq!(admissible(passes, line), tried, "{passes} {line}");
+            assert_eq!(
+                look_further(passes, line, exhausted),
+                further,
+                "{passes} {line} {exhausted}"
+            );
+        }
+    }
+}
