@@ -5,7 +5,10 @@ VENV    ?= .venv
 CONFIG  ?= supervisor.toml
 # PAR=N overrides [worker] max_par for `make tune`.
 PAR     ?=
-SWEEPD  := target/release/sweepd
+# Where cargo builds (CARGO_TARGET_DIR, or build.target-dir in a cargo config, move it): asked of
+# cargo itself, so that `make tune` runs the binary `make build` just built.
+TARGET_DIR := $(or $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'),target)
+SWEEPD  := $(TARGET_DIR)/release/sweepd
 
 .PHONY: build tune status test test-rust test-python lint fmt venv clean
 
@@ -62,7 +65,7 @@ clean:
 ##                              Defaults to the User= of a unit installed before, so that a
 ##                              plain `make install` upgrade does not switch a study to root
 ##                              (`make install SWEEPD_USER=` does)
-##   SWEEPD_BIN=target/release/sweepd   the binary to install; the default one is (re)built
+##   SWEEPD_BIN=$(TARGET_DIR)/release/sweepd   the binary to install; the default one is (re)built
 ##                              when a source is newer, any other path is used as it is
 ## It never calls systemctl: it prints the commands to run.
 PREFIX           ?= /usr/local
@@ -70,7 +73,7 @@ DESTDIR          ?=
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SWEEPD_STATE_DIR ?= /var/lib/sweepd
 SWEEPD_USER      ?= $(shell sed -n 's/^User=//p' $(DESTDIR)$(SYSTEMD_UNIT_DIR)/sweepd@.service 2>/dev/null)
-SWEEPD_BIN       ?= target/release/sweepd
+SWEEPD_BIN       ?= $(SWEEPD)
 INSTALL          ?= install
 
 SWEEPD_BINDIR   = $(PREFIX)/bin
@@ -92,7 +95,7 @@ SYSTEMD_UNIT_PATH = /etc/systemd/system /usr/local/lib/systemd/system /usr/lib/s
 # Only for the default SWEEPD_BIN: rebuilt when a source is newer than it (`make build` first,
 # as yourself, and `sudo make install` will not need cargo). touch: cargo leaves an up-to-date
 # binary's mtime alone.
-target/release/sweepd: Cargo.toml Cargo.lock build.rs $(wildcard src/*.rs src/*/*.rs src/*/*/*.rs migrations/*)
+$(SWEEPD): Cargo.toml Cargo.lock build.rs $(wildcard src/*.rs src/*/*.rs src/*/*/*.rs migrations/*)
 	$(CARGO) build --release
 	@touch $@
 
@@ -150,7 +153,7 @@ uninstall:
 ## Benchmarks: results go to docs/benchmarks.md, each between its own markers. One recipe line
 ## per bench script: add a line to add a benchmark.
 .PHONY: bench fake-nvml
-FAKE_NVML := target/fake-nvml/libnvidia-ml.so.1
+FAKE_NVML := $(TARGET_DIR)/fake-nvml/libnvidia-ml.so.1
 
 bench: venv
 bench: build fake-nvml

@@ -77,11 +77,36 @@ pub enum RunError {
     Gpu(String),
     #[error("{0}")]
     Locked(String),
+    /// `[metrics] listen` could not be bound.
+    #[error("[metrics] listen = {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A slot task panicked: a bug in sweepd, not in the study.
+    #[error("a slot task panicked (a bug in sweepd; please report it): {0}")]
+    Panicked(String),
     /// The study's trials keep failing with the same error in the objective.
     #[error("{0}")]
     SameError(String),
     #[error("study `{name}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopped, and its workers killed", path.display())]
     StudyDeleted { name: String, path: PathBuf },
+}
+
+impl RunError {
+    /// The error a slot task that panicked (or was cancelled) ends the run with.
+    fn from_slot_panic(e: tokio::task::JoinError) -> RunError {
+        let what = match e.try_into_panic() {
+            Ok(payload) => payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned()),
+            Err(e) => e.to_string(),
+        };
+        RunError::Panicked(what)
+    }
 }
 
 /// What a finished run reports.
@@ -1113,7 +1138,7 @@ async fn run_locked(
     if let Some(addr) = config.metrics.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| RunError::Gpu(format!("[metrics] listen = {addr}: {e}")))?;
+            .map_err(|source| RunError::Metrics { addr, source })?;
         info!(%addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(
             listener,
@@ -1176,7 +1201,7 @@ async fn run_locked(
                 first_error.get_or_insert(e);
             }
             Err(e) => {
-                let e = RunError::Sampler(format!("a slot task panicked: {e}"));
+                let e = RunError::from_slot_panic(e);
                 error!("{e}");
                 shared.shutdown.cancel();
                 first_error.get_or_insert(e);
@@ -1391,14 +1416,12 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 warn!("could not store GPU readings: {e}");
             }
         }
-        let mut resumed = false;
         match sh.store.take_commands(&sh.study).await {
             Ok(cmds) => {
                 for cmd in cmds {
                     if cmd == "resume" {
                         sh.core.lock().await.breaker.release_all();
                         info!("resumed by `sweepd resume`: quarantines lifted");
-                        resumed = true;
                     } else {
                         warn!("unknown command `{cmd}` ignored");
                     }
@@ -1442,7 +1465,6 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
         }
         tick += 1;
-        let _ = resumed;
         sh.changed.notify_waiters();
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -1844,20 +1866,25 @@ async fn finish_and_next(
 
 /// Environment common to every worker: protocol variables, the helper on PYTHONPATH, the
 /// device, the allocator settings, then the user's `[worker.env]`, which wins.
-fn worker_env(sh: &Shared, worker_id: i64, device: Option<u32>) -> Vec<(String, String)> {
-    let mode = match sh.cfg().worker.mode {
+fn worker_env(
+    cfg: &Config,
+    python_dir: Option<&std::path::Path>,
+    worker_id: i64,
+    device: Option<u32>,
+) -> Vec<(String, String)> {
+    let mode = match cfg.worker.mode {
         WorkerMode::Persistent => "persistent",
         WorkerMode::Oneshot => "oneshot",
     };
     let mut env = vec![
         ("SWEEPD_MODE".to_owned(), mode.to_owned()),
         ("SWEEPD_WORKER_ID".to_owned(), worker_id.to_string()),
-        ("SWEEPD_STUDY".to_owned(), sh.cfg().study.name.clone()),
+        ("SWEEPD_STUDY".to_owned(), cfg.study.name.clone()),
         ("SWEEPD_PROTOCOL".to_owned(), "1".to_owned()),
         // Workers' prints reach the log as they happen, not when a buffer fills.
         ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
     ];
-    if let Some(dir) = &sh.python_dir {
+    if let Some(dir) = python_dir {
         let mut path = dir.to_string_lossy().into_owned();
         if let Ok(old) = std::env::var("PYTHONPATH") {
             if !old.is_empty() {
@@ -1871,8 +1898,8 @@ fn worker_env(sh: &Shared, worker_id: i64, device: Option<u32>) -> Vec<(String, 
         env.push(("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()));
         env.push(("CUDA_VISIBLE_DEVICES".to_owned(), d.to_string()));
     }
-    env.extend(sh.cfg().worker.allocator.env());
-    for (k, v) in &sh.cfg().worker.env {
+    env.extend(cfg.worker.allocator.env());
+    for (k, v) in &cfg.worker.env {
         env.retain(|(key, _)| key != k);
         env.push((k.clone(), v.clone()));
     }
@@ -1887,18 +1914,21 @@ async fn spawn_worker(
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
 ) -> Result<Worker, RunError> {
+    // One snapshot of the config for the whole spawn: a SIGHUP meanwhile must not give the
+    // worker half of one config and half of the next.
+    let cfg = sh.cfg();
     let id = sh.store.worker_created(&sh.study, slot, &sh.host).await?;
-    let mut argv = sh.cfg().worker.command.clone();
+    let mut argv = cfg.worker.command.clone();
     argv.extend(extra_args);
-    let mut env = worker_env(sh, id, device);
+    let mut env = worker_env(&cfg, sh.python_dir.as_deref(), id, device);
     env.extend(extra_env);
     let spec = SpawnSpec {
         argv: argv.clone(),
         env,
-        cwd: sh.cfg().worker.cwd.clone(),
-        log_path: worker::log_path(&sh.cfg().worker.log_dir, id),
-        log_max_bytes: sh.cfg().worker.log_max_bytes,
-        log_max_total: sh.cfg().worker.log_max_total,
+        cwd: cfg.worker.cwd.clone(),
+        log_path: worker::log_path(&cfg.worker.log_dir, id),
+        log_max_bytes: cfg.worker.log_max_bytes,
+        log_max_total: cfg.worker.log_max_total,
     };
     let w = match Worker::spawn(id, &spec) {
         Ok(w) => w,
@@ -2124,7 +2154,9 @@ async fn run_trial(
     c: &Claimed,
     result_file: Option<&PathBuf>,
 ) -> (Outcome, Fate) {
-    let params = sh.cfg().space.external_json(&c.params);
+    // One snapshot for the trial: its limits do not change halfway through by a SIGHUP.
+    let cfg = sh.cfg();
+    let params = cfg.space.external_json(&c.params);
     w.reset_tail();
     w.mark(&format!(
         "trial {} (trial_id {}) start: {params}",
@@ -2155,9 +2187,9 @@ async fn run_trial(
     }
     let started = Instant::now();
     let far = Duration::from_secs(86400 * 365);
-    let timeout = tokio::time::sleep(sh.cfg().worker.trial_timeout.unwrap_or(far));
+    let timeout = tokio::time::sleep(cfg.worker.trial_timeout.unwrap_or(far));
     tokio::pin!(timeout);
-    let heartbeat_limit = sh.cfg().worker.heartbeat_timeout.unwrap_or(far);
+    let heartbeat_limit = cfg.worker.heartbeat_timeout.unwrap_or(far);
     let heartbeat = tokio::time::sleep(heartbeat_limit);
     tokio::pin!(heartbeat);
     let grace = tokio::time::sleep(far);
@@ -2265,7 +2297,7 @@ async fn run_trial(
                     w.kill_group(KILL_GRACE).await;
                     break (o, Fate::Replace("oneshot worker did not exit after its result".into()));
                 }
-                let limit = sh.cfg().worker.trial_timeout.unwrap_or(far);
+                let limit = cfg.worker.trial_timeout.unwrap_or(far);
                 let why = format!("trial exceeded trial_timeout ({})", humantime::format_duration(limit));
                 w.kill_group(KILL_GRACE).await;
                 break (failed(FailureKind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
@@ -2283,8 +2315,8 @@ async fn run_trial(
                 // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
                 // of the loop kills the trial.
                 if !sh.abandon.is_cancelled() {
-                    info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(sh.cfg().worker.shutdown_grace));
-                    grace.as_mut().reset(clock::deadline(sh.cfg().worker.shutdown_grace));
+                    info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(cfg.worker.shutdown_grace));
+                    grace.as_mut().reset(clock::deadline(cfg.worker.shutdown_grace));
                 }
             }
             _ = sh.abandon.cancelled() => {
@@ -2389,4 +2421,63 @@ pub fn python_dir() -> Option<PathBuf> {
         .into_iter()
         .flatten()
         .find(|d| d.join("sweepd_worker.py").is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicked_slot_is_reported_as_a_panic_not_a_sampler_error() {
+        let e = tokio::spawn(async { panic!("index out of bounds") })
+            .await
+            .unwrap_err();
+        let e = RunError::from_slot_panic(e);
+        assert!(matches!(e, RunError::Panicked(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "a slot task panicked (a bug in sweepd; please report it): index out of bounds"
+        );
+    }
+
+    #[test]
+    fn a_workers_environment_comes_from_one_config() {
+        let text = r#"
+[study]
+name = "env"
+[storage]
+url = "sqlite://s.db"
+[worker]
+command = ["python3", "w.py"]
+[worker.env]
+PYTORCH_CUDA_ALLOC_CONF = "mine"
+EXTRA = "1"
+[params.x]
+type = "float"
+low = 0.0
+high = 1.0
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::parse(text, &dir.path().join("supervisor.toml")).unwrap();
+        let env: HashMap<String, String> =
+            worker_env(&cfg, Some(std::path::Path::new("/opt/py")), 7, Some(2))
+                .into_iter()
+                .collect();
+        assert_eq!(env["SWEEPD_WORKER_ID"], "7");
+        assert_eq!(env["SWEEPD_STUDY"], "env");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "2");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+        assert!(env["PYTHONPATH"].starts_with("/opt/py"));
+        // The user's [worker.env] wins over the allocator preset, once.
+        assert_eq!(env["PYTORCH_CUDA_ALLOC_CONF"], "mine");
+        assert_eq!(env["EXTRA"], "1");
+        let cpu = worker_env(&cfg, None, 7, None);
+        assert!(cpu.iter().all(|(k, _)| k != "CUDA_VISIBLE_DEVICES"));
+        assert_eq!(
+            cpu.iter()
+                .filter(|(k, _)| k == "PYTORCH_CUDA_ALLOC_CONF")
+                .count(),
+            1
+        );
+    }
 }

@@ -1416,3 +1416,22 @@ fn files_sweepd_creates_are_not_readable_by_other_users() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_metrics_port_in_use_is_a_metrics_error_not_a_gpu_error() {
+    let port = free_port();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let sweep = Sweep::with_toml(&metrics_toml(&Cfg::default(), &format!("127.0.0.1:{port}")));
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("sweepd: "))
+        .unwrap();
+    assert!(
+        last.starts_with(&format!("sweepd: [metrics] listen = 127.0.0.1:{port}: ")),
+        "{last}"
+    );
+}

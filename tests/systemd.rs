@@ -403,3 +403,27 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn make_tune_runs_the_binary_cargo_built_when_cargo_target_dir_is_set() {
+    // A common Rust setup puts every build in one place; `make tune` used to run
+    // target/release/sweepd, which then did not exist.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(repo())
+        .args(["-n", "tune"])
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .env("CARGO_TARGET_DIR", dir.path())
+        .output()
+        .expect("run make");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let expected = format!(
+        "{}/release/sweepd run -c supervisor.toml",
+        dir.path().display()
+    );
+    assert!(text.contains(&expected), "make -n tune says:\n{text}");
+}
