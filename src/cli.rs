@@ -65,9 +65,9 @@ pub enum Command {
     Trials {
         #[command(flatten)]
         cfg: ConfigArg,
-        /// Only trials in this state (RUNNING, WAITING, COMPLETE, PRUNED, FAIL).
-        #[arg(long)]
-        state: Option<String>,
+        /// Only trials in this state.
+        #[arg(long, value_enum, ignore_case = true)]
+        state: Option<StateArg>,
         /// Only the last N trials.
         #[arg(long)]
         limit: Option<u64>,
@@ -95,6 +95,29 @@ pub enum Command {
         #[command(flatten)]
         cfg: ConfigArg,
     },
+}
+
+/// A trial state on the command line, spelled as Optuna stores it (any case).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[value(rename_all = "UPPER")]
+pub enum StateArg {
+    Running,
+    Waiting,
+    Complete,
+    Pruned,
+    Fail,
+}
+
+impl From<StateArg> for TrialState {
+    fn from(s: StateArg) -> TrialState {
+        match s {
+            StateArg::Running => TrialState::Running,
+            StateArg::Waiting => TrialState::Waiting,
+            StateArg::Complete => TrialState::Complete,
+            StateArg::Pruned => TrialState::Pruned,
+            StateArg::Fail => TrialState::Fail,
+        }
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,14 +271,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             json,
             csv,
         } => {
-            let state = match state {
-                Some(s) => Some(s.parse::<TrialState>().map_err(|_| {
-                    CliError::Usage(format!(
-                        "unknown state `{s}`: use RUNNING, WAITING, COMPLETE, PRUNED or FAIL"
-                    ))
-                })?),
-                None => None,
-            };
+            let state = state.map(TrialState::from);
             let (store, study) = open_study(&cfg).await?;
             let trials = store.trials(&study, state, limit).await?;
             if json {
@@ -781,5 +797,21 @@ fn print_csv(trials: &[TrialView]) {
                 .collect::<Vec<_>>()
                 .join(",")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_trial_state_has_its_command_line_spelling() {
+        for s in TrialState::ALL {
+            let arg = StateArg::from_str(s.as_str(), true).expect("a value for every state");
+            assert_eq!(TrialState::from(arg), *s);
+            let lower = StateArg::from_str(&s.as_str().to_lowercase(), true).unwrap();
+            assert_eq!(TrialState::from(lower), *s);
+        }
+        assert!(StateArg::from_str("DONE", true).is_err());
     }
 }
