@@ -38,6 +38,7 @@ The full protocol, for writing workers in other languages, is in
 This module uses only the standard library and supports CPython 3.8+.
 """
 
+import gc
 import json
 import math
 import operator
@@ -49,7 +50,7 @@ import traceback
 
 __version__ = "0.1.0"
 
-__all__ = ["serve", "Trial", "TrialPruned", "PROTOCOL_VERSION", "__version__"]
+__all__ = ["serve", "release_caches", "Trial", "TrialPruned", "PROTOCOL_VERSION", "__version__"]
 
 #: The protocol version this helper speaks.
 PROTOCOL_VERSION = 1
@@ -416,22 +417,100 @@ def _ready_message():
 # Modes
 
 
+# --------------------------------------------------------------------------
+# Device memory between trials
+
+
+def _cuda_torch():
+    """PyTorch, if the objective imported it and initialized CUDA (never imported here)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch
+    except Exception:
+        pass
+    return None
+
+
+def _reset_framework_peaks():
+    torch = _cuda_torch()
+    if torch is not None:
+        try:
+            torch.cuda.reset_peak_memory_stats()
+        except Exception:
+            pass
+
+
+def _framework_memory():
+    """The framework's own peak figures for the trial that just ended, where it is imported
+    and they are cheap to ask: {"framework": ..., "peak_allocated": bytes, "peak_reserved":
+    bytes}, or None. sweepd measures memory with NVML; these only say what the framework saw."""
+    torch = _cuda_torch()
+    if torch is None:
+        return None
+    try:
+        return {
+            "framework": "torch",
+            "peak_allocated": int(torch.cuda.max_memory_allocated()),
+            "peak_reserved": int(torch.cuda.max_memory_reserved()),
+        }
+    except Exception:
+        return None
+
+
+def release_caches():
+    """Give the device memory a finished trial left cached back to the driver.
+
+    A persistent worker waits between trials holding its CUDA context; PyTorch's caching
+    allocator would also keep every block the trial freed, so an idle worker would hold a
+    trial's peak and sweepd could not admit the next trial into that memory. Called between
+    trials by serve() in persistent mode: garbage collection (tensors in reference cycles),
+    then torch.cuda.empty_cache() and TensorFlow's clear_session() where those are imported
+    (nothing is imported here). JAX keeps freed memory in its own pool whatever is called;
+    sweepd sets XLA_PYTHON_CLIENT_PREALLOCATE=false so that the pool grows only as needed.
+    """
+    gc.collect()
+    torch = _cuda_torch()
+    if torch is not None:
+        try:
+            torch.cuda.empty_cache()
+        except Exception as exc:
+            _warn("torch.cuda.empty_cache() failed: %s" % (exc,))
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            tf.keras.backend.clear_session()
+        except Exception:
+            pass
+
+
 def _persistent_trial(objective, chan, trial_id, number, params):
     # A function of its own so that the trial, its value and any exception
     # (with the frames it holds) are released before waiting for the next one.
     trial = Trial(trial_id, number, params, chan)
+    _reset_framework_peaks()
     outcome, payload = _run_objective(objective, trial)
     _flush_std_streams()
+    memory = _framework_memory()
+    msg = _outcome_message(trial_id, outcome, payload)
+    if memory is not None:
+        msg["memory"] = memory
+    # The trial's objects (an exception's frames included) go before the caches are emptied,
+    # and the caches before sweepd hears the trial ended: it may admit the next trial into this
+    # memory at once.
+    del trial, payload
+    release_caches()
+    chan.send(msg)
+
+
+def _outcome_message(trial_id, outcome, payload):
     if outcome == "ok":
-        chan.send(
-            {"type": "result", "trial_id": trial_id,
-             "value": _encode_result_value(payload)}
-        )
-    elif outcome == "pruned":
-        chan.send({"type": "pruned", "trial_id": trial_id})
-    else:
-        exc, tb = payload
-        chan.send(_error_message(trial_id, exc, tb))
+        return {"type": "result", "trial_id": trial_id,
+                "value": _encode_result_value(payload)}
+    if outcome == "pruned":
+        return {"type": "pruned", "trial_id": trial_id}
+    exc, tb = payload
+    return _error_message(trial_id, exc, tb)
 
 
 def _serve_persistent(objective):

@@ -160,13 +160,20 @@ class MemoryTests(Base):
         w = self.worker(SIM_STEPS="4")
         self.assertEqual(w.usage(), [CONTEXT])  # the context, before any trial
         reports, result = w.trial(0, {"mem": 2048})
-        self.assertEqual(result, {"type": "result", "trial_id": 1, "value": 2048.0 ** 2})
+        self.assertEqual(result, {"type": "result", "trial_id": 1, "value": 2048.0 ** 2,
+                                  "memory": {"framework": "torch",
+                                             "peak_allocated": 2048 * MIB,
+                                             "peak_reserved": 2048 * MIB}})
         self.assertEqual([r["step"] for r in reports], [0, 1, 2, 3])
         self.assertEqual([r["value"] for r in reports], [2048.0 ** 2 + k for k in (3, 2, 1, 0)])
-        self.assertEqual(w.usage(), [CONTEXT + k * 512 * MIB for k in range(5)] + [CONTEXT])
+        # The freed tensors stay reserved by the caching allocator until the helper empties
+        # the cache, before it sends the result.
+        self.assertEqual(w.usage(), [CONTEXT + k * 512 * MIB for k in range(5)]
+                         + [CONTEXT + 2048 * MIB, CONTEXT])
         _, result = w.trial(1, {"mem": "1G", "steps": 2})
         self.assertEqual(result["type"], "result")
-        self.assertEqual(w.usage()[-3:], [CONTEXT + GIB // 2, CONTEXT + GIB, CONTEXT])
+        self.assertEqual(w.usage()[-4:], [CONTEXT + GIB // 2, CONTEXT + GIB, CONTEXT + GIB,
+                                          CONTEXT])
         self.assertEqual(w.shutdown(), 0)
         self.assertEqual(w.usage()[-1], 0)
         self.assertNotIn((0, w.pid), sim.read_state(self.state)[1])
@@ -175,7 +182,7 @@ class MemoryTests(Base):
         w = self.worker(SIM_MEM="3G", SIM_STEPS="3", SIM_CONTEXT="1G")
         reports, result = w.trial(0, {"x": 2})
         self.assertEqual((len(reports), result["value"]), (3, 4.0))
-        self.assertEqual(w.usage(), [GIB, 2 * GIB, 3 * GIB, 4 * GIB, GIB])
+        self.assertEqual(w.usage(), [GIB, 2 * GIB, 3 * GIB, 4 * GIB, 4 * GIB, GIB])
 
     def test_pruned_trial_frees(self):
         w = self.worker(SIM_STEPS="4")
@@ -278,10 +285,30 @@ class MemoryTests(Base):
                 w.send({"type": "prune", "trial_id": 1, "step": msg["step"], "prune": False})
             self.assertEqual(msg["type"], "result")
         for w in ws:
-            self.assertEqual(len(w.usage()), 22)
+            # The context, 20 steps, the reserved peak after the trial, the emptied cache.
+            self.assertEqual(len(w.usage()), 23)
         with open(self.state) as f:
             for line in f:
                 self.assertRegex(line, r"^(gpu 0 8G .*|prune_dead_pids|proc 0 \d+ \d+)\n$")
+
+
+class CachingAllocatorTests(Base):
+    def test_an_idle_worker_without_the_release_keeps_its_last_peak(self):
+        w = self.worker(SIM_STEPS="2", SIM_NO_TORCH="1")
+        w.trial(0, {"mem": 1024})
+        self.assertEqual(w.usage()[-1], CONTEXT + GIB)  # idle, and still holding the peak
+        # The next trial reuses the reserved memory before it asks the device for more.
+        w.trial(1, {"mem": 512})
+        self.assertEqual(w.usage()[-3:], [CONTEXT + GIB, CONTEXT + GIB, CONTEXT + GIB])
+        w.trial(2, {"mem": 2048})
+        self.assertEqual(w.usage()[-1], CONTEXT + 2 * GIB)
+
+    def test_the_helper_reports_the_framework_peaks_it_saw(self):
+        w = self.worker(SIM_STEPS="2")
+        _, result = w.trial(0, {"mem": 1024})
+        self.assertEqual(result["memory"], {"framework": "torch",
+                                            "peak_allocated": GIB,
+                                            "peak_reserved": GIB})
 
 
 class ReleaseTests(Base):
@@ -313,8 +340,9 @@ class ReleaseTests(Base):
         self.assertEqual(w.wait(), 0)
         with open(result) as f:
             self.assertEqual(f.read(), repr(256.0 ** 2))
+        # Oneshot: nothing empties the cache; the process's exit gives everything back.
         self.assertEqual(w.usage(), [CONTEXT, CONTEXT + 128 * MIB, CONTEXT + 256 * MIB,
-                                     CONTEXT, 0])
+                                     CONTEXT + 256 * MIB, 0])
 
     def test_sigkill_leaves_line_for_prune_dead_pids(self):
         w = self.worker(SIM_OOMKILL_ON="1")

@@ -234,6 +234,58 @@ class PersistentTests(Base):
         self.assertIn("user stdout: trial 1 mode ok", w.stdout())
         self.assertIn("user stderr: trial 1", w.stderr())
 
+    def test_caches_are_released_before_sweepd_hears_the_trial_ended(self):
+        # A stand-in for torch whose CUDA calls write to a log: the helper must empty the
+        # cache after the objective returned and before the result is sent, and report the
+        # framework's own peaks with the result.
+        script = self.write_script(r"""
+            import os, sys, types
+            import sweepd_worker
+
+            LOG = os.environ["CALLS"]
+
+            def log(what):
+                with open(LOG, "a") as f:
+                    f.write(what + "\n")
+
+            cuda = types.SimpleNamespace(
+                is_available=lambda: True,
+                is_initialized=lambda: True,
+                reset_peak_memory_stats=lambda: log("reset"),
+                max_memory_allocated=lambda: 3 << 30,
+                max_memory_reserved=lambda: 4 << 30,
+                empty_cache=lambda: log("empty_cache"),
+            )
+            sys.modules["torch"] = types.SimpleNamespace(cuda=cuda)
+
+            def objective(trial):
+                log("objective")
+                return 1.0
+
+            sweepd_worker.serve(objective)
+        """)
+        calls = os.path.join(tempfile.mkdtemp(prefix="sweepd-calls-"), "calls")
+        self.addCleanup(shutil.rmtree, os.path.dirname(calls), True)
+        w = FakeSweepd(self, script, env={"CALLS": calls})
+        w.expect_ready()
+        _, final = w.run_trial(3, 0, {})
+        with open(calls) as f:
+            self.assertEqual(f.read().split(), ["reset", "objective", "empty_cache"])
+        self.assertEqual(final["value"], 1.0)
+        self.assertEqual(final["memory"], {"framework": "torch",
+                                           "peak_allocated": 3 << 30,
+                                           "peak_reserved": 4 << 30})
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+
+    def test_without_torch_no_memory_is_reported(self):
+        w = self.generic()
+        w.expect_ready()
+        _, final = w.run_trial(4, 0, {"x": 2.0, "steps": 1})
+        self.assertEqual(final, {"type": "result", "trial_id": 4, "value": 4.0})
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+
     def test_prune(self):
         w = self.generic()
         w.expect_ready()

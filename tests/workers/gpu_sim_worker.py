@@ -37,6 +37,16 @@ SIM_CHILD_MEM=SIZE        fork a "DataLoader" child at start holding SIZE under 
                           own pid until its parent dies (then it releases it)
 SIM_RECORD=PATH           append "pid trial_number peak_bytes" per finished trial
                           (peak_bytes: the highest usage of the process in the trial)
+SIM_NO_TORCH=1            do not install the stand-in ``torch`` module (below)
+
+Memory as PyTorch's caching allocator holds it: a trial's allocations grow the
+process's *reserved* memory; when the trial frees its tensors the memory stays
+reserved (counted by NVML) until ``torch.cuda.empty_cache()``. The worker puts a
+stand-in ``torch`` module in ``sys.modules`` whose ``cuda.empty_cache()`` gives
+the reserved memory back and whose ``max_memory_allocated/reserved()`` report the
+trial's peaks, so the sweepd_worker helper releases and reports exactly as it
+does with real PyTorch; with SIM_NO_TORCH=1 an idle worker keeps its last
+trial's peak reserved, as a worker without the helper's release would.
 
 Params override the env defaults: ``mem`` (a number = MiB, or a size string),
 ``ramp``, ``hold``, ``steps``, ``delay``, and ``fault`` (one of assert, abort,
@@ -187,19 +197,22 @@ class Gpu(object):
     def __init__(self):
         self.frag = 0        # reserved by PyTorch but unallocated (grows per trial)
         self.alloc = 0       # allocated by the current trial's tensors
+        self.reserved = 0    # held by the caching allocator for tensors (>= alloc)
         self.peak = 0
+        self.peak_alloc = 0  # torch.cuda.max_memory_allocated() since the last reset
         self.sticky = None   # the AcceleratorError text once the context is broken
 
     def usage(self):
-        return CONTEXT + self.frag + self.alloc
+        return CONTEXT + self.frag + self.reserved
 
     def publish(self):
         self.peak = max(self.peak, self.usage())
         append_line(STATE, "proc %d %d %d" % (DEV, os.getpid(), self.usage()))
 
     def allocate_to(self, alloc):
-        """Grow this trial's allocation to ``alloc`` bytes, or raise OutOfMemoryError."""
-        need = alloc - self.alloc
+        """Grow this trial's allocation to ``alloc`` bytes, or raise OutOfMemoryError. Memory
+        the allocator already reserves (an earlier trial's, not emptied) is reused first."""
+        need = alloc - self.reserved
         if STATE and need > 0:
             totals, procs = read_state(STATE)
             total = totals.get(DEV)
@@ -211,6 +224,17 @@ class Gpu(object):
                     x=need / GIB, dev=DEV, total=total / GIB, free=free / MIB,
                     own=self.usage() / GIB, alloc=self.alloc / GIB, frag=self.frag / GIB))
         self.alloc = alloc
+        self.reserved = max(self.reserved, alloc)
+        self.peak_alloc = max(self.peak_alloc, alloc)
+        self.publish()
+
+    def free_tensors(self):
+        """The trial's tensors are gone; the allocator keeps their memory reserved."""
+        self.alloc = 0
+
+    def empty_cache(self):
+        """torch.cuda.empty_cache(): reserved memory no tensor uses goes back to the driver."""
+        self.reserved = self.alloc
         self.publish()
 
     def release(self):
@@ -313,7 +337,7 @@ def objective(trial):
         time.sleep(hold)
         return value
     finally:
-        GPU.alloc = 0  # free the trial's tensors; the allocator keeps some reserved
+        GPU.free_tensors()
         if PERSISTENT:
             GPU.frag += FRAG_PER_TRIAL
         if RECORD:
@@ -353,7 +377,27 @@ def dataloader_child(size):
             os._exit(0)
 
 
+def install_torch_stand_in():
+    """A ``torch`` module with the calls sweepd_worker makes between trials."""
+    import types
+
+    def reset_peak_memory_stats():
+        GPU.peak_alloc = GPU.alloc
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        empty_cache=GPU.empty_cache,
+        reset_peak_memory_stats=reset_peak_memory_stats,
+        max_memory_allocated=lambda: GPU.peak_alloc,
+        max_memory_reserved=lambda: GPU.reserved,
+    )
+    sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, __sweepd_simulated__=True)
+
+
 def main():
+    if os.environ.get("SIM_NO_TORCH") != "1":
+        install_torch_stand_in()
     if not STATE:
         sys.stderr.write("gpu_sim_worker: FAKE_NVML_STATE is not set; no memory accounting\n")
     child_mem = os.environ.get("SIM_CHILD_MEM")
