@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod gpu;
+pub mod memory_model;
 pub mod metrics;
 pub mod monitor;
 pub mod progress;
