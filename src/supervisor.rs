@@ -601,6 +601,11 @@ impl Core {
         fresh_worker: bool,
     ) -> Result<Finished, RunError> {
         let f = self.finish_begin(c, device, outcome, fresh_worker);
+        self.finish_written(c, f).await
+    }
+
+    /// Writes a decided finish in a commit of its own, then accounts for it.
+    async fn finish_written(&mut self, c: &Claimed, f: Finishing) -> Result<Finished, RunError> {
         let written = self
             .store
             .finish(&self.study, c.trial_id, &f.how, &f.attrs)
@@ -627,6 +632,11 @@ impl Core {
         hint: Option<u32>,
     ) -> Result<Finished, RunError> {
         let f = self.finish_begin(c, device, outcome, fresh_worker);
+        // A failure retried creates its copy in the finish's own commit: the next choice must
+        // see it (retries run first), so that finish is written alone and `next` chooses.
+        if !f.spends() {
+            return self.finish_written(c, f).await;
+        }
         self.finish_end(&f).await?;
         let plan = self.plan(hint, false).await?;
         let Planned::Start(plan) = plan else {
