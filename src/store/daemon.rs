@@ -1,0 +1,201 @@
+//! The study's daemon row (the single-instance lock, and the state `status` shows) and the
+//! commands the CLI queues for the running daemon.
+
+use super::{now_text, Result, Store, StoreError, Study};
+use serde_json::{json, Value};
+use sqlx::Row;
+use std::time::Duration;
+
+impl Store {
+    /// Takes the study's daemon row, refusing when another live daemon holds it. A row left by
+    /// a daemon that died (its pid gone or reused on this host, or no heartbeat for
+    /// `stale_after` from another host) is taken over.
+    pub async fn lock_daemon(
+        &self,
+        study: &Study,
+        me: &DaemonId,
+        stale_after: Duration,
+    ) -> Result<(), DaemonLockError> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query(
+            "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = ?",
+        )
+        .bind(study.id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(self.err())?;
+        if let Some(row) = row {
+            let holder = DaemonId {
+                pid: row.get::<i64, _>(0) as u32,
+                pid_start: row.get::<Option<i64>, _>(1).map(|v| v as u64),
+                host: row.get(2),
+            };
+            let since: String = row.get(3);
+            let heartbeat: String = row.get(4);
+            let state: String = row.get(5);
+            let alive = state != "STOPPED"
+                && if holder.host == me.host {
+                    holder.pid != me.pid
+                        && crate::worker::proc_stat(holder.pid as i32)
+                            .is_some_and(|s| Some(s.start_time) == holder.pid_start)
+                } else {
+                    chrono::NaiveDateTime::parse_from_str(&heartbeat, "%Y-%m-%d %H:%M:%S%.f")
+                        .map(|t| {
+                            let age = chrono::Local::now().naive_local() - t;
+                            age.num_milliseconds() < stale_after.as_millis() as i64
+                        })
+                        .unwrap_or(false)
+                };
+            if alive {
+                return Err(DaemonLockError::Held {
+                    pid: holder.pid,
+                    host: holder.host,
+                    since,
+                });
+            }
+        }
+        let now = now_text();
+        sqlx::query(
+            "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
+             VALUES (?, ?, ?, ?, ?, ?, 'RUNNING') \
+             ON CONFLICT (study_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, \
+             host = excluded.host, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, \
+             state = 'RUNNING', detail = NULL",
+        )
+        .bind(study.id)
+        .bind(me.pid as i64)
+        .bind(me.pid_start.map(|v| v as i64))
+        .bind(&me.host)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(self.err())?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Heartbeat and state (`RUNNING`, `PAUSED`, `STOPPED`) of our daemon row.
+    pub async fn daemon_state(
+        &self,
+        study: &Study,
+        me: &DaemonId,
+        state: &str,
+        detail: Option<&str>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE sweepd_daemon SET heartbeat_at = ?, state = ?, detail = ? WHERE study_id = ? AND pid = ? AND host = ?",
+        )
+        .bind(now_text())
+        .bind(state)
+        .bind(detail)
+        .bind(study.id)
+        .bind(me.pid as i64)
+        .bind(&me.host)
+        .execute(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The daemon row for `status`: (pid, host, started_at, heartbeat_at, state, detail).
+    pub async fn daemon_view(&self, study: &Study) -> Result<Option<DaemonView>> {
+        let row = sqlx::query(
+            "SELECT pid, host, started_at, heartbeat_at, state, detail FROM sweepd_daemon WHERE study_id = ?",
+        )
+        .bind(study.id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(row.map(|r| DaemonView {
+            pid: r.get(0),
+            host: r.get(1),
+            started_at: r.get(2),
+            heartbeat_at: r.get(3),
+            state: r.get(4),
+            detail: r.get(5),
+        }))
+    }
+
+    /// Queues a request for the running daemon (`resume`).
+    pub async fn send_command(&self, study: &Study, command: &str) -> Result<()> {
+        sqlx::query("INSERT INTO sweepd_commands (study_id, command, created_at) VALUES (?, ?, ?)")
+            .bind(study.id)
+            .bind(command)
+            .bind(now_text())
+            .execute(&self.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Takes the queued requests (marks them done).
+    pub async fn take_commands(&self, study: &Study) -> Result<Vec<String>> {
+        let mut tx = self.begin_write().await?;
+        let cmds: Vec<String> = sqlx::query_scalar(
+            "SELECT command FROM sweepd_commands WHERE study_id = ? AND done_at IS NULL ORDER BY command_id",
+        )
+        .bind(study.id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.err())?;
+        if !cmds.is_empty() {
+            sqlx::query(
+                "UPDATE sweepd_commands SET done_at = ? WHERE study_id = ? AND done_at IS NULL",
+            )
+            .bind(now_text())
+            .bind(study.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err())?;
+        }
+        tx.commit().await.map_err(self.err())?;
+        Ok(cmds)
+    }
+}
+
+/// Identifies a daemon process: the single-instance lock compares these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonId {
+    pub pid: u32,
+    pub pid_start: Option<u64>,
+    pub host: String,
+}
+
+impl DaemonId {
+    /// The value of [`OWNER_ATTR`].
+    pub fn json(&self) -> Value {
+        json!({"host": self.host, "pid": self.pid, "pid_start": self.pid_start})
+    }
+
+    pub(super) fn from_json(v: &Value) -> Option<DaemonId> {
+        Some(DaemonId {
+            host: v["host"].as_str()?.to_owned(),
+            pid: v["pid"].as_u64()? as u32,
+            pid_start: v["pid_start"].as_u64(),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonLockError {
+    #[error("another sweepd is running this study: pid {pid} on {host}, since {since} (stop it first, or wait for it)")]
+    Held {
+        pid: u32,
+        host: String,
+        since: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The daemon row for `status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DaemonView {
+    pub pid: i64,
+    pub host: String,
+    pub started_at: String,
+    pub heartbeat_at: String,
+    pub state: String,
+    pub detail: Option<String>,
+}

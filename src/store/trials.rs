@@ -1,0 +1,639 @@
+//! Trials changing state: started (a new one, or a WAITING one claimed) under the budget,
+//! finished once with a retry copy where a failure asks for one, re-enqueued, their
+//! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
+
+use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
+use super::{encode_value, now_text, sql_error, DaemonId, Result, Store, Study};
+use crate::study::{
+    Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
+    Tally, TrialState,
+};
+use serde_json::{json, Value};
+use sqlx::Row;
+use std::path::Path;
+
+/// What starting a trial needs besides the trial: who starts it, and the budget it is checked
+/// against.
+pub struct StartCtx<'a> {
+    pub study: &'a Study,
+    pub owner: &'a DaemonId,
+    pub budget: Option<u64>,
+    pub tally: &'a mut Tally,
+}
+
+/// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
+/// its complete params.
+#[derive(Debug, Clone, Copy)]
+pub enum StartOp<'a> {
+    New(&'a Params),
+    Claim(&'a Waiting, &'a Params),
+}
+
+/// How an attempt to start a trial ended.
+#[derive(Debug)]
+pub enum Started {
+    /// The trial is RUNNING for this daemon.
+    Yes(Claimed),
+    /// Another process claimed the WAITING trial first.
+    Taken,
+    /// The budget is spent, or reserved by trials running now (the tally says which).
+    NoRoom,
+}
+
+/// A WAITING trial looked at, not yet claimed.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub trial_id: i64,
+    pub number: i64,
+    /// The params it already has, in this study's space.
+    pub fixed: Params,
+    /// Names that already have a `trial_params` row.
+    present: Vec<String>,
+    pub problem: Option<String>,
+    /// Earlier failed attempts of these params by failure kind (`sweepd:attempts`).
+    pub attempts: Attempts,
+}
+
+/// Who runs a claimed trial; written as `sweepd:` system attributes.
+#[derive(Debug, Clone, Copy)]
+pub struct Runner {
+    pub worker_id: i64,
+    pub pid: u32,
+}
+
+impl Store {
+    /// The study's RUNNING trials that a sweepd daemon started, with that daemon (`None` for
+    /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
+    /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
+    pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
+        let rows = sqlx::query(
+            "SELECT t.trial_id, \
+               (SELECT a.value_json FROM trial_system_attributes a \
+                 WHERE a.trial_id = t.trial_id AND a.key = ?) \
+             FROM trials t WHERE t.study_id = ? AND t.state = 'RUNNING' AND EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key IN (?, 'sweepd:worker_id')) \
+             ORDER BY t.trial_id",
+        )
+        .bind(OWNER_ATTR)
+        .bind(study.id)
+        .bind(OWNER_ATTR)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let owner = r
+                    .get::<Option<String>, _>(1)
+                    .and_then(|j| serde_json::from_str::<Value>(&j).ok())
+                    .and_then(|v| DaemonId::from_json(&v));
+                (r.get(0), owner)
+            })
+            .collect())
+    }
+
+    /// Marks a RUNNING trial FAIL (kind `interrupted`) and enqueues a WAITING copy of it, in one
+    /// transaction. Returns the trial's number, or `None` if it was no longer RUNNING.
+    pub async fn interrupt(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        reason: &str,
+    ) -> Result<Option<i64>> {
+        let failure = Failure {
+            kind: FailureKind::Interrupted,
+            reason: reason.to_owned(),
+            stderr_tail: None,
+            retry: true,
+        };
+        self.finish(study, trial_id, &Finish::Fail(failure), &[])
+            .await
+    }
+
+    /// Re-enqueues a trial already recorded as a final FAIL (a WAITING copy, as a retry is),
+    /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
+    /// trial is not a FAIL without a copy.
+    pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query(
+            "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
+               WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
+             FROM trials t WHERE t.trial_id = ? AND t.state = 'FAIL' AND NOT EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key = 'sweepd:retried_as')",
+        )
+        .bind(trial_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(self.err())?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(self.err())?;
+            return Ok(None);
+        };
+        let number: i64 = row.get(0);
+        let kind = row
+            .get::<Option<String>, _>(1)
+            .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
+            .unwrap_or(FailureKind::UserError);
+        let copy = self
+            .enqueue_retry(&mut tx, study, trial_id, number, kind)
+            .await?;
+        self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
+            .await?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(Some(copy))
+    }
+
+    /// The oldest WAITING trial and the params it already has (a retry copy's, or Optuna's
+    /// `fixed_params` from `enqueue_trial`), without claiming it: the supervisor first decides
+    /// where it can run. `problem` is set when a given param is outside the search space.
+    pub async fn peek_waiting(
+        &self,
+        study: &Study,
+        space: &SearchSpace,
+        exclude: &[i64],
+    ) -> Result<Option<Waiting>> {
+        // Trials already in the supervisor's line are skipped (a short list).
+        let skip = vec!["?"; exclude.len()].join(", ");
+        let sql = format!(
+            "SELECT trial_id, number FROM trials WHERE study_id = ? AND state = 'WAITING' {} \
+             ORDER BY trial_id LIMIT 1",
+            if exclude.is_empty() {
+                String::new()
+            } else {
+                format!("AND trial_id NOT IN ({skip})")
+            }
+        );
+        let mut q = sqlx::query(&sql).bind(study.id);
+        for id in exclude {
+            q = q.bind(id);
+        }
+        let Some(row) = q.fetch_optional(&self.pool).await.map_err(self.err())? else {
+            return Ok(None);
+        };
+        let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
+        let mut w = Waiting {
+            trial_id,
+            number,
+            fixed: Params::new(),
+            present: Vec::new(),
+            problem: None,
+            attempts: Attempts::new(),
+        };
+        let rows = sqlx::query(
+            "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?",
+        )
+        .bind(trial_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())?;
+        for row in rows {
+            let name: String = row.get(0);
+            w.present.push(name.clone());
+            let Some(spec) = space.get(&name) else {
+                continue;
+            };
+            let theirs = Distribution::from_optuna_json(row.get(2)).ok();
+            let value = theirs
+                .as_ref()
+                .and_then(|d| d.from_internal(row.get(1)).map(|v| d.external(&v)))
+                .and_then(|ext| spec.dist.from_external(&ext));
+            match value {
+                Some(v) => {
+                    w.fixed.insert(name, v);
+                }
+                None => w.problem = Some(format!("param `{name}` is outside the search space")),
+            }
+        }
+        let attrs = sqlx::query(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
+             AND key IN ('sweepd:attempts', 'fixed_params', ?)",
+        )
+        .bind(trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())?;
+        let mut fixed_attr = None;
+        for row in attrs {
+            let text: String = row.get(1);
+            match row.get::<&str, _>(0) {
+                "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
+                "fixed_params" => fixed_attr = Some(text),
+                _ => NegativeZeros::parse(Some(&text)).params(&mut w.fixed),
+            }
+        }
+        if let Some(Ok(Value::Object(map))) = fixed_attr.map(|t| serde_json::from_str::<Value>(&t))
+        {
+            for (name, ext) in map {
+                if w.fixed.contains_key(&name) {
+                    continue;
+                }
+                match space.get(&name).map(|s| s.dist.from_external(&ext)) {
+                    Some(Some(v)) => {
+                        w.fixed.insert(name, v);
+                    }
+                    Some(None) => {
+                        w.problem = Some(format!(
+                            "enqueued param `{name}` = {ext} is outside the search space"
+                        ))
+                    }
+                    None => {} // a param this study does not have: ignored, as Optuna does
+                }
+            }
+        }
+        Ok(Some(w))
+    }
+
+    /// Starts a trial, if the budget has room: checked in the start's own transaction against
+    /// the study's trials as they are then, so no other writer can start one in between.
+    /// `Taken` when another process claimed the WAITING trial first.
+    pub async fn start(
+        &self,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<Started> {
+        let mut tx = self.begin_write().await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        match started {
+            Started::Yes(_) => tx.commit().await.map_err(self.err())?,
+            _ => tx.rollback().await.map_err(self.err())?,
+        }
+        Ok(started)
+    }
+
+    /// Finishes a RUNNING trial and starts the next one in one durable commit: when a slot's
+    /// trial ends it usually starts another at once, and one sync of the log then serves both.
+    /// The finish is written whatever becomes of the start.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_and_start(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<(Option<i64>, Started)> {
+        let mut tx = self.begin_write().await?;
+        let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        tx.commit().await.map_err(self.err())?;
+        Ok((finished, started))
+    }
+
+    /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
+    async fn start_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<Started> {
+        self.refresh_tally_on(tx, ctx.study, ctx.tally).await?;
+        if !ctx.tally.room(ctx.budget) {
+            return Ok(Started::NoRoom);
+        }
+        let (claimed, skip) = match op {
+            StartOp::New(params) => {
+                let (trial_id, number) =
+                    Self::insert_trial(tx, ctx.study, TrialState::Running, &self.path).await?;
+                ctx.tally.started_new(trial_id);
+                let claimed = Claimed {
+                    trial_id,
+                    number,
+                    params: params.clone(),
+                    attempts: Attempts::new(),
+                };
+                (claimed, &[][..])
+            }
+            StartOp::Claim(w, params) => {
+                let claimed = sqlx::query(
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = ? \
+                     WHERE trial_id = ? AND state = 'WAITING'",
+                )
+                .bind(now_text())
+                .bind(w.trial_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(self.err())?
+                .rows_affected();
+                if claimed != 1 {
+                    return Ok(Started::Taken);
+                }
+                ctx.tally.started(w.trial_id);
+                let claimed = Claimed {
+                    trial_id: w.trial_id,
+                    number: w.number,
+                    params: params.clone(),
+                    attempts: w.attempts.clone(),
+                };
+                (claimed, &w.present[..])
+            }
+        };
+        self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
+            .await?;
+        for (name, v) in &claimed.params {
+            if skip.contains(name) {
+                continue;
+            }
+            let spec = space.get(name).expect("sampled params are in the space");
+            self.insert_param(tx, claimed.trial_id, name, &spec.dist, v)
+                .await?;
+        }
+        Ok(Started::Yes(claimed))
+    }
+
+    /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
+    /// GPU, once the worker is known.
+    pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        self.write_runner(&mut tx, trial_id, runner).await?;
+        if let Some(gpu) = gpu {
+            self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
+                .await?;
+        }
+        tx.commit().await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The number the next trial created in this study will get (a hint for seeding).
+    pub async fn next_number(&self, study: &Study) -> Result<i64> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = ?")
+            .bind(study.id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.err())
+    }
+
+    /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
+    /// trials), computed inside the write transaction so concurrent writers never share one.
+    async fn insert_trial(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        study: &Study,
+        state: TrialState,
+        path: &Path,
+    ) -> Result<(i64, i64)> {
+        let err = |source| sql_error(path, source);
+        let start = (state == TrialState::Running).then(now_text);
+        // Optuna's number is the count of the study's earlier trials; numbers are dense, so
+        // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
+        // write transaction, so concurrent writers never share a number.
+        let row = sqlx::query(
+            "INSERT INTO trials (number, study_id, state, datetime_start) \
+             SELECT COALESCE(MAX(number), -1) + 1, ?, ?, ? FROM trials WHERE study_id = ? \
+             RETURNING trial_id, number",
+        )
+        .bind(study.id)
+        .bind(state.as_str())
+        .bind(start)
+        .bind(study.id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(err)?;
+        let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
+        Ok((trial_id, number))
+    }
+
+    async fn insert_param(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        trial_id: i64,
+        name: &str,
+        dist: &Distribution,
+        v: &ParamValue,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(trial_id)
+        .bind(name)
+        .bind(dist.to_internal(v))
+        .bind(dist.optuna_json())
+        .execute(&mut **tx)
+        .await
+        .map_err(self.err())?;
+        if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
+            self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn write_runner(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        trial_id: i64,
+        runner: Runner,
+    ) -> Result<()> {
+        self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
+            .await?;
+        self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
+            .await
+    }
+
+    /// Records an intermediate value. A repeated step keeps the first value, as Optuna does.
+    pub async fn report(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
+        let (v, t) = encode_value(value);
+        let insert = sqlx::query(
+            "INSERT INTO trial_intermediate_values \
+             (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (trial_id, step) DO NOTHING",
+        )
+        .bind(trial_id)
+        .bind(step)
+        .bind(v)
+        .bind(t);
+        if !is_negative_zero(value) {
+            insert.execute(&self.pool).await.map_err(self.err())?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        if insert
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err())?
+            .rows_affected()
+            == 1
+        {
+            self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
+                .await?;
+        }
+        tx.commit().await.map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Ends a RUNNING trial, in one transaction with everything that goes with it (value,
+    /// failure attributes, the retry copy). Returns the trial's number, or `None` if the trial
+    /// was no longer RUNNING (already finished: never finish a trial twice).
+    pub async fn finish(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+    ) -> Result<Option<i64>> {
+        let mut tx = self.begin_write().await?;
+        let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        match number {
+            Some(_) => tx.commit().await.map_err(self.err())?,
+            None => tx.rollback().await.map_err(self.err())?,
+        }
+        Ok(number)
+    }
+
+    /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.
+    async fn finish_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+    ) -> Result<Option<i64>> {
+        let state = match how {
+            Finish::Complete(_) => TrialState::Complete,
+            Finish::Pruned => TrialState::Pruned,
+            Finish::Fail(_) => TrialState::Fail,
+        };
+        // The conditional update is what makes finishing happen once: `None` if not RUNNING.
+        let number: Option<i64> = sqlx::query_scalar(
+            "UPDATE trials SET state = ?, datetime_complete = ? \
+             WHERE trial_id = ? AND state = 'RUNNING' RETURNING number",
+        )
+        .bind(state.as_str())
+        .bind(now_text())
+        .bind(trial_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(self.err())?;
+        let Some(number) = number else {
+            return Ok(None);
+        };
+        let value = match how {
+            Finish::Complete(v) => Some(*v),
+            // Optuna records a pruned trial's last intermediate value as its value.
+            Finish::Pruned => sqlx::query(
+                "SELECT intermediate_value, intermediate_value_type FROM trial_intermediate_values \
+                 WHERE trial_id = ? ORDER BY step DESC LIMIT 1",
+            )
+            .bind(trial_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(self.err())?
+            .and_then(|r| match r.get::<String, _>(1).as_str() {
+                "FINITE" => r.get::<Option<f64>, _>(0),
+                "INF_POS" => Some(f64::INFINITY),
+                "INF_NEG" => Some(f64::NEG_INFINITY),
+                _ => None,
+            }),
+            Finish::Fail(_) => None,
+        };
+        if let Some(v) = value {
+            let (v, t) = encode_value(v);
+            sqlx::query(
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?)",
+            )
+            .bind(trial_id)
+            .bind(v)
+            .bind(t)
+            .execute(&mut **tx)
+            .await
+            .map_err(self.err())?;
+        }
+        if value.is_some_and(is_negative_zero) {
+            self.note_negative_zeros(tx, trial_id, |z| z.values.push(0))
+                .await?;
+        }
+        for (key, value) in attrs {
+            self.set_attr(tx, trial_id, key, value).await?;
+        }
+        if let Finish::Fail(f) = how {
+            self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))
+                .await?;
+            self.set_attr(tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
+                .await?;
+            if let Some(tail) = &f.stderr_tail {
+                self.set_attr(tx, trial_id, "sweepd:stderr_tail", &json!(tail))
+                    .await?;
+            }
+            if f.retry {
+                let copy = self
+                    .enqueue_retry(tx, study, trial_id, number, f.kind)
+                    .await?;
+                self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
+                    .await?;
+            }
+        }
+        Ok(Some(number))
+    }
+
+    /// A WAITING copy of a failed trial, with the system attributes Optuna's
+    /// RetryFailedTrialCallback writes (`failed_trial`: the first attempt's number,
+    /// `retry_history`: every failed attempt's number). Returns the copy's number.
+    async fn enqueue_retry(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        study: &Study,
+        failed_id: i64,
+        failed_number: i64,
+        kind: FailureKind,
+    ) -> Result<i64> {
+        let attrs = sqlx::query(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
+             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', ?)",
+        )
+        .bind(failed_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(self.err())?;
+        let mut first = failed_number;
+        let mut history: Vec<Value> = Vec::new();
+        let mut fixed = None;
+        let mut attempts = Attempts::new();
+        let mut zero_params = Vec::new();
+        for row in attrs {
+            let key: String = row.get(0);
+            let value: Value = serde_json::from_str(row.get(1)).unwrap_or(Value::Null);
+            match key.as_str() {
+                "failed_trial" => first = value.as_i64().unwrap_or(first),
+                "retry_history" => history = value.as_array().cloned().unwrap_or_default(),
+                "sweepd:attempts" => attempts = serde_json::from_value(value).unwrap_or_default(),
+                "fixed_params" => fixed = Some(value),
+                _ => zero_params = NegativeZeros::parse(Some(row.get(1))).params,
+            }
+        }
+        *attempts.entry(kind).or_default() += 1;
+        history.push(json!(failed_number));
+        let (copy_id, copy_number) =
+            Self::insert_trial(tx, study, TrialState::Waiting, &self.path).await?;
+        sqlx::query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
+             SELECT ?, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?",
+        )
+        .bind(copy_id)
+        .bind(failed_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(self.err())?;
+        self.set_attr(tx, copy_id, "failed_trial", &json!(first))
+            .await?;
+        self.set_attr(tx, copy_id, "retry_history", &Value::Array(history))
+            .await?;
+        if let Some(fixed) = fixed {
+            self.set_attr(tx, copy_id, "fixed_params", &fixed).await?;
+        }
+        self.set_attr(tx, copy_id, "sweepd:attempts", &json!(attempts))
+            .await?;
+        if !zero_params.is_empty() {
+            self.note_negative_zeros(tx, copy_id, |z| z.params = zero_params)
+                .await?;
+        }
+        Ok(copy_number)
+    }
+}

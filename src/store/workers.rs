@@ -1,0 +1,158 @@
+//! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
+
+use super::{now_text, Result, Store, Study};
+use sqlx::Row;
+use std::path::Path;
+
+impl Store {
+    /// Registers a worker before it is spawned; its id is the worker's `SWEEPD_WORKER_ID`.
+    pub async fn worker_created(&self, study: &Study, slot: usize, host: &str) -> Result<i64> {
+        sqlx::query_scalar(
+            "INSERT INTO sweepd_workers (study_id, slot, host, state, started_at) \
+             VALUES (?, ?, ?, 'STARTING', ?) RETURNING worker_id",
+        )
+        .bind(study.id)
+        .bind(slot as i64)
+        .bind(host)
+        .bind(now_text())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(self.err())
+    }
+
+    /// Records the pid and its start time, so a later instance can kill exactly this process.
+    pub async fn worker_spawned(
+        &self,
+        worker_id: i64,
+        pid: u32,
+        start_time: Option<u64>,
+        log: &Path,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE sweepd_workers SET pid = ?, pid_start_time = ?, log_path = ? WHERE worker_id = ?",
+        )
+        .bind(pid as i64)
+        .bind(start_time.map(|t| t as i64))
+        .bind(log.to_string_lossy().into_owned())
+        .bind(worker_id)
+        .execute(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub async fn worker_state(&self, worker_id: i64, state: &str) -> Result<()> {
+        sqlx::query("UPDATE sweepd_workers SET state = ? WHERE worker_id = ?")
+            .bind(state)
+            .bind(worker_id)
+            .execute(&self.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub async fn worker_exited(
+        &self,
+        worker_id: i64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE sweepd_workers SET state = 'EXITED', ended_at = ?, exit_code = ?, \
+             exit_signal = ? WHERE worker_id = ?",
+        )
+        .bind(now_text())
+        .bind(exit_code)
+        .bind(signal)
+        .bind(worker_id)
+        .execute(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Counts a successful trial of a worker (shown by `status`, used for recycling).
+    pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
+        sqlx::query("UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = ?")
+            .bind(worker_id)
+            .execute(&self.pool)
+            .await
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    pub async fn event(
+        &self,
+        worker_id: Option<i64>,
+        trial_id: Option<i64>,
+        kind: &str,
+        detail: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO sweepd_worker_events (worker_id, trial_id, at, kind, detail) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(worker_id)
+        .bind(trial_id)
+        .bind(now_text())
+        .bind(kind)
+        .bind(detail)
+        .execute(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Workers of this study that no instance marked EXITED: (worker_id, pid, pid start time).
+    pub async fn unfinished_workers(
+        &self,
+        study: &Study,
+    ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+        let rows = sqlx::query(
+            "SELECT worker_id, pid, pid_start_time FROM sweepd_workers \
+             WHERE study_id = ? AND state <> 'EXITED'",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// Live workers for `status`: (worker_id, slot, pid, state, trials_done, started_at).
+    pub async fn live_workers(&self, study: &Study) -> Result<Vec<WorkerView>> {
+        let rows = sqlx::query(
+            "SELECT worker_id, slot, pid, state, trials_done, started_at FROM sweepd_workers \
+             WHERE study_id = ? AND state <> 'EXITED' ORDER BY slot",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())?;
+        Ok(rows
+            .into_iter()
+            .map(|r| WorkerView {
+                worker_id: r.get(0),
+                slot: r.get(1),
+                pid: r.get(2),
+                state: r.get(3),
+                trials_done: r.get(4),
+                started_at: r.get(5),
+            })
+            .collect())
+    }
+}
+
+/// A worker row for `status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerView {
+    pub worker_id: i64,
+    pub slot: i64,
+    pub pid: Option<i64>,
+    pub state: String,
+    pub trials_done: i64,
+    pub started_at: String,
+}
