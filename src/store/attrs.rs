@@ -2,7 +2,7 @@
 //! trial, the record of negative zeros that SQLite's REAL columns lose, and the upsert of one
 //! attribute.
 
-use super::{Result, Store};
+use super::{Result, SqlContext, Store};
 use crate::study::{ParamValue, Params};
 use serde_json::Value;
 
@@ -79,7 +79,7 @@ impl Store {
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_optional(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut zeros = NegativeZeros::parse(old.as_deref());
         add(&mut zeros);
         let value = serde_json::to_value(&zeros).expect("serializable");
@@ -103,7 +103,7 @@ impl Store {
         .bind(value.to_string())
         .execute(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! The study's daemon row (the single-instance lock, and the state `status` shows) and the
 //! commands the CLI queues for the running daemon.
 
-use super::{now_text, Result, Store, StoreError, Study};
+use super::{now_text, Result, SqlContext, Store, StoreError, Study};
 use serde_json::{json, Value};
 use sqlx::Row;
 use std::time::Duration;
@@ -23,7 +23,7 @@ impl Store {
         .bind(study.id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         if let Some(row) = row {
             let holder = DaemonId {
                 pid: row.get::<i64, _>(0) as u32,
@@ -70,8 +70,8 @@ impl Store {
         .bind(&now)
         .execute(&mut *tx)
         .await
-        .map_err(self.err())?;
-        tx.commit().await.map_err(self.err())?;
+        .at(&self.path)?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -94,7 +94,7 @@ impl Store {
         .bind(&me.host)
         .execute(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -106,7 +106,7 @@ impl Store {
         .bind(study.id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(row.map(|r| DaemonView {
             pid: r.get(0),
             host: r.get(1),
@@ -125,7 +125,7 @@ impl Store {
             .bind(now_text())
             .execute(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         Ok(())
     }
 
@@ -138,7 +138,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&mut *tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         if !cmds.is_empty() {
             sqlx::query(
                 "UPDATE sweepd_commands SET done_at = ? WHERE study_id = ? AND done_at IS NULL",
@@ -147,9 +147,9 @@ impl Store {
             .bind(study.id)
             .execute(&mut *tx)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(cmds)
     }
 }

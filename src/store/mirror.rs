@@ -19,7 +19,7 @@
 //!
 //! SQLite only (triggers and JSON functions), like the view they replace.
 
-use super::{Result, Store};
+use super::{Result, SqlContext, Store};
 use sqlx::Row;
 
 /// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
@@ -344,10 +344,10 @@ impl Store {
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         // Another sweepd may have done it while we waited for the write lock.
         if self.mirror_in_place(&wanted, &mut *tx).await? {
-            tx.rollback().await.map_err(self.err())?;
+            tx.rollback().await.at(&self.path)?;
             return Ok(false);
         }
         let present: Vec<String> = sqlx::query_scalar(
@@ -355,34 +355,25 @@ impl Store {
         )
         .fetch_all(&mut *tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for name in present {
             // Names come from sqlite_master and match sweepd_[A-Za-z0-9_]* only if ours;
             // quote anyway.
             sqlx::query(&format!("DROP TRIGGER \"{}\"", name.replace('"', "\"\"")))
                 .execute(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
         }
         for (_, sql) in OPTUNA_TABLE_INDEXES {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
         for sql in refill().iter().map(String::as_str).chain(PURGE) {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
         for (_, sql) in &wanted {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(true)
     }
 
@@ -400,7 +391,7 @@ impl Store {
         .bind(OPTUNA_TABLE_INDEXES[1].0)
         .fetch_all(conn)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut triggers: Vec<(String, String)> = Vec::new();
         let mut indexes = 0;
         for row in rows {
@@ -430,14 +421,11 @@ impl Store {
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         for sql in PURGE {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -449,7 +437,7 @@ impl Store {
                 .bind(study.id)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
         Ok(name.as_deref() != Some(study.name.as_str()))
     }
 }

@@ -102,10 +102,18 @@ pub struct Study {
     pub direction: Direction,
 }
 
-fn sql_error(path: &Path, source: sqlx::Error) -> StoreError {
-    StoreError::Sql {
-        path: path.to_owned(),
-        source,
+/// Names the database an sqlx error happened on (and, through [`StoreError::Sql`]'s message,
+/// the file system's state when that is the cause): `query.execute(..).await.at(&self.path)?`.
+trait SqlContext<T> {
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> SqlContext<T> for std::result::Result<T, sqlx::Error> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|source| StoreError::Sql {
+            path: path.to_owned(),
+            source,
+        })
     }
 }
 
@@ -203,10 +211,6 @@ impl Store {
         &self.path
     }
 
-    fn err(&self) -> impl Fn(sqlx::Error) -> StoreError + '_ {
-        move |source| sql_error(&self.path, source)
-    }
-
     /// Finds the study, or creates it the way `optuna.create_study` does.
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
         let mut tx = self.begin_write().await?;
@@ -215,7 +219,7 @@ impl Store {
                 .bind(name)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
         let id = match existing {
             Some(id) => {
                 let found: Option<String> = sqlx::query_scalar(
@@ -224,7 +228,7 @@ impl Store {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
                 if let Some(found) = found.filter(|f| f != direction.as_optuna()) {
                     return Err(StoreError::DirectionMismatch {
                         path: self.path.clone(),
@@ -242,7 +246,7 @@ impl Store {
                 .bind(name)
                 .fetch_one(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
                 sqlx::query(
                     "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
                 )
@@ -250,11 +254,11 @@ impl Store {
                 .bind(id)
                 .execute(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
                 id
             }
         };
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(Study {
             id,
             name: name.to_owned(),
@@ -272,7 +276,7 @@ impl Store {
         .bind(name)
         .fetch_optional(&self.pool)
         .await
-        .map_err(self.err())?
+        .at(&self.path)?
         .ok_or_else(|| StoreError::NoStudy {
             path: self.path.clone(),
             name: name.to_owned(),

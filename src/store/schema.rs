@@ -1,7 +1,7 @@
 //! Opening the database: the file created private, the connection, Optuna's schema version
 //! checked, sweepd's migrations applied (retried while other writers keep the file busy).
 
-use super::{sql_error, sync, Result, Store, StoreError};
+use super::{sync, Result, SqlContext, Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::Path;
 use std::time::Duration;
@@ -97,10 +97,7 @@ impl Store {
     /// first. Taking the write lock at BEGIN means no other writer can slip in between what the
     /// transaction reads and what it writes.
     pub(super) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
-        self.pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())
+        self.pool.begin_with("BEGIN IMMEDIATE").await.at(&self.path)
     }
 
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
@@ -122,12 +119,12 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .map(|r| r.is_some())
-            .map_err(self.err())
+            .at(&self.path)
     }
 
     async fn connect(path: &Path, create: bool) -> Result<Store> {
         if create {
-            create_private(path).map_err(|e| sql_error(path, sqlx::Error::Io(e)))?;
+            create_private(path).map_err(sqlx::Error::Io).at(path)?;
         }
         let opts = SqliteConnectOptions::new()
             .filename(path)
@@ -145,7 +142,7 @@ impl Store {
             .max_connections(1)
             .connect_with(opts)
             .await
-            .map_err(|source| sql_error(path, source))?;
+            .at(path)?;
         Ok(Store {
             pool,
             path: path.to_owned(),
@@ -162,12 +159,12 @@ impl Store {
                 .await
                 .map(|r| r.is_some())
         };
-        if has("alembic_version").await.map_err(self.err())? {
+        if has("alembic_version").await.at(&self.path)? {
             let versions: Vec<String> =
                 sqlx::query_scalar("SELECT version_num FROM alembic_version")
                     .fetch_all(&self.pool)
                     .await
-                    .map_err(self.err())?;
+                    .at(&self.path)?;
             if versions.iter().any(|v| v != ALEMBIC_HEAD) {
                 return Err(StoreError::IncompatibleSchema {
                     path: self.path.clone(),
@@ -175,13 +172,13 @@ impl Store {
                 });
             }
         }
-        if has("version_info").await.map_err(self.err())? {
+        if has("version_info").await.at(&self.path)? {
             let v: Option<i64> = sqlx::query_scalar(
                 "SELECT schema_version FROM version_info WHERE version_info_id = 1",
             )
             .fetch_optional(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
             if let Some(v) = v.filter(|v| *v != SCHEMA_VERSION) {
                 return Err(StoreError::IncompatibleSchema {
                     path: self.path.clone(),

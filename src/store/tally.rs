@@ -1,6 +1,6 @@
 //! Keeping the budget's [`Tally`] current by reading only the trials that can have changed.
 
-use super::{Result, Store, Study};
+use super::{Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
 use sqlx::Row;
 
@@ -17,7 +17,7 @@ impl Store {
     /// that were not final then. Cheap (it reads what changed, not the study), so the budget
     /// can be checked against the database before every start.
     pub async fn refresh_tally(&self, study: &Study, tally: &mut Tally) -> Result<()> {
-        let mut conn = self.pool.acquire().await.map_err(self.err())?;
+        let mut conn = self.pool.acquire().await.at(&self.path)?;
         self.refresh_tally_on(&mut conn, study, tally).await
     }
 
@@ -43,7 +43,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&mut *conn)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in &new {
             let (id, state, retried, sweepd) = read(row);
             tally.apply(id, state, retried, sweepd);
@@ -56,7 +56,7 @@ impl Store {
             for id in chunk {
                 q = q.bind(id);
             }
-            let rows = q.fetch_all(&mut *conn).await.map_err(self.err())?;
+            let rows = q.fetch_all(&mut *conn).await.at(&self.path)?;
             let mut gone: std::collections::HashSet<i64> = chunk.iter().copied().collect();
             for row in &rows {
                 let (id, state, retried, sweepd) = read(row);

@@ -1,13 +1,13 @@
 //! GPU readings and trial memory samples the daemon records for `status`, `gpus` and later
 //! analysis.
 
-use super::{now_text, Result, Store, Study};
+use super::{now_text, Result, SqlContext, Store, Study};
 use sqlx::Row;
 
 impl Store {
     /// Replaces the study's `sweepd_gpus` rows with the monitor's latest view.
     pub async fn write_gpus(&self, study: &Study, rows: &[GpuRow]) -> Result<()> {
-        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        let mut tx = self.pool.begin().await.at(&self.path)?;
         for r in rows {
             sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
@@ -35,9 +35,9 @@ impl Store {
             .bind(now_text())
             .execute(&mut *tx)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -49,7 +49,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(rows
             .into_iter()
             .map(|r| GpuRow {
@@ -75,7 +75,7 @@ impl Store {
         if samples.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        let mut tx = self.pool.begin().await.at(&self.path)?;
         let now = now_text();
         for s in samples {
             sqlx::query(
@@ -87,9 +87,9 @@ impl Store {
             .bind(s.used as i64)
             .execute(&mut *tx)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 }

@@ -3,14 +3,13 @@
 //! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
-use super::{encode_value, now_text, sql_error, DaemonId, Result, Store, Study};
+use super::{encode_value, now_text, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
 };
 use serde_json::{json, Value};
 use sqlx::Row;
-use std::path::Path;
 
 /// What starting a trial needs besides the trial: who starts it, and the budget it is checked
 /// against.
@@ -80,7 +79,7 @@ impl Store {
         .bind(OWNER_ATTR)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(rows
             .iter()
             .map(|r| {
@@ -126,9 +125,9 @@ impl Store {
         .bind(trial_id)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let Some(row) = row else {
-            tx.rollback().await.map_err(self.err())?;
+            tx.rollback().await.at(&self.path)?;
             return Ok(None);
         };
         let number: i64 = row.get(0);
@@ -141,7 +140,7 @@ impl Store {
             .await?;
         self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
             .await?;
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(Some(copy))
     }
 
@@ -169,7 +168,7 @@ impl Store {
         for id in exclude {
             q = q.bind(id);
         }
-        let Some(row) = q.fetch_optional(&self.pool).await.map_err(self.err())? else {
+        let Some(row) = q.fetch_optional(&self.pool).await.at(&self.path)? else {
             return Ok(None);
         };
         let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
@@ -187,7 +186,7 @@ impl Store {
         .bind(trial_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in rows {
             let name: String = row.get(0);
             w.present.push(name.clone());
@@ -214,7 +213,7 @@ impl Store {
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut fixed_attr = None;
         for row in attrs {
             let text: String = row.get(1);
@@ -258,8 +257,8 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
         match started {
-            Started::Yes(_) => tx.commit().await.map_err(self.err())?,
-            _ => tx.rollback().await.map_err(self.err())?,
+            Started::Yes(_) => tx.commit().await.at(&self.path)?,
+            _ => tx.rollback().await.at(&self.path)?,
         }
         Ok(started)
     }
@@ -281,7 +280,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok((finished, started))
     }
 
@@ -299,8 +298,9 @@ impl Store {
         }
         let (claimed, skip) = match op {
             StartOp::New(params) => {
-                let (trial_id, number) =
-                    Self::insert_trial(tx, ctx.study, TrialState::Running, &self.path).await?;
+                let (trial_id, number) = self
+                    .insert_trial(tx, ctx.study, TrialState::Running)
+                    .await?;
                 ctx.tally.started_new(trial_id);
                 let claimed = Claimed {
                     trial_id,
@@ -319,7 +319,7 @@ impl Store {
                 .bind(w.trial_id)
                 .execute(&mut **tx)
                 .await
-                .map_err(self.err())?
+                .at(&self.path)?
                 .rows_affected();
                 if claimed != 1 {
                     return Ok(Started::Taken);
@@ -350,13 +350,13 @@ impl Store {
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
     /// GPU, once the worker is known.
     pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
-        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        let mut tx = self.pool.begin().await.at(&self.path)?;
         self.write_runner(&mut tx, trial_id, runner).await?;
         if let Some(gpu) = gpu {
             self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
                 .await?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -366,18 +366,17 @@ impl Store {
             .bind(study.id)
             .fetch_one(&self.pool)
             .await
-            .map_err(self.err())
+            .at(&self.path)
     }
 
     /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
     /// trials), computed inside the write transaction so concurrent writers never share one.
     async fn insert_trial(
+        &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
         study: &Study,
         state: TrialState,
-        path: &Path,
     ) -> Result<(i64, i64)> {
-        let err = |source| sql_error(path, source);
         let start = (state == TrialState::Running).then(now_text);
         // Optuna's number is the count of the study's earlier trials; numbers are dense, so
         // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
@@ -393,7 +392,7 @@ impl Store {
         .bind(study.id)
         .fetch_one(&mut **tx)
         .await
-        .map_err(err)?;
+        .at(&self.path)?;
         let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
         Ok((trial_id, number))
     }
@@ -416,7 +415,7 @@ impl Store {
         .bind(dist.optuna_json())
         .execute(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
             self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
                 .await?;
@@ -449,21 +448,21 @@ impl Store {
         .bind(v)
         .bind(t);
         if !is_negative_zero(value) {
-            insert.execute(&self.pool).await.map_err(self.err())?;
+            insert.execute(&self.pool).await.at(&self.path)?;
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(self.err())?;
+        let mut tx = self.pool.begin().await.at(&self.path)?;
         if insert
             .execute(&mut *tx)
             .await
-            .map_err(self.err())?
+            .at(&self.path)?
             .rows_affected()
             == 1
         {
             self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
                 .await?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -480,8 +479,8 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         match number {
-            Some(_) => tx.commit().await.map_err(self.err())?,
-            None => tx.rollback().await.map_err(self.err())?,
+            Some(_) => tx.commit().await.at(&self.path)?,
+            None => tx.rollback().await.at(&self.path)?,
         }
         Ok(number)
     }
@@ -510,7 +509,7 @@ impl Store {
         .bind(trial_id)
         .fetch_optional(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let Some(number) = number else {
             return Ok(None);
         };
@@ -524,7 +523,7 @@ impl Store {
             .bind(trial_id)
             .fetch_optional(&mut **tx)
             .await
-            .map_err(self.err())?
+            .at(&self.path)?
             .and_then(|r| match r.get::<String, _>(1).as_str() {
                 "FINITE" => r.get::<Option<f64>, _>(0),
                 "INF_POS" => Some(f64::INFINITY),
@@ -543,7 +542,7 @@ impl Store {
             .bind(t)
             .execute(&mut **tx)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         }
         if value.is_some_and(is_negative_zero) {
             self.note_negative_zeros(tx, trial_id, |z| z.values.push(0))
@@ -591,7 +590,7 @@ impl Store {
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut first = failed_number;
         let mut history: Vec<Value> = Vec::new();
         let mut fixed = None;
@@ -610,8 +609,7 @@ impl Store {
         }
         *attempts.entry(kind).or_default() += 1;
         history.push(json!(failed_number));
-        let (copy_id, copy_number) =
-            Self::insert_trial(tx, study, TrialState::Waiting, &self.path).await?;
+        let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
         sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
              SELECT ?, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?",
@@ -620,7 +618,7 @@ impl Store {
         .bind(failed_id)
         .execute(&mut **tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         self.set_attr(tx, copy_id, "failed_trial", &json!(first))
             .await?;
         self.set_attr(tx, copy_id, "retry_history", &Value::Array(history))

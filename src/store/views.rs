@@ -2,7 +2,7 @@
 //! restarted daemon's sampler, pruner and memory model learn from them.
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
-use super::{decode_value, Result, Store, Study};
+use super::{decode_value, Result, SqlContext, Store, Study};
 use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -45,7 +45,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut c = Counts::default();
         for row in rows {
             let state: String = row.get(0);
@@ -76,7 +76,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
         let mut index = std::collections::HashMap::with_capacity(rows.len());
         for row in rows {
@@ -106,7 +106,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in params {
             let Some(&i) = index.get(&row.get::<i64, _>(0)) else {
                 continue;
@@ -127,7 +127,7 @@ impl Store {
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in attrs {
             let Some(&i) = index.get(&row.get::<i64, _>(0)) else {
                 continue;
@@ -166,7 +166,7 @@ impl Store {
         if let Some(l) = limit {
             q = q.bind(l as i64);
         }
-        let rows = q.fetch_all(&self.pool).await.map_err(self.err())?;
+        let rows = q.fetch_all(&self.pool).await.at(&self.path)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows.into_iter().rev() {
             out.push(self.view(&row).await?);
@@ -194,7 +194,7 @@ impl Store {
             .bind(study.id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         match id {
             Some(id) => self.trial(id).await.map(Some),
             None => Ok(None),
@@ -207,7 +207,7 @@ impl Store {
             .bind(trial_id)
             .fetch_one(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         self.view(&row).await
     }
 
@@ -239,7 +239,7 @@ impl Store {
         .bind(view.trial_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in params {
             let internal: f64 = row.get(1);
             let ext = Distribution::from_optuna_json(row.get(2))
@@ -256,7 +256,7 @@ impl Store {
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for row in attrs {
             let key: String = row.get(0);
             let value: Value = serde_json::from_str(row.get(1)).unwrap_or(Value::Null);
@@ -296,7 +296,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut out: Vec<Curve> = Vec::new();
         for row in rows {
             let number: i64 = row.get(0);
@@ -324,7 +324,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut out: Vec<(i64, Params, u64)> = Vec::new();
         for row in rows {
             let id: i64 = row.get(0);

@@ -1,6 +1,6 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
-use super::{now_text, Result, Store, Study};
+use super::{now_text, Result, SqlContext, Store, Study};
 use sqlx::Row;
 use std::path::Path;
 
@@ -17,7 +17,7 @@ impl Store {
         .bind(now_text())
         .fetch_one(&self.pool)
         .await
-        .map_err(self.err())
+        .at(&self.path)
     }
 
     /// Records the pid and its start time, so a later instance can kill exactly this process.
@@ -37,7 +37,7 @@ impl Store {
         .bind(worker_id)
         .execute(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -47,7 +47,7 @@ impl Store {
             .bind(worker_id)
             .execute(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         Ok(())
     }
 
@@ -67,7 +67,7 @@ impl Store {
         .bind(worker_id)
         .execute(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -77,7 +77,7 @@ impl Store {
             .bind(worker_id)
             .execute(&self.pool)
             .await
-            .map_err(self.err())?;
+            .at(&self.path)?;
         Ok(())
     }
 
@@ -99,7 +99,7 @@ impl Store {
         .bind(detail)
         .execute(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -115,7 +115,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(rows
             .into_iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -131,7 +131,7 @@ impl Store {
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         Ok(rows
             .into_iter()
             .map(|r| WorkerView {
