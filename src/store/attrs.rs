@@ -2,6 +2,7 @@
 //! trial, the record of negative zeros that SQLite's REAL columns lose, and the upsert of one
 //! attribute.
 
+use super::sqlite::Tx;
 use super::{Result, SqlContext, Store};
 use crate::study::{ParamValue, Params};
 use serde_json::Value;
@@ -68,7 +69,7 @@ impl Store {
     /// Adds to a trial's record of negative zeros (see [`NEGATIVE_ZERO_ATTR`]).
     pub(super) async fn note_negative_zeros(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         trial_id: i64,
         add: impl FnOnce(&mut NegativeZeros),
     ) -> Result<()> {
@@ -89,7 +90,7 @@ impl Store {
 
     pub(super) async fn set_attr(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         trial_id: i64,
         key: &str,
         value: &Value,

@@ -340,11 +340,7 @@ impl Store {
         if self.mirror_in_place(&wanted, &self.pool).await? {
             return Ok(false);
         }
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .at(&self.path)?;
+        let mut tx = self.begin_write().await?;
         // Another sweepd may have done it while we waited for the write lock.
         if self.mirror_in_place(&wanted, &mut *tx).await? {
             tx.rollback().await.at(&self.path)?;
@@ -380,7 +376,7 @@ impl Store {
     /// Whether the file holds exactly sweepd's triggers (by name and text) and its indexes.
     async fn mirror_in_place<'c, E>(&self, wanted: &[(&str, String)], conn: E) -> Result<bool>
     where
-        E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+        E: sqlx::Executor<'c, Database = super::sqlite::Db>,
     {
         let rows = sqlx::query(
             "SELECT type, name, sql FROM sqlite_master \
@@ -417,11 +413,7 @@ impl Store {
     /// deleted under a running daemon, whose last writes (worker exits, events) came after
     /// the triggers had deleted its rows.
     pub async fn purge_orphans(&self) -> Result<()> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .at(&self.path)?;
+        let mut tx = self.begin_write().await?;
         for sql in PURGE {
             sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }

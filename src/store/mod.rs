@@ -6,19 +6,30 @@
 //! `trial_id` order). Other writers (an Optuna script, the dashboard) may add rows at any time,
 //! so nothing here assumes it is the only writer, and a finished trial is never modified.
 //!
-//! Every change that spans several statements runs in one `BEGIN IMMEDIATE` transaction, so a
-//! `kill -9` at any moment leaves either all of it or none. The SQL stays portable to
-//! PostgreSQL (no `INSERT OR`, claims are conditional `UPDATE`s) except where noted.
+//! Every change that spans several statements runs in one write transaction
+//! (`Store::begin_write`: on SQLite `BEGIN IMMEDIATE`), so a `kill -9` at any moment leaves
+//! either all of it or none.
 //!
 //! Optuna's own tools come first: sweepd's tables have no foreign keys to Optuna's, and what
 //! sweepd attaches to Optuna's tables (`mirror`: the triggers behind `sweepd_trials` and behind
 //! deleting sweepd's rows with a study) never blocks, breaks or outlives `optuna.delete_study`
 //! or an Optuna schema migration.
+//!
+//! **The engine seam.** The queries are written once, portable to PostgreSQL: `$1, $2, …`
+//! placeholders, no `INSERT OR`, claims as conditional `UPDATE`s, upserts as `ON CONFLICT`.
+//! What only SQLite does is behind `sqlite`: the connection (options, pragmas), the write
+//! transaction (`BEGIN IMMEDIATE`), looking a table up (`sqlite_master`), the migrations and
+//! their retry while the file is busy, and the types the rest is written against (`Db`, `Pool`,
+//! `Tx`). Two files are SQLite-only as a whole: `sync` (group commit by `fdatasync` of the
+//! write-ahead log) and `mirror` (triggers and JSON functions). A second backend is one more
+//! module with the functions of `sqlite`, its own migrations, and its own `mirror`; the store
+//! does not go through `sqlx::Any`.
 
 mod attrs;
 mod daemon;
 mod mirror;
 mod schema;
+mod sqlite;
 mod sync;
 mod tally;
 mod telemetry;
@@ -38,7 +49,7 @@ pub use workers::WorkerView;
 
 use crate::study::Direction;
 use serde_json::{json, Value};
-use sqlx::{Row, SqlitePool};
+use sqlx::Row;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +99,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// The sqlx pool over one SQLite file.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: sqlite::Pool,
     path: PathBuf,
     /// Group commit: makes lazy commits durable (see [`Store::sync`]).
     syncer: std::sync::Arc<sync::Syncer>,

@@ -1,5 +1,6 @@
 //! Keeping the budget's [`Tally`] current by reading only the trials that can have changed.
 
+use super::sqlite::Connection;
 use super::{Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
 use sqlx::Row;
@@ -23,7 +24,7 @@ impl Store {
 
     pub(super) async fn refresh_tally_on(
         &self,
-        conn: &mut sqlx::SqliteConnection,
+        conn: &mut Connection,
         study: &Study,
         tally: &mut Tally,
     ) -> Result<()> {

@@ -3,6 +3,7 @@
 //! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
+use super::sqlite::Tx;
 use super::{encode_value, now_text, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
@@ -287,7 +288,7 @@ impl Store {
     /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
     async fn start_in(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         space: &SearchSpace,
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
@@ -373,7 +374,7 @@ impl Store {
     /// trials), computed inside the write transaction so concurrent writers never share one.
     async fn insert_trial(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         study: &Study,
         state: TrialState,
     ) -> Result<(i64, i64)> {
@@ -399,7 +400,7 @@ impl Store {
 
     async fn insert_param(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         trial_id: i64,
         name: &str,
         dist: &Distribution,
@@ -423,12 +424,7 @@ impl Store {
         Ok(())
     }
 
-    async fn write_runner(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        trial_id: i64,
-        runner: Runner,
-    ) -> Result<()> {
+    async fn write_runner(&self, tx: &mut Tx<'_>, trial_id: i64, runner: Runner) -> Result<()> {
         self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
             .await?;
         self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
@@ -488,7 +484,7 @@ impl Store {
     /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.
     async fn finish_in(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         study: &Study,
         trial_id: i64,
         how: &Finish,
@@ -576,7 +572,7 @@ impl Store {
     /// `retry_history`: every failed attempt's number). Returns the copy's number.
     async fn enqueue_retry(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        tx: &mut Tx<'_>,
         study: &Study,
         failed_id: i64,
         failed_number: i64,
