@@ -74,7 +74,7 @@ impl Store {
         add: impl FnOnce(&mut NegativeZeros),
     ) -> Result<()> {
         let old: Option<String> = sqlx::query_scalar(
-            "SELECT value_json FROM trial_system_attributes WHERE trial_id = ? AND key = ?",
+            "SELECT value_json FROM trial_system_attributes WHERE trial_id = $1 AND key = $2",
         )
         .bind(trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
@@ -96,7 +96,7 @@ impl Store {
         value: &Value,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?, ?, ?) \
+            "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3) \
              ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
         )
         .bind(trial_id)

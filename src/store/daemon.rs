@@ -18,7 +18,7 @@ impl Store {
     ) -> Result<(), DaemonLockError> {
         let mut tx = self.begin_write().await?;
         let row = sqlx::query(
-            "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = ?",
+            "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = $1",
         )
         .bind(study.id)
         .fetch_optional(&mut *tx)
@@ -57,7 +57,7 @@ impl Store {
         let now = now_text();
         sqlx::query(
             "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
-             VALUES (?, ?, ?, ?, ?, ?, 'RUNNING') \
+             VALUES ($1, $2, $3, $4, $5, $6, 'RUNNING') \
              ON CONFLICT (study_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, \
              host = excluded.host, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, \
              state = 'RUNNING', detail = NULL",
@@ -84,7 +84,7 @@ impl Store {
         detail: Option<&str>,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE sweepd_daemon SET heartbeat_at = ?, state = ?, detail = ? WHERE study_id = ? AND pid = ? AND host = ?",
+            "UPDATE sweepd_daemon SET heartbeat_at = $1, state = $2, detail = $3 WHERE study_id = $4 AND pid = $5 AND host = $6",
         )
         .bind(now_text())
         .bind(state)
@@ -101,7 +101,7 @@ impl Store {
     /// The daemon row for `status`: (pid, host, started_at, heartbeat_at, state, detail).
     pub async fn daemon_view(&self, study: &Study) -> Result<Option<DaemonView>> {
         let row = sqlx::query(
-            "SELECT pid, host, started_at, heartbeat_at, state, detail FROM sweepd_daemon WHERE study_id = ?",
+            "SELECT pid, host, started_at, heartbeat_at, state, detail FROM sweepd_daemon WHERE study_id = $1",
         )
         .bind(study.id)
         .fetch_optional(&self.pool)
@@ -119,13 +119,15 @@ impl Store {
 
     /// Queues a request for the running daemon (`resume`).
     pub async fn send_command(&self, study: &Study, command: &str) -> Result<()> {
-        sqlx::query("INSERT INTO sweepd_commands (study_id, command, created_at) VALUES (?, ?, ?)")
-            .bind(study.id)
-            .bind(command)
-            .bind(now_text())
-            .execute(&self.pool)
-            .await
-            .at(&self.path)?;
+        sqlx::query(
+            "INSERT INTO sweepd_commands (study_id, command, created_at) VALUES ($1, $2, $3)",
+        )
+        .bind(study.id)
+        .bind(command)
+        .bind(now_text())
+        .execute(&self.pool)
+        .await
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -133,7 +135,7 @@ impl Store {
     pub async fn take_commands(&self, study: &Study) -> Result<Vec<String>> {
         let mut tx = self.begin_write().await?;
         let cmds: Vec<String> = sqlx::query_scalar(
-            "SELECT command FROM sweepd_commands WHERE study_id = ? AND done_at IS NULL ORDER BY command_id",
+            "SELECT command FROM sweepd_commands WHERE study_id = $1 AND done_at IS NULL ORDER BY command_id",
         )
         .bind(study.id)
         .fetch_all(&mut *tx)
@@ -141,7 +143,7 @@ impl Store {
         .at(&self.path)?;
         if !cmds.is_empty() {
             sqlx::query(
-                "UPDATE sweepd_commands SET done_at = ? WHERE study_id = ? AND done_at IS NULL",
+                "UPDATE sweepd_commands SET done_at = $1 WHERE study_id = $2 AND done_at IS NULL",
             )
             .bind(now_text())
             .bind(study.id)

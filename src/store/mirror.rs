@@ -381,7 +381,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT type, name, sql FROM sqlite_master \
              WHERE (type = 'trigger' AND name LIKE 'sweepd\\_%' ESCAPE '\\') \
-                OR (type = 'index' AND name IN (?, ?))",
+                OR (type = 'index' AND name IN ($1, $2))",
         )
         .bind(OPTUNA_TABLE_INDEXES[0].0)
         .bind(OPTUNA_TABLE_INDEXES[1].0)
@@ -425,7 +425,7 @@ impl Store {
     /// now names another study.
     pub async fn study_deleted(&self, study: &super::Study) -> Result<bool> {
         let name: Option<String> =
-            sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = ?")
+            sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = $1")
                 .bind(study.id)
                 .fetch_optional(&self.pool)
                 .await

@@ -186,6 +186,14 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     }
 }
 
+/// `$first, $first+1, …`, `count` of them: the placeholders of a list bound value by value.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Optuna's (value, value_type) pair for a trial value: infinities are NULL plus a type.
 fn encode_value(v: f64) -> (Option<f64>, &'static str) {
     if v.is_finite() {
@@ -226,7 +234,7 @@ impl Store {
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
         let mut tx = self.begin_write().await?;
         let existing: Option<i64> =
-            sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = ?")
+            sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = $1")
                 .bind(name)
                 .fetch_optional(&mut *tx)
                 .await
@@ -234,7 +242,7 @@ impl Store {
         let id = match existing {
             Some(id) => {
                 let found: Option<String> = sqlx::query_scalar(
-                    "SELECT direction FROM study_directions WHERE study_id = ? AND objective = 0",
+                    "SELECT direction FROM study_directions WHERE study_id = $1 AND objective = 0",
                 )
                 .bind(id)
                 .fetch_optional(&mut *tx)
@@ -252,14 +260,14 @@ impl Store {
             }
             None => {
                 let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO studies (study_name) VALUES (?) RETURNING study_id",
+                    "INSERT INTO studies (study_name) VALUES ($1) RETURNING study_id",
                 )
                 .bind(name)
                 .fetch_one(&mut *tx)
                 .await
                 .at(&self.path)?;
                 sqlx::query(
-                    "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
+                    "INSERT INTO study_directions (direction, study_id, objective) VALUES ($1, $2, 0)",
                 )
                 .bind(direction.as_optuna())
                 .bind(id)
@@ -282,7 +290,7 @@ impl Store {
         let row = sqlx::query(
             "SELECT s.study_id, d.direction FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
-             WHERE s.study_name = ?",
+             WHERE s.study_name = $1",
         )
         .bind(name)
         .fetch_optional(&self.pool)

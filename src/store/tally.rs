@@ -1,7 +1,7 @@
 //! Keeping the budget's [`Tally`] current by reading only the trials that can have changed.
 
 use super::sqlite::Connection;
-use super::{Result, SqlContext, Store, Study};
+use super::{placeholders, Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
 use sqlx::Row;
 
@@ -38,7 +38,7 @@ impl Store {
         };
         // trial_id is the rowid: a range over it reads only the new rows.
         let new = sqlx::query(&format!(
-            "{TALLY_COLUMNS} WHERE t.trial_id > ? AND t.study_id = ? ORDER BY t.trial_id"
+            "{TALLY_COLUMNS} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id"
         ))
         .bind(tally.seen())
         .bind(study.id)
@@ -51,7 +51,7 @@ impl Store {
         }
         let open: Vec<i64> = tally.open();
         for chunk in open.chunks(500) {
-            let marks = vec!["?"; chunk.len()].join(", ");
+            let marks = placeholders(1, chunk.len());
             let sql = format!("{TALLY_COLUMNS} WHERE t.trial_id IN ({marks})");
             let mut q = sqlx::query(&sql);
             for id in chunk {

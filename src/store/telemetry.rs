@@ -12,7 +12,7 @@ impl Store {
             sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
                  running, par_estimate, expected_peak, wait, error, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
                  ON CONFLICT (study_id, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
                  free = excluded.free, used = excluded.used, util_gpu = excluded.util_gpu, \
                  util_mem = excluded.util_mem, running = excluded.running, par_estimate = excluded.par_estimate, \
@@ -44,7 +44,7 @@ impl Store {
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
         let rows = sqlx::query(
             "SELECT device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
-             expected_peak, wait, error, updated_at FROM sweepd_gpus WHERE study_id = ? ORDER BY device",
+             expected_peak, wait, error, updated_at FROM sweepd_gpus WHERE study_id = $1 ORDER BY device",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -79,7 +79,7 @@ impl Store {
         let now = now_text();
         for s in samples {
             sqlx::query(
-                "INSERT INTO sweepd_trial_memory (trial_id, at, device, used) VALUES (?, ?, ?, ?)",
+                "INSERT INTO sweepd_trial_memory (trial_id, at, device, used) VALUES ($1, $2, $3, $4)",
             )
             .bind(s.trial_id)
             .bind(&now)

@@ -4,7 +4,7 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::sqlite::Tx;
-use super::{encode_value, now_text, DaemonId, Result, SqlContext, Store, Study};
+use super::{encode_value, now_text, placeholders, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
@@ -69,15 +69,14 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.trial_id, \
                (SELECT a.value_json FROM trial_system_attributes a \
-                 WHERE a.trial_id = t.trial_id AND a.key = ?) \
-             FROM trials t WHERE t.study_id = ? AND t.state = 'RUNNING' AND EXISTS \
+                 WHERE a.trial_id = t.trial_id AND a.key = $1) \
+             FROM trials t WHERE t.study_id = $2 AND t.state = 'RUNNING' AND EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
-                 AND a.key IN (?, 'sweepd:worker_id')) \
+                 AND a.key IN ($1, 'sweepd:worker_id')) \
              ORDER BY t.trial_id",
         )
         .bind(OWNER_ATTR)
         .bind(study.id)
-        .bind(OWNER_ATTR)
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
@@ -119,7 +118,7 @@ impl Store {
         let row = sqlx::query(
             "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
-             FROM trials t WHERE t.trial_id = ? AND t.state = 'FAIL' AND NOT EXISTS \
+             FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
                  AND a.key = 'sweepd:retried_as')",
         )
@@ -155,9 +154,9 @@ impl Store {
         exclude: &[i64],
     ) -> Result<Option<Waiting>> {
         // Trials already in the supervisor's line are skipped (a short list).
-        let skip = vec!["?"; exclude.len()].join(", ");
+        let skip = placeholders(2, exclude.len());
         let sql = format!(
-            "SELECT trial_id, number FROM trials WHERE study_id = ? AND state = 'WAITING' {} \
+            "SELECT trial_id, number FROM trials WHERE study_id = $1 AND state = 'WAITING' {} \
              ORDER BY trial_id LIMIT 1",
             if exclude.is_empty() {
                 String::new()
@@ -182,7 +181,7 @@ impl Store {
             attempts: Attempts::new(),
         };
         let rows = sqlx::query(
-            "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?",
+            "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $1",
         )
         .bind(trial_id)
         .fetch_all(&self.pool)
@@ -207,8 +206,8 @@ impl Store {
             }
         }
         let attrs = sqlx::query(
-            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
-             AND key IN ('sweepd:attempts', 'fixed_params', ?)",
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
+             AND key IN ('sweepd:attempts', 'fixed_params', $2)",
         )
         .bind(trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
@@ -313,8 +312,8 @@ impl Store {
             }
             StartOp::Claim(w, params) => {
                 let claimed = sqlx::query(
-                    "UPDATE trials SET state = 'RUNNING', datetime_start = ? \
-                     WHERE trial_id = ? AND state = 'WAITING'",
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = $1 \
+                     WHERE trial_id = $2 AND state = 'WAITING'",
                 )
                 .bind(now_text())
                 .bind(w.trial_id)
@@ -363,7 +362,7 @@ impl Store {
 
     /// The number the next trial created in this study will get (a hint for seeding).
     pub async fn next_number(&self, study: &Study) -> Result<i64> {
-        sqlx::query_scalar("SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = ?")
+        sqlx::query_scalar("SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1")
             .bind(study.id)
             .fetch_one(&self.pool)
             .await
@@ -384,13 +383,12 @@ impl Store {
         // write transaction, so concurrent writers never share a number.
         let row = sqlx::query(
             "INSERT INTO trials (number, study_id, state, datetime_start) \
-             SELECT COALESCE(MAX(number), -1) + 1, ?, ?, ? FROM trials WHERE study_id = ? \
+             SELECT COALESCE(MAX(number), -1) + 1, $1, $2, $3 FROM trials WHERE study_id = $1 \
              RETURNING trial_id, number",
         )
         .bind(study.id)
         .bind(state.as_str())
         .bind(start)
-        .bind(study.id)
         .fetch_one(&mut **tx)
         .await
         .at(&self.path)?;
@@ -408,7 +406,7 @@ impl Store {
     ) -> Result<()> {
         sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
-             VALUES (?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4)",
         )
         .bind(trial_id)
         .bind(name)
@@ -436,7 +434,7 @@ impl Store {
         let (v, t) = encode_value(value);
         let insert = sqlx::query(
             "INSERT INTO trial_intermediate_values \
-             (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
+             (trial_id, step, intermediate_value, intermediate_value_type) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (trial_id, step) DO NOTHING",
         )
         .bind(trial_id)
@@ -497,8 +495,8 @@ impl Store {
         };
         // The conditional update is what makes finishing happen once: `None` if not RUNNING.
         let number: Option<i64> = sqlx::query_scalar(
-            "UPDATE trials SET state = ?, datetime_complete = ? \
-             WHERE trial_id = ? AND state = 'RUNNING' RETURNING number",
+            "UPDATE trials SET state = $1, datetime_complete = $2 \
+             WHERE trial_id = $3 AND state = 'RUNNING' RETURNING number",
         )
         .bind(state.as_str())
         .bind(now_text())
@@ -514,7 +512,7 @@ impl Store {
             // Optuna records a pruned trial's last intermediate value as its value.
             Finish::Pruned => sqlx::query(
                 "SELECT intermediate_value, intermediate_value_type FROM trial_intermediate_values \
-                 WHERE trial_id = ? ORDER BY step DESC LIMIT 1",
+                 WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
             )
             .bind(trial_id)
             .fetch_optional(&mut **tx)
@@ -531,7 +529,7 @@ impl Store {
         if let Some(v) = value {
             let (v, t) = encode_value(v);
             sqlx::query(
-                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?)",
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES ($1, 0, $2, $3)",
             )
             .bind(trial_id)
             .bind(v)
@@ -579,8 +577,8 @@ impl Store {
         kind: FailureKind,
     ) -> Result<i64> {
         let attrs = sqlx::query(
-            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? \
-             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', ?)",
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
+             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', $2)",
         )
         .bind(failed_id)
         .bind(NEGATIVE_ZERO_ATTR)
@@ -608,7 +606,7 @@ impl Store {
         let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
         sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
-             SELECT ?, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = ?",
+             SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
         )
         .bind(copy_id)
         .bind(failed_id)

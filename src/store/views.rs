@@ -40,7 +40,7 @@ impl Store {
             "SELECT t.state, COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
              FROM trials t LEFT JOIN trial_system_attributes a \
                ON a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' \
-             WHERE t.study_id = ? GROUP BY t.state",
+             WHERE t.study_id = $1 GROUP BY t.state",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -71,7 +71,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.trial_id, t.number, t.state, v.value, v.value_type FROM trials t \
              LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
-             WHERE t.study_id = ? ORDER BY t.trial_id",
+             WHERE t.study_id = $1 ORDER BY t.trial_id",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -101,7 +101,7 @@ impl Store {
         }
         let params = sqlx::query(
             "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json \
-             FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ?",
+             FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -121,7 +121,7 @@ impl Store {
         let attrs = sqlx::query(
             "SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a \
              JOIN trials t ON t.trial_id = a.trial_id \
-             WHERE t.study_id = ? AND a.key IN ('constraints', ?)",
+             WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
         )
         .bind(study.id)
         .bind(NEGATIVE_ZERO_ATTR)
@@ -151,13 +151,16 @@ impl Store {
         state: Option<TrialState>,
         limit: Option<u64>,
     ) -> Result<Vec<TrialView>> {
-        let mut sql = format!("{TRIAL_COLUMNS} WHERE t.study_id = ?");
+        let mut sql = format!("{TRIAL_COLUMNS} WHERE t.study_id = $1");
+        let mut n = 1;
         if state.is_some() {
-            sql.push_str(" AND t.state = ?");
+            n += 1;
+            sql.push_str(&format!(" AND t.state = ${n}"));
         }
         sql.push_str(" ORDER BY t.number DESC");
         if limit.is_some() {
-            sql.push_str(" LIMIT ?");
+            n += 1;
+            sql.push_str(&format!(" LIMIT ${n}"));
         }
         let mut q = sqlx::query(&sql).bind(study.id);
         if let Some(s) = state {
@@ -187,7 +190,7 @@ impl Store {
         };
         let sql = format!(
             "SELECT t.trial_id FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id \
-             AND v.objective = 0 WHERE t.study_id = ? AND t.state = 'COMPLETE' \
+             AND v.objective = 0 WHERE t.study_id = $1 AND t.state = 'COMPLETE' \
              ORDER BY {order}, t.number LIMIT 1"
         );
         let id: Option<i64> = sqlx::query_scalar(&sql)
@@ -203,7 +206,7 @@ impl Store {
 
     /// One trial by id.
     pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
-        let row = sqlx::query(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = ?"))
+        let row = sqlx::query(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
             .bind(trial_id)
             .fetch_one(&self.pool)
             .await
@@ -234,7 +237,7 @@ impl Store {
     async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
         let params = sqlx::query(
             "SELECT param_name, param_value, distribution_json FROM trial_params \
-             WHERE trial_id = ? ORDER BY param_id",
+             WHERE trial_id = $1 ORDER BY param_id",
         )
         .bind(view.trial_id)
         .fetch_all(&self.pool)
@@ -249,8 +252,8 @@ impl Store {
             view.params.insert(row.get(0), ext);
         }
         let attrs = sqlx::query(
-            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ? AND key IN \
-             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', ?)",
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
+             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
         )
         .bind(view.trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
@@ -290,7 +293,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.number, t.state, i.step, i.intermediate_value FROM trial_intermediate_values i \
              JOIN trials t ON t.trial_id = i.trial_id \
-             WHERE t.study_id = ? AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
+             WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
                AND i.intermediate_value_type = 'FINITE' ORDER BY t.number, i.step",
         )
         .bind(study.id)
@@ -318,7 +321,7 @@ impl Store {
             "SELECT a.trial_id, a.value_json, p.param_name, p.param_value, p.distribution_json \
              FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
              JOIN trial_params p ON p.trial_id = a.trial_id \
-             WHERE t.study_id = ? AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
+             WHERE t.study_id = $1 AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
              ORDER BY a.trial_id",
         )
         .bind(study.id)

@@ -9,7 +9,7 @@ impl Store {
     pub async fn worker_created(&self, study: &Study, slot: usize, host: &str) -> Result<i64> {
         sqlx::query_scalar(
             "INSERT INTO sweepd_workers (study_id, slot, host, state, started_at) \
-             VALUES (?, ?, ?, 'STARTING', ?) RETURNING worker_id",
+             VALUES ($1, $2, $3, 'STARTING', $4) RETURNING worker_id",
         )
         .bind(study.id)
         .bind(slot as i64)
@@ -29,7 +29,7 @@ impl Store {
         log: &Path,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE sweepd_workers SET pid = ?, pid_start_time = ?, log_path = ? WHERE worker_id = ?",
+            "UPDATE sweepd_workers SET pid = $1, pid_start_time = $2, log_path = $3 WHERE worker_id = $4",
         )
         .bind(pid as i64)
         .bind(start_time.map(|t| t as i64))
@@ -42,7 +42,7 @@ impl Store {
     }
 
     pub async fn worker_state(&self, worker_id: i64, state: &str) -> Result<()> {
-        sqlx::query("UPDATE sweepd_workers SET state = ? WHERE worker_id = ?")
+        sqlx::query("UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2")
             .bind(state)
             .bind(worker_id)
             .execute(&self.pool)
@@ -58,8 +58,8 @@ impl Store {
         signal: Option<i32>,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE sweepd_workers SET state = 'EXITED', ended_at = ?, exit_code = ?, \
-             exit_signal = ? WHERE worker_id = ?",
+            "UPDATE sweepd_workers SET state = 'EXITED', ended_at = $1, exit_code = $2, \
+             exit_signal = $3 WHERE worker_id = $4",
         )
         .bind(now_text())
         .bind(exit_code)
@@ -73,7 +73,7 @@ impl Store {
 
     /// Counts a successful trial of a worker (shown by `status`, used for recycling).
     pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
-        sqlx::query("UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = ?")
+        sqlx::query("UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1")
             .bind(worker_id)
             .execute(&self.pool)
             .await
@@ -90,7 +90,7 @@ impl Store {
     ) -> Result<()> {
         sqlx::query(
             "INSERT INTO sweepd_worker_events (worker_id, trial_id, at, kind, detail) \
-             VALUES (?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(worker_id)
         .bind(trial_id)
@@ -110,7 +110,7 @@ impl Store {
     ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
         let rows = sqlx::query(
             "SELECT worker_id, pid, pid_start_time FROM sweepd_workers \
-             WHERE study_id = ? AND state <> 'EXITED'",
+             WHERE study_id = $1 AND state <> 'EXITED'",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -126,7 +126,7 @@ impl Store {
     pub async fn live_workers(&self, study: &Study) -> Result<Vec<WorkerView>> {
         let rows = sqlx::query(
             "SELECT worker_id, slot, pid, state, trials_done, started_at FROM sweepd_workers \
-             WHERE study_id = ? AND state <> 'EXITED' ORDER BY slot",
+             WHERE study_id = $1 AND state <> 'EXITED' ORDER BY slot",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
