@@ -1,9 +1,9 @@
 //! The study's daemon row (the single-instance lock, and the state `status` shows) and the
 //! commands the CLI queues for the running daemon.
 
+use super::columns::NullableInt;
 use super::{now_text, Result, SqlContext, Store, StoreError, Study};
 use serde_json::{json, Value};
-use sqlx::Row;
 use std::time::Duration;
 
 impl Store {
@@ -17,22 +17,20 @@ impl Store {
         stale_after: Duration,
     ) -> Result<(), DaemonLockError> {
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(
+        let holder: Option<Holder> = sqlx::query_as(
             "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = $1",
         )
         .bind(study.id)
         .fetch_optional(&mut *tx)
         .await
         .at(&self.path)?;
-        if let Some(row) = row {
-            let holder = DaemonId {
-                pid: row.get::<i64, _>(0) as u32,
-                pid_start: row.get::<Option<i64>, _>(1).map(|v| v as u64),
-                host: row.get(2),
-            };
-            let since: String = row.get(3);
-            let heartbeat: String = row.get(4);
-            let state: String = row.get(5);
+        if let Some(Holder {
+            id: holder,
+            started_at: since,
+            heartbeat_at: heartbeat,
+            state,
+        }) = holder
+        {
             let alive = state != "STOPPED"
                 && if holder.host == me.host {
                     holder.pid != me.pid
@@ -98,23 +96,15 @@ impl Store {
         Ok(())
     }
 
-    /// The daemon row for `status`: (pid, host, started_at, heartbeat_at, state, detail).
+    /// The daemon row for `status`.
     pub async fn daemon_view(&self, study: &Study) -> Result<Option<DaemonView>> {
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT pid, host, started_at, heartbeat_at, state, detail FROM sweepd_daemon WHERE study_id = $1",
         )
         .bind(study.id)
         .fetch_optional(&self.pool)
         .await
-        .at(&self.path)?;
-        Ok(row.map(|r| DaemonView {
-            pid: r.get(0),
-            host: r.get(1),
-            started_at: r.get(2),
-            heartbeat_at: r.get(3),
-            state: r.get(4),
-            detail: r.get(5),
-        }))
+        .at(&self.path)
     }
 
     /// Queues a request for the running daemon (`resume`).
@@ -157,11 +147,23 @@ impl Store {
 }
 
 /// Identifies a daemon process: the single-instance lock compares these.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DaemonId {
+    #[sqlx(try_from = "i64")]
     pub pid: u32,
+    #[sqlx(try_from = "NullableInt")]
     pub pid_start: Option<u64>,
     pub host: String,
+}
+
+/// The daemon holding a study's row, as the lock finds it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Holder {
+    #[sqlx(flatten)]
+    pub id: DaemonId,
+    pub started_at: String,
+    pub heartbeat_at: String,
+    pub state: String,
 }
 
 impl DaemonId {
@@ -192,7 +194,7 @@ pub enum DaemonLockError {
 }
 
 /// The daemon row for `status`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct DaemonView {
     pub pid: i64,
     pub host: String,

@@ -20,7 +20,6 @@
 //! SQLite only (triggers and JSON functions), like the view they replace.
 
 use super::{Result, SqlContext, Store};
-use sqlx::Row;
 
 /// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
 /// categorical (JSON true/false kept as booleans), an integer for int distributions, the float
@@ -378,7 +377,7 @@ impl Store {
     where
         E: sqlx::Executor<'c, Database = super::sqlite::Db>,
     {
-        let rows = sqlx::query(
+        let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
             "SELECT type, name, sql FROM sqlite_master \
              WHERE (type = 'trigger' AND name LIKE 'sweepd\\_%' ESCAPE '\\') \
                 OR (type = 'index' AND name IN ($1, $2))",
@@ -390,14 +389,11 @@ impl Store {
         .at(&self.path)?;
         let mut triggers: Vec<(String, String)> = Vec::new();
         let mut indexes = 0;
-        for row in rows {
-            if row.get::<String, _>(0) == "index" {
+        for (kind, name, sql) in rows {
+            if kind == "index" {
                 indexes += 1;
             } else {
-                triggers.push((
-                    row.get(1),
-                    row.get::<Option<String>, _>(2).unwrap_or_default(),
-                ));
+                triggers.push((name, sql.unwrap_or_default()));
             }
         }
         triggers.sort();

@@ -26,6 +26,7 @@
 //! does not go through `sqlx::Any`.
 
 mod attrs;
+mod columns;
 mod daemon;
 mod mirror;
 mod schema;
@@ -49,7 +50,6 @@ pub use workers::WorkerView;
 
 use crate::study::Direction;
 use serde_json::{json, Value};
-use sqlx::Row;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -207,6 +207,18 @@ fn encode_value(v: f64) -> (Option<f64>, &'static str) {
     }
 }
 
+/// A value stored as Optuna's (value, value_type) pair; `None` for NaN or no value.
+fn read_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
+    match value_type {
+        Some("FINITE") => value,
+        Some("INF_POS") => Some(f64::INFINITY),
+        Some("INF_NEG") => Some(f64::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+/// A value stored as Optuna's (value, value_type) pair, for display: infinities and NaN as
+/// strings.
 fn decode_value(value: Option<f64>, value_type: &str) -> Value {
     match value_type {
         "INF_POS" => json!("inf"),
@@ -287,7 +299,7 @@ impl Store {
 
     /// Looks a study up without creating it (read-only commands).
     pub async fn find_study(&self, name: &str) -> Result<Study> {
-        let row = sqlx::query(
+        let (id, direction): (i64, Option<String>) = sqlx::query_as(
             "SELECT s.study_id, d.direction FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
              WHERE s.study_name = $1",
@@ -300,11 +312,10 @@ impl Store {
             path: self.path.clone(),
             name: name.to_owned(),
         })?;
-        let dir: Option<String> = row.get(1);
         Ok(Study {
-            id: row.get(0),
+            id,
             name: name.to_owned(),
-            direction: if dir.as_deref() == Some("MAXIMIZE") {
+            direction: if direction.as_deref() == Some("MAXIMIZE") {
                 Direction::Maximize
             } else {
                 Direction::Minimize

@@ -1,8 +1,8 @@
 //! GPU readings and trial memory samples the daemon records for `status`, `gpus` and later
 //! analysis.
 
+use super::columns::NullableInt;
 use super::{now_text, Result, SqlContext, Store, Study};
-use sqlx::Row;
 
 impl Store {
     /// Replaces the study's `sweepd_gpus` rows with the monitor's latest view.
@@ -42,32 +42,14 @@ impl Store {
     }
 
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
-        let rows = sqlx::query(
+        sqlx::query_as(
             "SELECT device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
              expected_peak, wait, error, updated_at FROM sweepd_gpus WHERE study_id = $1 ORDER BY device",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .at(&self.path)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| GpuRow {
-                device: r.get::<i64, _>(0) as u32,
-                name: r.get(1),
-                total: r.get::<Option<i64>, _>(2).map(|v| v as u64),
-                free: r.get::<Option<i64>, _>(3).map(|v| v as u64),
-                used: r.get::<Option<i64>, _>(4).map(|v| v as u64),
-                util_gpu: r.get::<Option<i64>, _>(5).map(|v| v as u32),
-                util_mem: r.get::<Option<i64>, _>(6).map(|v| v as u32),
-                running: r.get::<i64, _>(7) as usize,
-                par_estimate: r.get::<Option<i64>, _>(8).map(|v| v as usize),
-                expected_peak: r.get::<Option<i64>, _>(9).map(|v| v as u64),
-                wait: r.get(10),
-                error: r.get(11),
-                updated_at: r.get(12),
-            })
-            .collect())
+        .at(&self.path)
     }
 
     /// Telemetry samples of trial memory.
@@ -95,17 +77,26 @@ impl Store {
 }
 
 /// One `sweepd_gpus` row.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, sqlx::FromRow)]
 pub struct GpuRow {
+    #[sqlx(try_from = "i64")]
     pub device: u32,
     pub name: Option<String>,
+    #[sqlx(try_from = "NullableInt")]
     pub total: Option<u64>,
+    #[sqlx(try_from = "NullableInt")]
     pub free: Option<u64>,
+    #[sqlx(try_from = "NullableInt")]
     pub used: Option<u64>,
+    #[sqlx(try_from = "NullableInt")]
     pub util_gpu: Option<u32>,
+    #[sqlx(try_from = "NullableInt")]
     pub util_mem: Option<u32>,
+    #[sqlx(try_from = "i64")]
     pub running: usize,
+    #[sqlx(try_from = "NullableInt")]
     pub par_estimate: Option<usize>,
+    #[sqlx(try_from = "NullableInt")]
     pub expected_peak: Option<u64>,
     pub wait: Option<String>,
     pub error: Option<String>,

@@ -4,13 +4,14 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::sqlite::Tx;
-use super::{encode_value, now_text, placeholders, DaemonId, Result, SqlContext, Store, Study};
+use super::{
+    encode_value, now_text, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study,
+};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
 };
 use serde_json::{json, Value};
-use sqlx::Row;
 
 /// What starting a trial needs besides the trial: who starts it, and the budget it is checked
 /// against.
@@ -66,7 +67,7 @@ impl Store {
     /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
     /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
     pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
-        let rows = sqlx::query(
+        let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
             "SELECT t.trial_id, \
                (SELECT a.value_json FROM trial_system_attributes a \
                  WHERE a.trial_id = t.trial_id AND a.key = $1) \
@@ -81,13 +82,12 @@ impl Store {
         .await
         .at(&self.path)?;
         Ok(rows
-            .iter()
-            .map(|r| {
-                let owner = r
-                    .get::<Option<String>, _>(1)
+            .into_iter()
+            .map(|(trial_id, owner)| {
+                let owner = owner
                     .and_then(|j| serde_json::from_str::<Value>(&j).ok())
                     .and_then(|v| DaemonId::from_json(&v));
-                (r.get(0), owner)
+                (trial_id, owner)
             })
             .collect())
     }
@@ -115,7 +115,7 @@ impl Store {
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(
+        let row: Option<(i64, Option<String>)> = sqlx::query_as(
             "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
              FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
@@ -126,13 +126,11 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await
         .at(&self.path)?;
-        let Some(row) = row else {
+        let Some((number, kind)) = row else {
             tx.rollback().await.at(&self.path)?;
             return Ok(None);
         };
-        let number: i64 = row.get(0);
-        let kind = row
-            .get::<Option<String>, _>(1)
+        let kind = kind
             .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
             .unwrap_or(FailureKind::UserError);
         let copy = self
@@ -164,14 +162,13 @@ impl Store {
                 format!("AND trial_id NOT IN ({skip})")
             }
         );
-        let mut q = sqlx::query(&sql).bind(study.id);
+        let mut q = sqlx::query_as(&sql).bind(study.id);
         for id in exclude {
             q = q.bind(id);
         }
-        let Some(row) = q.fetch_optional(&self.pool).await.at(&self.path)? else {
+        let Some((trial_id, number)) = q.fetch_optional(&self.pool).await.at(&self.path)? else {
             return Ok(None);
         };
-        let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
         let mut w = Waiting {
             trial_id,
             number,
@@ -180,23 +177,22 @@ impl Store {
             problem: None,
             attempts: Attempts::new(),
         };
-        let rows = sqlx::query(
+        let rows: Vec<(String, f64, String)> = sqlx::query_as(
             "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $1",
         )
         .bind(trial_id)
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
-        for row in rows {
-            let name: String = row.get(0);
+        for (name, internal, dist) in rows {
             w.present.push(name.clone());
             let Some(spec) = space.get(&name) else {
                 continue;
             };
-            let theirs = Distribution::from_optuna_json(row.get(2)).ok();
+            let theirs = Distribution::from_optuna_json(&dist).ok();
             let value = theirs
                 .as_ref()
-                .and_then(|d| d.from_internal(row.get(1)).map(|v| d.external(&v)))
+                .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
                 .and_then(|ext| spec.dist.from_external(&ext));
             match value {
                 Some(v) => {
@@ -205,7 +201,7 @@ impl Store {
                 None => w.problem = Some(format!("param `{name}` is outside the search space")),
             }
         }
-        let attrs = sqlx::query(
+        let attrs: Vec<(String, String)> = sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
              AND key IN ('sweepd:attempts', 'fixed_params', $2)",
         )
@@ -215,9 +211,8 @@ impl Store {
         .await
         .at(&self.path)?;
         let mut fixed_attr = None;
-        for row in attrs {
-            let text: String = row.get(1);
-            match row.get::<&str, _>(0) {
+        for (key, text) in attrs {
+            match key.as_str() {
                 "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
                 "fixed_params" => fixed_attr = Some(text),
                 _ => NegativeZeros::parse(Some(&text)).params(&mut w.fixed),
@@ -381,7 +376,7 @@ impl Store {
         // Optuna's number is the count of the study's earlier trials; numbers are dense, so
         // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
         // write transaction, so concurrent writers never share a number.
-        let row = sqlx::query(
+        sqlx::query_as(
             "INSERT INTO trials (number, study_id, state, datetime_start) \
              SELECT COALESCE(MAX(number), -1) + 1, $1, $2, $3 FROM trials WHERE study_id = $1 \
              RETURNING trial_id, number",
@@ -391,9 +386,7 @@ impl Store {
         .bind(start)
         .fetch_one(&mut **tx)
         .await
-        .at(&self.path)?;
-        let (trial_id, number): (i64, i64) = (row.get(0), row.get(1));
-        Ok((trial_id, number))
+        .at(&self.path)
     }
 
     async fn insert_param(
@@ -488,11 +481,7 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
-        let state = match how {
-            Finish::Complete(_) => TrialState::Complete,
-            Finish::Pruned => TrialState::Pruned,
-            Finish::Fail(_) => TrialState::Fail,
-        };
+        let state = how.state();
         // The conditional update is what makes finishing happen once: `None` if not RUNNING.
         let number: Option<i64> = sqlx::query_scalar(
             "UPDATE trials SET state = $1, datetime_complete = $2 \
@@ -510,7 +499,7 @@ impl Store {
         let value = match how {
             Finish::Complete(v) => Some(*v),
             // Optuna records a pruned trial's last intermediate value as its value.
-            Finish::Pruned => sqlx::query(
+            Finish::Pruned => sqlx::query_as::<_, (Option<f64>, String)>(
                 "SELECT intermediate_value, intermediate_value_type FROM trial_intermediate_values \
                  WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
             )
@@ -518,12 +507,7 @@ impl Store {
             .fetch_optional(&mut **tx)
             .await
             .at(&self.path)?
-            .and_then(|r| match r.get::<String, _>(1).as_str() {
-                "FINITE" => r.get::<Option<f64>, _>(0),
-                "INF_POS" => Some(f64::INFINITY),
-                "INF_NEG" => Some(f64::NEG_INFINITY),
-                _ => None,
-            }),
+            .and_then(|(value, value_type)| read_value(value, Some(&value_type))),
             Finish::Fail(_) => None,
         };
         if let Some(v) = value {
@@ -576,7 +560,7 @@ impl Store {
         failed_number: i64,
         kind: FailureKind,
     ) -> Result<i64> {
-        let attrs = sqlx::query(
+        let attrs: Vec<(String, String)> = sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
              AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', $2)",
         )
@@ -590,15 +574,14 @@ impl Store {
         let mut fixed = None;
         let mut attempts = Attempts::new();
         let mut zero_params = Vec::new();
-        for row in attrs {
-            let key: String = row.get(0);
-            let value: Value = serde_json::from_str(row.get(1)).unwrap_or(Value::Null);
+        for (key, json) in attrs {
+            let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
             match key.as_str() {
                 "failed_trial" => first = value.as_i64().unwrap_or(first),
                 "retry_history" => history = value.as_array().cloned().unwrap_or_default(),
                 "sweepd:attempts" => attempts = serde_json::from_value(value).unwrap_or_default(),
                 "fixed_params" => fixed = Some(value),
-                _ => zero_params = NegativeZeros::parse(Some(row.get(1))).params,
+                _ => zero_params = NegativeZeros::parse(Some(&json)).params,
             }
         }
         *attempts.entry(kind).or_default() += 1;

@@ -2,15 +2,26 @@
 //! restarted daemon's sampler, pruner and memory model learn from them.
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
-use super::{decode_value, Result, SqlContext, Store, Study};
+use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
 use serde_json::{json, Value};
-use sqlx::Row;
 
-/// The columns a `TrialView` is made from (see `Store::view`).
+/// The columns of a [`TrialRow`].
 const TRIAL_COLUMNS: &str = "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, \
      t.datetime_start, t.datetime_complete \
      FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0";
+
+/// What a [`TrialView`] is made from besides its params and attributes (see `Store::view`).
+#[derive(sqlx::FromRow)]
+struct TrialRow {
+    trial_id: i64,
+    number: i64,
+    state: String,
+    value: Option<f64>,
+    value_type: Option<String>,
+    datetime_start: Option<String>,
+    datetime_complete: Option<String>,
+}
 
 /// One trial as the CLI shows it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -30,13 +41,23 @@ pub struct TrialView {
     pub fail_reason: Option<String>,
 }
 
+/// What a sampler learns of a trial besides its params and attributes (see `Store::history`).
+#[derive(sqlx::FromRow)]
+struct HistoryRow {
+    trial_id: i64,
+    number: Option<i64>,
+    state: String,
+    value: Option<f64>,
+    value_type: Option<String>,
+}
+
 /// A finished trial's intermediate values: (number, completed, [(step, value)]).
 pub type Curve = (i64, bool, Vec<(i64, f64)>);
 
 impl Store {
     /// Trial counts by state; FAIL trials with a retry copy are counted apart.
     pub async fn counts(&self, study: &Study) -> Result<Counts> {
-        let rows = sqlx::query(
+        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
             "SELECT t.state, COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
              FROM trials t LEFT JOIN trial_system_attributes a \
                ON a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' \
@@ -47,9 +68,8 @@ impl Store {
         .await
         .at(&self.path)?;
         let mut c = Counts::default();
-        for row in rows {
-            let state: String = row.get(0);
-            let n = row.get::<i64, _>(1) as u64;
+        for (state, n, retried) in rows {
+            let n = n as u64;
             match &state.parse::<TrialState>().ok() {
                 Some(TrialState::Running) => c.running = n,
                 Some(TrialState::Waiting) => c.waiting = n,
@@ -57,7 +77,7 @@ impl Store {
                 Some(TrialState::Pruned) => c.pruned = n,
                 Some(TrialState::Fail) => {
                     c.fail = n;
-                    c.fail_retried = row.get::<Option<i64>, _>(2).unwrap_or(0) as u64;
+                    c.fail_retried = retried.unwrap_or(0) as u64;
                 }
                 None => {}
             }
@@ -68,7 +88,7 @@ impl Store {
     /// Every trial of the study as the sampler learns from it: typed params, state, value and
     /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
     pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        let rows = sqlx::query(
+        let rows: Vec<HistoryRow> = sqlx::query_as(
             "SELECT t.trial_id, t.number, t.state, v.value, v.value_type FROM trials t \
              LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              WHERE t.study_id = $1 ORDER BY t.trial_id",
@@ -80,26 +100,20 @@ impl Store {
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
         let mut index = std::collections::HashMap::with_capacity(rows.len());
         for row in rows {
-            let Some(state) = row.get::<&str, _>(2).parse::<TrialState>().ok() else {
+            let Some(state) = row.state.parse::<TrialState>().ok() else {
                 continue;
             };
-            let vt: Option<String> = row.get(4);
-            let value = match vt.as_deref() {
-                Some("FINITE") => row.get::<Option<f64>, _>(3),
-                Some("INF_POS") => Some(f64::INFINITY),
-                Some("INF_NEG") => Some(f64::NEG_INFINITY),
-                _ => None,
-            };
-            index.insert(row.get::<i64, _>(0), records.len());
+            let value = read_value(row.value, row.value_type.as_deref());
+            index.insert(row.trial_id, records.len());
             records.push(TrialRecord {
-                number: row.get::<Option<i64>, _>(1).unwrap_or(0),
+                number: row.number.unwrap_or(0),
                 params: Params::new(),
                 state,
                 value,
                 constraints: Vec::new(),
             });
         }
-        let params = sqlx::query(
+        let params: Vec<(i64, String, f64, String)> = sqlx::query_as(
             "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json \
              FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
         )
@@ -107,18 +121,18 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
-        for row in params {
-            let Some(&i) = index.get(&row.get::<i64, _>(0)) else {
+        for (trial_id, name, internal, dist) in params {
+            let Some(&i) = index.get(&trial_id) else {
                 continue;
             };
-            if let Some(v) = Distribution::from_optuna_json(row.get(3))
+            if let Some(v) = Distribution::from_optuna_json(&dist)
                 .ok()
-                .and_then(|d| d.from_internal(row.get(2)))
+                .and_then(|d| d.from_internal(internal))
             {
-                records[i].params.insert(row.get(1), v);
+                records[i].params.insert(name, v);
             }
         }
-        let attrs = sqlx::query(
+        let attrs: Vec<(i64, String, String)> = sqlx::query_as(
             "SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a \
              JOIN trials t ON t.trial_id = a.trial_id \
              WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
@@ -128,16 +142,16 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
-        for row in attrs {
-            let Some(&i) = index.get(&row.get::<i64, _>(0)) else {
+        for (trial_id, key, json) in attrs {
+            let Some(&i) = index.get(&trial_id) else {
                 continue;
             };
             let record = &mut records[i];
-            if row.get::<&str, _>(1) == NEGATIVE_ZERO_ATTR {
-                let zeros = NegativeZeros::parse(Some(row.get(2)));
+            if key == NEGATIVE_ZERO_ATTR {
+                let zeros = NegativeZeros::parse(Some(&json));
                 record.value = record.value.map(|v| zeros.value(0, v));
                 zeros.params(&mut record.params);
-            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(row.get(2)) {
+            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
                 record.constraints = cs.iter().filter_map(Value::as_f64).collect();
             }
         }
@@ -162,7 +176,7 @@ impl Store {
             n += 1;
             sql.push_str(&format!(" LIMIT ${n}"));
         }
-        let mut q = sqlx::query(&sql).bind(study.id);
+        let mut q = sqlx::query_as::<_, TrialRow>(&sql).bind(study.id);
         if let Some(s) = state {
             q = q.bind(s.as_str());
         }
@@ -172,7 +186,7 @@ impl Store {
         let rows = q.fetch_all(&self.pool).await.at(&self.path)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows.into_iter().rev() {
-            out.push(self.view(&row).await?);
+            out.push(self.view(row).await?);
         }
         Ok(out)
     }
@@ -206,25 +220,24 @@ impl Store {
 
     /// One trial by id.
     pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
-        let row = sqlx::query(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
+        let row = sqlx::query_as(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
             .bind(trial_id)
             .fetch_one(&self.pool)
             .await
             .at(&self.path)?;
-        self.view(&row).await
+        self.view(row).await
     }
 
-    /// A `TrialView` from a row of `TRIAL_COLUMNS`, with its params and attributes.
-    async fn view(&self, row: &sqlx::sqlite::SqliteRow) -> Result<TrialView> {
-        let vt: Option<String> = row.get(4);
+    /// A `TrialView` from its row, with its params and attributes.
+    async fn view(&self, row: TrialRow) -> Result<TrialView> {
         let mut view = TrialView {
-            trial_id: row.get(0),
-            number: row.get(1),
-            state: row.get(2),
-            value: decode_value(row.get(3), vt.as_deref().unwrap_or("")),
+            trial_id: row.trial_id,
+            number: row.number,
+            state: row.state,
+            value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
             params: serde_json::Map::new(),
-            datetime_start: row.get(5),
-            datetime_complete: row.get(6),
+            datetime_start: row.datetime_start,
+            datetime_complete: row.datetime_complete,
             worker_id: None,
             worker_pid: None,
             fail_kind: None,
@@ -235,7 +248,7 @@ impl Store {
     }
 
     async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
-        let params = sqlx::query(
+        let params: Vec<(String, f64, String)> = sqlx::query_as(
             "SELECT param_name, param_value, distribution_json FROM trial_params \
              WHERE trial_id = $1 ORDER BY param_id",
         )
@@ -243,15 +256,14 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
-        for row in params {
-            let internal: f64 = row.get(1);
-            let ext = Distribution::from_optuna_json(row.get(2))
+        for (name, internal, dist) in params {
+            let ext = Distribution::from_optuna_json(&dist)
                 .ok()
                 .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
                 .unwrap_or(json!(internal));
-            view.params.insert(row.get(0), ext);
+            view.params.insert(name, ext);
         }
-        let attrs = sqlx::query(
+        let attrs: Vec<(String, String)> = sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
              ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
         )
@@ -260,16 +272,15 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .at(&self.path)?;
-        for row in attrs {
-            let key: String = row.get(0);
-            let value: Value = serde_json::from_str(row.get(1)).unwrap_or(Value::Null);
+        for (key, json) in attrs {
+            let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
             match key.as_str() {
                 "sweepd:worker_id" => view.worker_id = value.as_i64(),
                 "sweepd:worker_pid" => view.worker_pid = value.as_i64(),
                 "sweepd:fail_kind" => view.fail_kind = value.as_str().map(str::to_owned),
                 "fail_reason" => view.fail_reason = value.as_str().map(str::to_owned),
                 _ => {
-                    let zeros = NegativeZeros::parse(Some(row.get(1)));
+                    let zeros = NegativeZeros::parse(Some(&json));
                     if let Some(v) = view.value.as_f64() {
                         view.value = json!(zeros.value(0, v));
                     }
@@ -290,7 +301,7 @@ impl Store {
         &self,
         study: &Study,
     ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
-        let rows = sqlx::query(
+        let rows: Vec<(i64, String, i64, f64)> = sqlx::query_as(
             "SELECT t.number, t.state, i.step, i.intermediate_value FROM trial_intermediate_values i \
              JOIN trials t ON t.trial_id = i.trial_id \
              WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
@@ -301,15 +312,11 @@ impl Store {
         .await
         .at(&self.path)?;
         let mut out: Vec<Curve> = Vec::new();
-        for row in rows {
-            let number: i64 = row.get(0);
+        for (number, state, step, value) in rows {
             if out.last().is_none_or(|l| l.0 != number) {
-                out.push((number, row.get::<String, _>(1) == "COMPLETE", Vec::new()));
+                out.push((number, state == "COMPLETE", Vec::new()));
             }
-            out.last_mut()
-                .expect("pushed")
-                .2
-                .push((row.get(2), row.get(3)));
+            out.last_mut().expect("pushed").2.push((step, value));
         }
         Ok(out)
     }
@@ -317,7 +324,7 @@ impl Store {
     /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the
     /// memory model survives a restart.
     pub async fn peaks(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
-        let rows = sqlx::query(
+        let rows: Vec<(i64, String, String, f64, String)> = sqlx::query_as(
             "SELECT a.trial_id, a.value_json, p.param_name, p.param_value, p.distribution_json \
              FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
              JOIN trial_params p ON p.trial_id = a.trial_id \
@@ -329,20 +336,19 @@ impl Store {
         .await
         .at(&self.path)?;
         let mut out: Vec<(i64, Params, u64)> = Vec::new();
-        for row in rows {
-            let id: i64 = row.get(0);
+        for (id, json, name, internal, dist) in rows {
             if out.last().is_none_or(|l| l.0 != id) {
-                let mib: f64 = serde_json::from_str::<Value>(row.get(1))
+                let mib: f64 = serde_json::from_str::<Value>(&json)
                     .ok()
                     .and_then(|v| v.as_f64())
                     .unwrap_or(0.0);
                 out.push((id, Params::new(), (mib * 1048576.0) as u64));
             }
-            if let Some(v) = Distribution::from_optuna_json(row.get(4))
+            if let Some(v) = Distribution::from_optuna_json(&dist)
                 .ok()
-                .and_then(|d| d.from_internal(row.get(3)))
+                .and_then(|d| d.from_internal(internal))
             {
-                out.last_mut().expect("pushed").1.insert(row.get(2), v);
+                out.last_mut().expect("pushed").1.insert(name, v);
             }
         }
         Ok(out.into_iter().map(|(_, p, b)| (p, b)).collect())

@@ -1,7 +1,6 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
 use super::{now_text, Result, SqlContext, Store, Study};
-use sqlx::Row;
 use std::path::Path;
 
 impl Store {
@@ -108,46 +107,31 @@ impl Store {
         &self,
         study: &Study,
     ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
-        let rows = sqlx::query(
+        sqlx::query_as(
             "SELECT worker_id, pid, pid_start_time FROM sweepd_workers \
              WHERE study_id = $1 AND state <> 'EXITED'",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .at(&self.path)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect())
+        .at(&self.path)
     }
 
-    /// Live workers for `status`: (worker_id, slot, pid, state, trials_done, started_at).
+    /// Live workers for `status`.
     pub async fn live_workers(&self, study: &Study) -> Result<Vec<WorkerView>> {
-        let rows = sqlx::query(
+        sqlx::query_as(
             "SELECT worker_id, slot, pid, state, trials_done, started_at FROM sweepd_workers \
              WHERE study_id = $1 AND state <> 'EXITED' ORDER BY slot",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
         .await
-        .at(&self.path)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| WorkerView {
-                worker_id: r.get(0),
-                slot: r.get(1),
-                pid: r.get(2),
-                state: r.get(3),
-                trials_done: r.get(4),
-                started_at: r.get(5),
-            })
-            .collect())
+        .at(&self.path)
     }
 }
 
 /// A worker row for `status`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct WorkerView {
     pub worker_id: i64,
     pub slot: i64,
