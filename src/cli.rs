@@ -7,7 +7,7 @@
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
-use crate::store::{Store, StoreError, TrialView};
+use crate::store::{time, Store, StoreError, TrialView};
 use crate::study::{Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -543,12 +543,11 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     let workers = store.live_workers(&study).await?;
     let daemon = store.daemon_view(&study).await?;
     let gpus = store.gpus(&study).await?;
-    let now = chrono::Local::now().naive_local();
     let elapsed = |t: &TrialView| {
         t.datetime_start
             .as_deref()
-            .and_then(|s| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok())
-            .map(|s| (now - s).num_milliseconds().max(0) as f64 / 1000.0)
+            .and_then(time::age)
+            .map(|a| a.as_millis() as f64 / 1000.0)
     };
     if as_json {
         let running: Vec<Value> = running
@@ -654,9 +653,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
 
 /// A running daemon updates its heartbeat every second or so; 30 s of silence means it is gone.
 fn heartbeat_fresh(d: &crate::store::DaemonView) -> bool {
-    chrono::NaiveDateTime::parse_from_str(&d.heartbeat_at, "%Y-%m-%d %H:%M:%S%.f")
-        .map(|t| (chrono::Local::now().naive_local() - t).num_seconds() < 30)
-        .unwrap_or(false)
+    time::age(&d.heartbeat_at).is_some_and(|a| a < std::time::Duration::from_secs(30))
 }
 
 fn mib(v: Option<u64>) -> String {

@@ -2,7 +2,7 @@
 //! commands the CLI queues for the running daemon.
 
 use super::columns::NullableInt;
-use super::{now_text, Result, SqlContext, Store, StoreError, Study};
+use super::{time, Result, SqlContext, Store, StoreError, Study};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -37,12 +37,7 @@ impl Store {
                         && crate::worker::proc_stat(holder.pid as i32)
                             .is_some_and(|s| Some(s.start_time) == holder.pid_start)
                 } else {
-                    chrono::NaiveDateTime::parse_from_str(&heartbeat, "%Y-%m-%d %H:%M:%S%.f")
-                        .map(|t| {
-                            let age = chrono::Local::now().naive_local() - t;
-                            age.num_milliseconds() < stale_after.as_millis() as i64
-                        })
-                        .unwrap_or(false)
+                    time::age(&heartbeat).is_some_and(|age| age < stale_after)
                 };
             if alive {
                 return Err(DaemonLockError::Held {
@@ -52,7 +47,7 @@ impl Store {
                 });
             }
         }
-        let now = now_text();
+        let now = time::now();
         sqlx::query(
             "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
              VALUES ($1, $2, $3, $4, $5, $6, 'RUNNING') \
@@ -84,7 +79,7 @@ impl Store {
         sqlx::query(
             "UPDATE sweepd_daemon SET heartbeat_at = $1, state = $2, detail = $3 WHERE study_id = $4 AND pid = $5 AND host = $6",
         )
-        .bind(now_text())
+        .bind(time::now())
         .bind(state)
         .bind(detail)
         .bind(study.id)
@@ -114,7 +109,7 @@ impl Store {
         )
         .bind(study.id)
         .bind(command)
-        .bind(now_text())
+        .bind(time::now())
         .execute(&self.pool)
         .await
         .at(&self.path)?;
@@ -135,7 +130,7 @@ impl Store {
             sqlx::query(
                 "UPDATE sweepd_commands SET done_at = $1 WHERE study_id = $2 AND done_at IS NULL",
             )
-            .bind(now_text())
+            .bind(time::now())
             .bind(study.id)
             .execute(&mut *tx)
             .await

@@ -2,7 +2,7 @@
 //! analysis.
 
 use super::columns::NullableInt;
-use super::{now_text, Result, SqlContext, Store, Study};
+use super::{time, Result, SqlContext, Store, Study};
 
 impl Store {
     /// Replaces the study's `sweepd_gpus` rows with the monitor's latest view.
@@ -32,7 +32,7 @@ impl Store {
             .bind(r.expected_peak.map(|v| v as i64))
             .bind(&r.wait)
             .bind(&r.error)
-            .bind(now_text())
+            .bind(time::now())
             .execute(&mut *tx)
             .await
             .at(&self.path)?;
@@ -58,7 +58,7 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.pool.begin().await.at(&self.path)?;
-        let now = now_text();
+        let now = time::now();
         for s in samples {
             sqlx::query(
                 "INSERT INTO sweepd_trial_memory (trial_id, at, device, used) VALUES ($1, $2, $3, $4)",

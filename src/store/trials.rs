@@ -5,7 +5,7 @@
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::sqlite::Tx;
 use super::{
-    encode_value, now_text, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study,
+    encode_value, placeholders, read_value, time, DaemonId, Result, SqlContext, Store, Study,
 };
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
@@ -310,7 +310,7 @@ impl Store {
                     "UPDATE trials SET state = 'RUNNING', datetime_start = $1 \
                      WHERE trial_id = $2 AND state = 'WAITING'",
                 )
-                .bind(now_text())
+                .bind(time::now())
                 .bind(w.trial_id)
                 .execute(&mut **tx)
                 .await
@@ -372,7 +372,7 @@ impl Store {
         study: &Study,
         state: TrialState,
     ) -> Result<(i64, i64)> {
-        let start = (state == TrialState::Running).then(now_text);
+        let start = (state == TrialState::Running).then(time::now);
         // Optuna's number is the count of the study's earlier trials; numbers are dense, so
         // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
         // write transaction, so concurrent writers never share a number.
@@ -488,7 +488,7 @@ impl Store {
              WHERE trial_id = $3 AND state = 'RUNNING' RETURNING number",
         )
         .bind(state.as_str())
-        .bind(now_text())
+        .bind(time::now())
         .bind(trial_id)
         .fetch_optional(&mut **tx)
         .await

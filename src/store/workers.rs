@@ -1,6 +1,6 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
-use super::{now_text, Result, SqlContext, Store, Study};
+use super::{time, Result, SqlContext, Store, Study};
 use std::path::Path;
 
 impl Store {
@@ -13,7 +13,7 @@ impl Store {
         .bind(study.id)
         .bind(slot as i64)
         .bind(host)
-        .bind(now_text())
+        .bind(time::now())
         .fetch_one(&self.pool)
         .await
         .at(&self.path)
@@ -60,7 +60,7 @@ impl Store {
             "UPDATE sweepd_workers SET state = 'EXITED', ended_at = $1, exit_code = $2, \
              exit_signal = $3 WHERE worker_id = $4",
         )
-        .bind(now_text())
+        .bind(time::now())
         .bind(exit_code)
         .bind(signal)
         .bind(worker_id)
@@ -93,7 +93,7 @@ impl Store {
         )
         .bind(worker_id)
         .bind(trial_id)
-        .bind(now_text())
+        .bind(time::now())
         .bind(kind)
         .bind(detail)
         .execute(&self.pool)
