@@ -651,9 +651,11 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A running daemon updates its heartbeat every second or so; 30 s of silence means it is gone.
+/// A running daemon updates its heartbeat every second or so; a silence of
+/// `supervisor::DAEMON_GONE_AFTER`, the same `run` waits before taking its row over, means it
+/// is gone.
 fn heartbeat_fresh(d: &crate::store::DaemonView) -> bool {
-    time::age(&d.heartbeat_at).is_some_and(|a| a < std::time::Duration::from_secs(30))
+    crate::supervisor::heartbeat_fresh(&d.heartbeat_at)
 }
 
 fn mib(v: Option<u64>) -> String {

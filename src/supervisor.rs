@@ -29,8 +29,8 @@ use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler};
 use crate::store::{
-    DaemonId, DaemonLockError, GpuRow, Runner, StartCtx, StartOp, Started, Store, StoreError,
-    Waiting,
+    self, DaemonId, DaemonLockError, GpuRow, Holder, Runner, StartCtx, StartOp, Started, Store,
+    StoreError, Waiting,
 };
 use crate::study::{
     Attempts, Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
@@ -56,8 +56,6 @@ const RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// A worker whose memory between trials exceeds its level after its first trial by less than
 /// this is healthy enough to keep after an OOM exception.
 const OOM_HEALTH_SLACK: u64 = 256 << 20;
-/// A daemon row whose heartbeat is older than this (from another host) is stale.
-const LOCK_STALE_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -1137,6 +1135,31 @@ pub struct Control {
     pub par_override: Option<usize>,
 }
 
+/// A daemon whose heartbeat (written every second) is older than this is gone: `status` says
+/// so, and `run` on another host takes its row over.
+pub const DAEMON_GONE_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a daemon row's heartbeat is recent enough for its daemon to be running.
+pub fn heartbeat_fresh(heartbeat_at: &str) -> bool {
+    store::time::age(heartbeat_at).is_some_and(|age| age < DAEMON_GONE_AFTER)
+}
+
+/// The single-instance rule: whether the daemon holding the study's row still runs, so that
+/// `me` must not take it. A stopped one does not; on this host it runs while its pid does with
+/// the recorded start time (a reused pid is another process); from another host, while its
+/// heartbeat is fresh.
+pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
+    let h = &holder.id;
+    holder.state != "STOPPED"
+        && if h.host == me.host {
+            h.pid != me.pid
+                && worker::proc_stat(h.pid as i32)
+                    .is_some_and(|s| Some(s.start_time) == h.pid_start)
+        } else {
+            heartbeat_fresh(&holder.heartbeat_at)
+        }
+}
+
 /// Runs the study until its budget is spent, the sampler is exhausted or shutdown is asked.
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
@@ -1157,7 +1180,7 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         host: hostname(),
     };
     store
-        .lock_daemon(&study, &me, LOCK_STALE_AFTER)
+        .lock_daemon(&study, &me, |holder| daemon_alive(holder, &me))
         .await
         .map_err(|e| match e {
             DaemonLockError::Store(s) => RunError::Store(s),

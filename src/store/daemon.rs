@@ -4,17 +4,17 @@
 use super::columns::NullableInt;
 use super::{time, Result, SqlContext, Store, StoreError, Study};
 use serde_json::{json, Value};
-use std::time::Duration;
 
 impl Store {
-    /// Takes the study's daemon row, refusing when another live daemon holds it. A row left by
-    /// a daemon that died (its pid gone or reused on this host, or no heartbeat for
-    /// `stale_after` from another host) is taken over.
+    /// Takes the study's daemon row for `me`, refusing while the daemon holding it is `alive`
+    /// (the caller's rule, asked inside the transaction that takes the row, so that two
+    /// daemons starting at once cannot both take it). A row whose holder is not alive is taken
+    /// over.
     pub async fn lock_daemon(
         &self,
         study: &Study,
         me: &DaemonId,
-        stale_after: Duration,
+        alive: impl Fn(&Holder) -> bool,
     ) -> Result<(), DaemonLockError> {
         let mut tx = self.begin_write().await?;
         let holder: Option<Holder> = sqlx::query_as(
@@ -24,28 +24,12 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await
         .at(&self.path)?;
-        if let Some(Holder {
-            id: holder,
-            started_at: since,
-            heartbeat_at: heartbeat,
-            state,
-        }) = holder
-        {
-            let alive = state != "STOPPED"
-                && if holder.host == me.host {
-                    holder.pid != me.pid
-                        && crate::worker::proc_stat(holder.pid as i32)
-                            .is_some_and(|s| Some(s.start_time) == holder.pid_start)
-                } else {
-                    time::age(&heartbeat).is_some_and(|age| age < stale_after)
-                };
-            if alive {
-                return Err(DaemonLockError::Held {
-                    pid: holder.pid,
-                    host: holder.host,
-                    since,
-                });
-            }
+        if let Some(holder) = holder.filter(|h| alive(h)) {
+            return Err(DaemonLockError::Held {
+                pid: holder.id.pid,
+                host: holder.id.host,
+                since: holder.started_at,
+            });
         }
         let now = time::now();
         sqlx::query(
@@ -151,7 +135,8 @@ pub struct DaemonId {
     pub host: String,
 }
 
-/// The daemon holding a study's row, as the lock finds it.
+/// The daemon holding a study's row, as the lock finds it: whether it is still alive is the
+/// caller's rule (see `Store::lock_daemon`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Holder {
     #[sqlx(flatten)]

@@ -40,9 +40,9 @@ mod views;
 mod workers;
 
 pub use attrs::OWNER_ATTR;
-pub use daemon::{DaemonId, DaemonLockError, DaemonView};
+pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
-pub use telemetry::GpuRow;
+pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use views::{Curve, TrialView};
 pub use workers::WorkerView;

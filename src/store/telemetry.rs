@@ -53,7 +53,7 @@ impl Store {
     }
 
     /// Telemetry samples of trial memory.
-    pub async fn write_samples(&self, samples: &[crate::monitor::Sample]) -> Result<()> {
+    pub async fn write_samples(&self, samples: &[MemorySample]) -> Result<()> {
         if samples.is_empty() {
             return Ok(());
         }
@@ -74,6 +74,16 @@ impl Store {
         tx.commit().await.at(&self.path)?;
         Ok(())
     }
+}
+
+/// A sample of one trial's device memory, for `sweepd_trial_memory` (the time is when it is
+/// written).
+#[derive(Debug, Clone)]
+pub struct MemorySample {
+    pub trial_id: i64,
+    pub device: u32,
+    /// Bytes.
+    pub used: u64,
 }
 
 /// One `sweepd_gpus` row.
