@@ -8,7 +8,7 @@
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
 use crate::store::{time, Store, StoreError, TrialView};
-use crate::study::{Distribution, TrialState};
+use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -237,7 +237,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Command::Resume { cfg } => {
             let (store, study) = open_study(&cfg).await?;
-            store.send_command(&study, "resume").await?;
+            store.send_command(&study, DaemonCommand::Resume).await?;
             println!("resume requested: the running daemon lifts its quarantines within a second");
             Ok(())
         }
@@ -566,7 +566,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             "best": best,
             "workers": workers,
             "daemon": daemon,
-            "daemon_alive": daemon.as_ref().is_some_and(|d| d.state != "STOPPED" && heartbeat_fresh(d)),
+            "daemon_alive": daemon.as_ref().is_some_and(|d| d.state != DaemonState::Stopped && heartbeat_fresh(d)),
             "gpus": gpus,
         });
         println!(
@@ -582,7 +582,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         config.storage.path.display()
     );
     match &daemon {
-        Some(d) if d.state != "STOPPED" && !heartbeat_fresh(d) => println!(
+        Some(d) if d.state != DaemonState::Stopped && !heartbeat_fresh(d) => println!(
             "daemon    GONE: pid {} on {} stopped sending heartbeats at {} (killed?); \
              the next `sweepd run` takes over and re-enqueues its trials",
             d.pid, d.host, d.heartbeat_at

@@ -33,7 +33,8 @@ use crate::store::{
     StoreError, Waiting,
 };
 use crate::study::{
-    Attempts, Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
+    Attempts, Claimed, Counts, DaemonCommand, DaemonState, Failure, FailureKind, Finish, Params,
+    Tally, TrialRecord, TrialState, WorkerState,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use serde_json::json;
@@ -1150,7 +1151,7 @@ pub fn heartbeat_fresh(heartbeat_at: &str) -> bool {
 /// heartbeat is fresh.
 pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
     let h = &holder.id;
-    holder.state != "STOPPED"
+    holder.state != DaemonState::Stopped
         && if h.host == me.host {
             h.pid != me.pid
                 && worker::proc_stat(h.pid as i32)
@@ -1201,7 +1202,9 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             path: store.path().to_owned(),
         });
     }
-    let _ = store.daemon_state(&study, &me, "STOPPED", None).await;
+    let _ = store
+        .daemon_state(&study, &me, DaemonState::Stopped, None)
+        .await;
     result
 }
 
@@ -1636,12 +1639,13 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         match sh.store.take_commands(&sh.study).await {
             Ok(cmds) => {
                 for cmd in cmds {
-                    if cmd == "resume" {
-                        sh.core.lock().await.breaker.release_all();
-                        info!("resumed by `sweepd resume`: quarantines lifted");
-                        resumed = true;
-                    } else {
-                        warn!("unknown command `{cmd}` ignored");
+                    match cmd {
+                        Ok(DaemonCommand::Resume) => {
+                            sh.core.lock().await.breaker.release_all();
+                            info!("resumed by `sweepd resume`: quarantines lifted");
+                            resumed = true;
+                        }
+                        Err(unknown) => warn!("{unknown} ignored"),
                     }
                 }
             }
@@ -1659,9 +1663,9 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             )
         };
         let state = if paused.is_some() {
-            "PAUSED"
+            DaemonState::Paused
         } else {
-            "RUNNING"
+            DaemonState::Running
         };
         if let Err(e) = sh
             .store
@@ -2239,7 +2243,7 @@ async fn start_persistent(
         tokio::select! {
             ev = w.next_event() => match ev {
                 Event::Msg(Message::Ready) => {
-                    sh.store.worker_state(w.id, "READY").await?;
+                    sh.store.worker_state(w.id, WorkerState::Ready).await?;
                     sh.store.event(Some(w.id), None, "ready", "").await?;
                     return Ok(Ok(w));
                 }

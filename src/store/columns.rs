@@ -1,6 +1,9 @@
 //! How columns read into sweepd's types where sqlx has no decoding of its own, written for any
-//! engine: unsigned numbers, which SQL stores as signed `BIGINT`s.
+//! engine: the study's enums by the name each value is spelled with, and unsigned numbers,
+//! which SQL stores as signed `BIGINT`s. (Writing needs no help: bind `as_str()`, or the
+//! number `as i64`.)
 
+use crate::study::{DaemonState, WorkerState};
 use sqlx::error::BoxDynError;
 use sqlx::{Database, Decode, Type};
 
@@ -31,6 +34,35 @@ where
         Ok(NullableInt(<Option<i64> as Decode<'r, DB>>::decode(value)?))
     }
 }
+
+/// A column holding one of the enum's spellings; any other text fails to decode (naming it).
+macro_rules! spelled_column {
+    ($($t:ty),+) => {$(
+        impl<DB: Database> Type<DB> for $t
+        where
+            str: Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: Database> Decode<'r, DB> for $t
+        where
+            &'r str: Decode<'r, DB>,
+        {
+            fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<$t, BoxDynError> {
+                Ok(<&'r str as Decode<'r, DB>>::decode(value)?.parse()?)
+            }
+        }
+    )+};
+}
+
+spelled_column!(DaemonState, WorkerState);
 
 macro_rules! unsigned_from_nullable {
     ($($t:ty),+) => {$(
@@ -86,5 +118,25 @@ mod tests {
             let e = read(bad).fetch_one(&mut conn).await.unwrap_err();
             assert!(matches!(e, sqlx::Error::ColumnDecode { .. }), "{bad}: {e}");
         }
+    }
+
+    #[tokio::test]
+    async fn states_read_by_their_spelling_and_an_unknown_one_is_an_error_naming_it() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let (d, w): (DaemonState, WorkerState) = sqlx::query_as("SELECT 'PAUSED', 'READY'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!((d, w), (DaemonState::Paused, WorkerState::Ready));
+        let e = sqlx::query_as::<_, (DaemonState,)>("SELECT 'DRAINING'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("unknown daemon state `DRAINING`"),
+            "{e}"
+        );
     }
 }

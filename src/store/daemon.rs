@@ -3,6 +3,7 @@
 
 use super::columns::NullableInt;
 use super::{time, Result, SqlContext, Store, StoreError, Study};
+use crate::study::{DaemonCommand, DaemonState, UnknownName};
 use serde_json::{json, Value};
 
 impl Store {
@@ -52,19 +53,19 @@ impl Store {
         Ok(())
     }
 
-    /// Heartbeat and state (`RUNNING`, `PAUSED`, `STOPPED`) of our daemon row.
+    /// Heartbeat and state of our daemon row.
     pub async fn daemon_state(
         &self,
         study: &Study,
         me: &DaemonId,
-        state: &str,
+        state: DaemonState,
         detail: Option<&str>,
     ) -> Result<()> {
         sqlx::query(
             "UPDATE sweepd_daemon SET heartbeat_at = $1, state = $2, detail = $3 WHERE study_id = $4 AND pid = $5 AND host = $6",
         )
         .bind(time::now())
-        .bind(state)
+        .bind(state.as_str())
         .bind(detail)
         .bind(study.id)
         .bind(me.pid as i64)
@@ -86,13 +87,13 @@ impl Store {
         .at(&self.path)
     }
 
-    /// Queues a request for the running daemon (`resume`).
-    pub async fn send_command(&self, study: &Study, command: &str) -> Result<()> {
+    /// Queues a request for the running daemon.
+    pub async fn send_command(&self, study: &Study, command: DaemonCommand) -> Result<()> {
         sqlx::query(
             "INSERT INTO sweepd_commands (study_id, command, created_at) VALUES ($1, $2, $3)",
         )
         .bind(study.id)
-        .bind(command)
+        .bind(command.as_str())
         .bind(time::now())
         .execute(&self.pool)
         .await
@@ -100,8 +101,12 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the queued requests (marks them done).
-    pub async fn take_commands(&self, study: &Study) -> Result<Vec<String>> {
+    /// Takes the queued requests (marks them done); one this version does not know is an
+    /// `Err` naming it, for the daemon to say it ignored it.
+    pub async fn take_commands(
+        &self,
+        study: &Study,
+    ) -> Result<Vec<Result<DaemonCommand, UnknownName>>> {
         let mut tx = self.begin_write().await?;
         let cmds: Vec<String> = sqlx::query_scalar(
             "SELECT command FROM sweepd_commands WHERE study_id = $1 AND done_at IS NULL ORDER BY command_id",
@@ -121,7 +126,7 @@ impl Store {
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
-        Ok(cmds)
+        Ok(cmds.iter().map(|c| c.parse()).collect())
     }
 }
 
@@ -143,7 +148,7 @@ pub struct Holder {
     pub id: DaemonId,
     pub started_at: String,
     pub heartbeat_at: String,
-    pub state: String,
+    pub state: DaemonState,
 }
 
 impl DaemonId {
@@ -180,6 +185,6 @@ pub struct DaemonView {
     pub host: String,
     pub started_at: String,
     pub heartbeat_at: String,
-    pub state: String,
+    pub state: DaemonState,
     pub detail: Option<String>,
 }

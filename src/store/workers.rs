@@ -1,6 +1,7 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
 use super::{time, Result, SqlContext, Store, Study};
+use crate::study::WorkerState;
 use std::path::Path;
 
 impl Store {
@@ -40,9 +41,9 @@ impl Store {
         Ok(())
     }
 
-    pub async fn worker_state(&self, worker_id: i64, state: &str) -> Result<()> {
+    pub async fn worker_state(&self, worker_id: i64, state: WorkerState) -> Result<()> {
         sqlx::query("UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2")
-            .bind(state)
+            .bind(state.as_str())
             .bind(worker_id)
             .execute(&self.pool)
             .await
@@ -136,7 +137,7 @@ pub struct WorkerView {
     pub worker_id: i64,
     pub slot: i64,
     pub pid: Option<i64>,
-    pub state: String,
+    pub state: WorkerState,
     pub trials_done: i64,
     pub started_at: String,
 }
