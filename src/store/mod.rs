@@ -146,17 +146,13 @@ fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
 
 /// "read-only file system" or "no space left" for the file system holding `path`, if so.
 pub fn file_system_state(path: &Path) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt;
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    use std::io::ErrorKind;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs only fills the zeroed struct we pass; the path is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
+    let st = statvfs(dir).ok()?;
     let read_only = || {
         Some(format!(
             "the file system holding {} is read-only",
@@ -169,7 +165,7 @@ pub fn file_system_state(path: &Path) -> Option<String> {
             dir.display()
         ))
     };
-    if st.f_flag & libc::ST_RDONLY != 0 {
+    if st.flags().contains(FsFlags::ST_RDONLY) {
         return read_only();
     }
     // A file system in an emergency read-only state (ext4 after an error) does not say so in
@@ -177,10 +173,10 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     let probe = dir.join(".sweepd-write-probe");
     let result = std::fs::write(&probe, b"probe");
     let _ = std::fs::remove_file(&probe);
-    match result.map_err(|e| e.raw_os_error()) {
-        Err(Some(libc::EROFS)) => read_only(),
-        Err(Some(libc::ENOSPC)) => full(),
-        _ if st.f_bavail == 0 => full(),
+    match result.map_err(|e| e.kind()) {
+        Err(ErrorKind::ReadOnlyFilesystem) => read_only(),
+        Err(ErrorKind::StorageFull) => full(),
+        _ if st.blocks_available() == 0 => full(),
         _ => None,
     }
 }
