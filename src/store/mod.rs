@@ -15,6 +15,17 @@
 //! deleting sweepd's rows with a study) never blocks, breaks or outlives `optuna.delete_study`
 //! or an Optuna schema migration.
 //!
+//! The store records and reads; it decides nothing (whether a daemon still runs, whether a
+//! failure is retried, what the budget allows are the callers' rules, passed in where a
+//! transaction needs them) and imports nothing of sweepd's but `study`. One file per concern:
+//! `schema` (opening the file, version checks, migrations, file modes), `trials` (starting,
+//! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
+//! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
+//! read back for the CLI and for a restarted daemon's sampler, pruner and memory model),
+//! `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
+//! commands), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
+//! `columns` (enums and unsigned numbers in columns), and the three below.
+//!
 //! **The engine seam.** The queries are written once, portable to PostgreSQL: `$1, $2, …`
 //! placeholders, no `INSERT OR`, claims as conditional `UPDATE`s, upserts as `ON CONFLICT`.
 //! What only SQLite does is behind `sqlite`: the connection (options, pragmas), the write
