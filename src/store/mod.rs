@@ -329,3 +329,29 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_through_optunas_value_and_type() {
+        for v in [1.5, -0.0, f64::INFINITY, f64::NEG_INFINITY] {
+            let (stored, ty) = encode_value(v);
+            assert_eq!(read_value(stored, Some(ty)), Some(v), "{v}");
+        }
+        let (stored, ty) = encode_value(f64::NAN);
+        assert_eq!((stored, ty), (None, "NAN"));
+        assert_eq!(read_value(stored, Some(ty)), None);
+        assert_eq!(decode_value(stored, ty), json!("nan"));
+        assert_eq!(decode_value(None, "INF_NEG"), json!("-inf"));
+        assert_eq!(read_value(Some(2.0), None), None, "no value_type: no value");
+    }
+
+    #[test]
+    fn placeholders_are_numbered_from_where_the_list_starts() {
+        assert_eq!(placeholders(2, 3), "$2, $3, $4");
+        assert_eq!(placeholders(1, 1), "$1");
+        assert_eq!(placeholders(1, 0), "");
+    }
+}
