@@ -7,8 +7,8 @@
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
 use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
-use crate::store::{Store, StoreError, TrialView};
-use crate::study::{Distribution, TrialState};
+use crate::store::{time, Store, StoreError, TrialView};
+use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -260,7 +260,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Command::Resume { cfg } => {
             let (store, study) = open_study(&cfg).await?;
-            store.send_command(&study, "resume").await?;
+            store.send_command(&study, DaemonCommand::Resume).await?;
             println!("resume requested: the running daemon lifts its quarantines within a second");
             Ok(())
         }
@@ -559,12 +559,11 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     let workers = store.live_workers(&study).await?;
     let daemon = store.daemon_view(&study).await?;
     let gpus = store.gpus(&study).await?;
-    let now = chrono::Local::now().naive_local();
     let elapsed = |t: &TrialView| {
         t.datetime_start
             .as_deref()
-            .and_then(|s| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok())
-            .map(|s| (now - s).num_milliseconds().max(0) as f64 / 1000.0)
+            .and_then(time::age)
+            .map(|a| a.as_millis() as f64 / 1000.0)
     };
     if as_json {
         let running: Vec<Value> = running
@@ -583,7 +582,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             "best": best,
             "workers": workers,
             "daemon": daemon,
-            "daemon_alive": daemon.as_ref().is_some_and(|d| d.state != "STOPPED" && heartbeat_fresh(d)),
+            "daemon_alive": daemon.as_ref().is_some_and(|d| d.state != DaemonState::Stopped && heartbeat_fresh(d)),
             "gpus": gpus,
         });
         println!(
@@ -599,7 +598,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         config.storage.path.display()
     );
     match &daemon {
-        Some(d) if d.state != "STOPPED" && !heartbeat_fresh(d) => println!(
+        Some(d) if d.state != DaemonState::Stopped && !heartbeat_fresh(d) => println!(
             "daemon    GONE: pid {} on {} stopped sending heartbeats at {} (killed?); \
              the next `sweepd run` takes over and re-enqueues its trials",
             d.pid, d.host, d.heartbeat_at
@@ -668,11 +667,11 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A running daemon updates its heartbeat every second or so; 30 s of silence means it is gone.
+/// A running daemon updates its heartbeat every second or so; a silence of
+/// `supervisor::DAEMON_GONE_AFTER`, the same `run` waits before taking its row over, means it
+/// is gone.
 fn heartbeat_fresh(d: &crate::store::DaemonView) -> bool {
-    chrono::NaiveDateTime::parse_from_str(&d.heartbeat_at, "%Y-%m-%d %H:%M:%S%.f")
-        .map(|t| (chrono::Local::now().naive_local() - t).num_seconds() < 30)
-        .unwrap_or(false)
+    crate::supervisor::heartbeat_fresh(&d.heartbeat_at)
 }
 
 fn mib(v: Option<u64>) -> String {

@@ -12,6 +12,7 @@
 
 use crate::capacity::{DeviceView, RunningTrial};
 use crate::gpu::{DeviceReading, Gpu};
+use crate::store::MemorySample;
 use crate::worker;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -35,14 +36,6 @@ pub struct TrialMemory {
     pub last_sample: Option<Instant>,
 }
 
-/// A telemetry sample to store.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub trial_id: i64,
-    pub device: u32,
-    pub used: u64,
-}
-
 #[derive(Default)]
 struct State {
     /// The latest reading of each device we use (or why it failed).
@@ -61,7 +54,7 @@ pub struct Monitor {
 /// What a poll found that someone must act on or record.
 #[derive(Debug, Default)]
 pub struct PollReport {
-    pub samples: Vec<Sample>,
+    pub samples: Vec<MemorySample>,
     /// Orphans killed: (pid, device, bytes held).
     pub orphans: Vec<(u32, u32, u64)>,
 }
@@ -127,7 +120,7 @@ impl Monitor {
             t.peak = t.peak.max(t.used_now);
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
                 t.last_sample = Some(now);
-                report.samples.push(Sample {
+                report.samples.push(MemorySample {
                     trial_id: *id,
                     device: t.device,
                     used: t.used_now,

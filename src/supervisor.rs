@@ -29,11 +29,12 @@ use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler};
 use crate::store::{
-    DaemonId, DaemonLockError, GpuRow, Runner, StartCtx, StartOp, Started, Store, StoreError,
-    Waiting,
+    self, DaemonId, DaemonLockError, GpuRow, Holder, Runner, StartCtx, StartOp, Started, Store,
+    StoreError, Waiting,
 };
 use crate::study::{
-    Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
+    Claimed, Counts, DaemonCommand, DaemonState, Failure, FailureKind, Finish, Params, Tally,
+    TrialRecord, TrialState, WorkerState,
 };
 use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use policy::{Breaker, Fate, SameError, Signature, WorkerHealth};
@@ -56,8 +57,6 @@ const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
 const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How long a retired worker's memory may take to disappear from NVML before sweepd says so.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
-/// A daemon row whose heartbeat is older than this (from another host) is stale.
-const LOCK_STALE_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -954,6 +953,31 @@ pub struct Control {
     pub par_override: Option<usize>,
 }
 
+/// A daemon whose heartbeat (written every second) is older than this is gone: `status` says
+/// so, and `run` on another host takes its row over.
+pub const DAEMON_GONE_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a daemon row's heartbeat is recent enough for its daemon to be running.
+pub fn heartbeat_fresh(heartbeat_at: &str) -> bool {
+    store::time::age(heartbeat_at).is_some_and(|age| age < DAEMON_GONE_AFTER)
+}
+
+/// The single-instance rule: whether the daemon holding the study's row still runs, so that
+/// `me` must not take it. A stopped one does not; on this host it runs while its pid does with
+/// the recorded start time (a reused pid is another process); from another host, while its
+/// heartbeat is fresh.
+pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
+    let h = &holder.id;
+    holder.state != DaemonState::Stopped
+        && if h.host == me.host {
+            h.pid != me.pid
+                && worker::proc_stat(h.pid as i32)
+                    .is_some_and(|s| Some(s.start_time) == h.pid_start)
+        } else {
+            heartbeat_fresh(&holder.heartbeat_at)
+        }
+}
+
 /// Runs the study until its budget is spent, the sampler is exhausted or shutdown is asked.
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
@@ -974,7 +998,7 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         host: hostname(),
     };
     store
-        .lock_daemon(&study, &me, LOCK_STALE_AFTER)
+        .lock_daemon(&study, &me, |holder| daemon_alive(holder, &me))
         .await
         .map_err(|e| match e {
             DaemonLockError::Store(s) => RunError::Store(s),
@@ -995,7 +1019,9 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             path: store.path().to_owned(),
         });
     }
-    let _ = store.daemon_state(&study, &me, "STOPPED", None).await;
+    let _ = store
+        .daemon_state(&study, &me, DaemonState::Stopped, None)
+        .await;
     result
 }
 
@@ -1429,11 +1455,12 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         match sh.store.take_commands(&sh.study).await {
             Ok(cmds) => {
                 for cmd in cmds {
-                    if cmd == "resume" {
-                        sh.core.lock().await.breaker.release_all();
-                        info!("resumed by `sweepd resume`: quarantines lifted");
-                    } else {
-                        warn!("unknown command `{cmd}` ignored");
+                    match cmd {
+                        Ok(DaemonCommand::Resume) => {
+                            sh.core.lock().await.breaker.release_all();
+                            info!("resumed by `sweepd resume`: quarantines lifted");
+                        }
+                        Err(unknown) => warn!("{unknown} ignored"),
                     }
                 }
             }
@@ -1451,9 +1478,9 @@ async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             )
         };
         let state = if paused.is_some() {
-            "PAUSED"
+            DaemonState::Paused
         } else {
-            "RUNNING"
+            DaemonState::Running
         };
         if let Err(e) = sh
             .store
@@ -1983,7 +2010,7 @@ async fn start_persistent(
         tokio::select! {
             ev = w.next_event() => match ev {
                 Event::Msg(Message::Ready) => {
-                    sh.store.worker_state(w.id, "READY").await?;
+                    sh.store.worker_state(w.id, WorkerState::Ready).await?;
                     sh.store.event(Some(w.id), None, "ready", "").await?;
                     return Ok(Ok(w));
                 }

@@ -279,6 +279,52 @@ fn second_daemon_on_the_same_study_is_refused_naming_the_first() {
     }
 }
 
+/// `status` and `run` judge a daemon by the same heartbeat age (status once said "gone" after
+/// 30 s while run refused to take over for 60): a row from another host whose heartbeat is 45 s
+/// old is alive for both, one 90 s old is gone for both.
+#[test]
+fn status_and_run_agree_on_when_a_daemon_on_another_host_is_gone() {
+    let sweep = Sweep::new(&Cfg {
+        n_trials: Some(1),
+        ..Cfg::default()
+    });
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let held_elsewhere = |age_s: i64| {
+        let at = chrono::Local::now().naive_local() - chrono::Duration::seconds(age_s);
+        sweep.sql(&format!(
+            "UPDATE sweepd_daemon SET host = 'elsewhere', pid = 4242, pid_start = NULL, \
+             state = 'RUNNING', heartbeat_at = '{}'",
+            at.format("%Y-%m-%d %H:%M:%S%.6f")
+        ));
+    };
+    let status_says_alive = || {
+        let out = sweep.sweepd(&["status", "--json"]).output().unwrap();
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+        status["daemon_alive"].as_bool().expect("daemon_alive")
+    };
+
+    held_elsewhere(45);
+    assert!(status_says_alive());
+    let out = sweep.run(&[], LIMIT);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pid 4242 on elsewhere"),
+        "{}",
+        stderr(&out)
+    );
+
+    held_elsewhere(90);
+    assert!(!status_says_alive());
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(
+        sweep.sql("SELECT host FROM sweepd_daemon"),
+        ["elsewhere"],
+        "taken over"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. SIGHUP
 // ---------------------------------------------------------------------------------------------

@@ -19,8 +19,7 @@
 //!
 //! SQLite only (triggers and JSON functions), like the view they replace.
 
-use super::{Result, Store};
-use sqlx::Row;
+use super::{Result, SqlContext, Store};
 
 /// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
 /// categorical (JSON true/false kept as booleans), an integer for int distributions, the float
@@ -340,14 +339,10 @@ impl Store {
         if self.mirror_in_place(&wanted, &self.pool).await? {
             return Ok(false);
         }
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_write().await?;
         // Another sweepd may have done it while we waited for the write lock.
         if self.mirror_in_place(&wanted, &mut *tx).await? {
-            tx.rollback().await.map_err(self.err())?;
+            tx.rollback().await.at(&self.path)?;
             return Ok(false);
         }
         let present: Vec<String> = sqlx::query_scalar(
@@ -355,62 +350,50 @@ impl Store {
         )
         .fetch_all(&mut *tx)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         for name in present {
             // Names come from sqlite_master and match sweepd_[A-Za-z0-9_]* only if ours;
             // quote anyway.
             sqlx::query(&format!("DROP TRIGGER \"{}\"", name.replace('"', "\"\"")))
                 .execute(&mut *tx)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
         }
         for (_, sql) in OPTUNA_TABLE_INDEXES {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
         for sql in refill().iter().map(String::as_str).chain(PURGE) {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
         for (_, sql) in &wanted {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(true)
     }
 
     /// Whether the file holds exactly sweepd's triggers (by name and text) and its indexes.
     async fn mirror_in_place<'c, E>(&self, wanted: &[(&str, String)], conn: E) -> Result<bool>
     where
-        E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+        E: sqlx::Executor<'c, Database = super::sqlite::Db>,
     {
-        let rows = sqlx::query(
+        let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
             "SELECT type, name, sql FROM sqlite_master \
              WHERE (type = 'trigger' AND name LIKE 'sweepd\\_%' ESCAPE '\\') \
-                OR (type = 'index' AND name IN (?, ?))",
+                OR (type = 'index' AND name IN ($1, $2))",
         )
         .bind(OPTUNA_TABLE_INDEXES[0].0)
         .bind(OPTUNA_TABLE_INDEXES[1].0)
         .fetch_all(conn)
         .await
-        .map_err(self.err())?;
+        .at(&self.path)?;
         let mut triggers: Vec<(String, String)> = Vec::new();
         let mut indexes = 0;
-        for row in rows {
-            if row.get::<String, _>(0) == "index" {
+        for (kind, name, sql) in rows {
+            if kind == "index" {
                 indexes += 1;
             } else {
-                triggers.push((
-                    row.get(1),
-                    row.get::<Option<String>, _>(2).unwrap_or_default(),
-                ));
+                triggers.push((name, sql.unwrap_or_default()));
             }
         }
         triggers.sort();
@@ -426,18 +409,11 @@ impl Store {
     /// deleted under a running daemon, whose last writes (worker exits, events) came after
     /// the triggers had deleted its rows.
     pub async fn purge_orphans(&self) -> Result<()> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_write().await?;
         for sql in PURGE {
-            sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(self.err())?;
+            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
         }
-        tx.commit().await.map_err(self.err())?;
+        tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
@@ -445,11 +421,11 @@ impl Store {
     /// now names another study.
     pub async fn study_deleted(&self, study: &super::Study) -> Result<bool> {
         let name: Option<String> =
-            sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = ?")
+            sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = $1")
                 .bind(study.id)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(self.err())?;
+                .at(&self.path)?;
         Ok(name.as_deref() != Some(study.name.as_str()))
     }
 }

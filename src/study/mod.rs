@@ -12,6 +12,6 @@ mod trial;
 pub use space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace};
 pub use tally::Tally;
 pub use trial::{
-    Attempts, Claimed, Counts, DaemonState, Direction, Failure, FailureKind, Finish, TrialRecord,
-    TrialState, UnknownName,
+    Attempts, Claimed, Counts, DaemonCommand, DaemonState, Direction, Failure, FailureKind, Finish,
+    TrialRecord, TrialState, UnknownName, WorkerState,
 };

@@ -172,6 +172,24 @@ spelled! {
     }
 }
 
+spelled! {
+    /// A worker process's state in `sweepd_workers.state`.
+    WorkerState, "worker state" {
+        /// Spawned, not `ready` yet.
+        Starting => "STARTING",
+        Ready => "READY",
+        Exited => "EXITED",
+    }
+}
+
+spelled! {
+    /// A request the CLI queues for the running daemon (`sweepd_commands.command`).
+    DaemonCommand, "command" {
+        /// `sweepd resume`: lift every quarantine.
+        Resume => "resume",
+    }
+}
+
 /// Failed attempts of the same params by kind, carried from a failed trial to its retry copy
 /// (`sweepd:attempts`).
 pub type Attempts = BTreeMap<FailureKind, u32>;
@@ -269,6 +287,12 @@ mod tests {
         for d in DaemonState::ALL {
             assert_eq!(d.as_str().parse::<DaemonState>(), Ok(*d));
         }
+        for w in WorkerState::ALL {
+            assert_eq!(w.as_str().parse::<WorkerState>(), Ok(*w));
+        }
+        assert_eq!("resume".parse::<DaemonCommand>(), Ok(DaemonCommand::Resume));
+        let e = "pause".parse::<DaemonCommand>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown command `pause`");
         assert_eq!("maximize".parse::<Direction>(), Ok(Direction::Maximize));
         let e = "DONE".parse::<TrialState>().unwrap_err();
         assert_eq!(e.to_string(), "unknown trial state `DONE`");

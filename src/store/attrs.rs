@@ -1,0 +1,110 @@
+//! Trial system attributes sweepd writes: the owner attribute naming the daemon that runs a
+//! trial, the record of negative zeros that SQLite's REAL columns lose, and the upsert of one
+//! attribute.
+
+use super::sqlite::Tx;
+use super::{Result, SqlContext, Store};
+use crate::study::{ParamValue, Params};
+use serde_json::Value;
+
+/// The trial system attribute naming the sweepd daemon that runs a trial (`DaemonId::json`),
+/// written when the trial starts: RUNNING trials without it belong to someone else (an Optuna
+/// script) and are never reconciled by sweepd.
+pub const OWNER_ATTR: &str = "sweepd:daemon";
+
+/// SQLite stores a REAL that equals an integer as that integer, so a -0.0 written to Optuna's
+/// float columns (`trial_values`, `trial_intermediate_values`, `trial_params`) reads back as 0.0,
+/// for Optuna as for us. sweepd keeps the sign of such zeros in this trial system attribute and
+/// applies it wherever it reads its own values back, so what a worker sent is what sweepd shows.
+pub(super) const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
+
+/// The content of [`NEGATIVE_ZERO_ATTR`]: which of a trial's stored zeros are really -0.0.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct NegativeZeros {
+    /// Objective indices of `trial_values`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) values: Vec<i64>,
+    /// Steps of `trial_intermediate_values`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) intermediate: Vec<i64>,
+    /// Names of float params.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) params: Vec<String>,
+}
+
+impl NegativeZeros {
+    pub(super) fn parse(json: Option<&str>) -> NegativeZeros {
+        json.and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default()
+    }
+
+    /// The value of objective `objective` as the worker sent it.
+    pub(super) fn value(&self, objective: i64, v: f64) -> f64 {
+        restore_sign(v, self.values.contains(&objective))
+    }
+
+    /// Float params as the worker received them.
+    pub(super) fn params(&self, params: &mut Params) {
+        for name in &self.params {
+            if let Some(ParamValue::Float(x)) = params.get_mut(name) {
+                *x = restore_sign(*x, true);
+            }
+        }
+    }
+}
+
+pub(super) fn is_negative_zero(v: f64) -> bool {
+    v == 0.0 && v.is_sign_negative()
+}
+
+pub(super) fn restore_sign(v: f64, negative: bool) -> f64 {
+    if negative && v == 0.0 {
+        -0.0
+    } else {
+        v
+    }
+}
+
+impl Store {
+    /// Adds to a trial's record of negative zeros (see [`NEGATIVE_ZERO_ATTR`]).
+    pub(super) async fn note_negative_zeros(
+        &self,
+        tx: &mut Tx<'_>,
+        trial_id: i64,
+        add: impl FnOnce(&mut NegativeZeros),
+    ) -> Result<()> {
+        let old: Option<String> = sqlx::query_scalar(
+            "SELECT value_json FROM trial_system_attributes WHERE trial_id = $1 AND key = $2",
+        )
+        .bind(trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_optional(&mut **tx)
+        .await
+        .at(&self.path)?;
+        let mut zeros = NegativeZeros::parse(old.as_deref());
+        add(&mut zeros);
+        let value = serde_json::to_value(&zeros).expect("serializable");
+        self.set_attr(tx, trial_id, NEGATIVE_ZERO_ATTR, &value)
+            .await
+    }
+
+    pub(super) async fn set_attr(
+        &self,
+        tx: &mut Tx<'_>,
+        trial_id: i64,
+        key: &str,
+        value: &Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3) \
+             ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+        )
+        .bind(trial_id)
+        .bind(key)
+        .bind(value.to_string())
+        .execute(&mut **tx)
+        .await
+        .at(&self.path)?;
+        Ok(())
+    }
+}

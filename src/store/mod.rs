@@ -1,0 +1,357 @@
+//! The study database: Optuna's RDB schema (v12, alembic `v3.2.0.a`) plus sweepd's own tables.
+//!
+//! Users keep their tools: `optuna.load_study`, optuna-dashboard and `sqlite3` all read what
+//! sweepd writes, so every row here is written the way Optuna writes it (upper-case enums,
+//! internal param values, `distribution_json`, JSON attribute values, numbers 0..n-1 in
+//! `trial_id` order). Other writers (an Optuna script, the dashboard) may add rows at any time,
+//! so nothing here assumes it is the only writer, and a finished trial is never modified.
+//!
+//! Every change that spans several statements runs in one write transaction
+//! (`Store::begin_write`: on SQLite `BEGIN IMMEDIATE`), so a `kill -9` at any moment leaves
+//! either all of it or none.
+//!
+//! Optuna's own tools come first: sweepd's tables have no foreign keys to Optuna's, and what
+//! sweepd attaches to Optuna's tables (`mirror`: the triggers behind `sweepd_trials` and behind
+//! deleting sweepd's rows with a study) never blocks, breaks or outlives `optuna.delete_study`
+//! or an Optuna schema migration.
+//!
+//! The store records and reads; it decides nothing (whether a daemon still runs, whether a
+//! failure is retried, what the budget allows are the callers' rules, passed in where a
+//! transaction needs them) and imports nothing of sweepd's but `study`. One file per concern:
+//! `schema` (opening the file, version checks, migrations, file modes), `trials` (starting,
+//! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
+//! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
+//! read back for the CLI and for a restarted daemon's sampler, pruner and memory model),
+//! `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
+//! commands), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
+//! `columns` (enums and unsigned numbers in columns), and the three below.
+//!
+//! **The engine seam.** The queries are written once, portable to PostgreSQL: `$1, $2, …`
+//! placeholders, no `INSERT OR`, claims as conditional `UPDATE`s, upserts as `ON CONFLICT`.
+//! What only SQLite does is behind `sqlite`: the connection (options, pragmas), the write
+//! transaction (`BEGIN IMMEDIATE`), looking a table up (`sqlite_master`), the migrations and
+//! their retry while the file is busy, and the types the rest is written against (`Db`, `Pool`,
+//! `Tx`). Two files are SQLite-only as a whole: `sync` (group commit by `fdatasync` of the
+//! write-ahead log) and `mirror` (triggers and JSON functions). A second backend is one more
+//! module with the functions of `sqlite`, its own migrations, and its own `mirror`; the store
+//! does not go through `sqlx::Any`.
+
+mod attrs;
+mod columns;
+mod daemon;
+mod mirror;
+mod schema;
+mod sqlite;
+mod sync;
+mod tally;
+mod telemetry;
+pub mod time;
+mod trials;
+mod views;
+mod workers;
+
+pub use attrs::OWNER_ATTR;
+pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
+pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
+pub use telemetry::{GpuRow, MemorySample};
+pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
+pub use views::{Curve, TrialView};
+pub use workers::WorkerView;
+
+use crate::study::Direction;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    // The file system's state is read when the error is shown: SQLite reports a file system
+    // gone read-only as a plain "disk I/O error", sometimes before the kernel flags it.
+    #[error("database {path}: {source}{}", fs_hint(path, source))]
+    Sql {
+        path: PathBuf,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error(
+        "database {path}: could not make its write-ahead log durable: {source}{}",
+        io_hint(path)
+    )]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("database {path}: migrations failed: {source}")]
+    Migrate {
+        path: PathBuf,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    #[error("database {path} was written by an incompatible Optuna version ({found}); sweepd reads schema {SCHEMA_VERSION} / alembic {ALEMBIC_HEAD} (optuna 3.2 to 5.0). Upgrade it with `optuna storage upgrade --storage sqlite:///{path}` or use another file")]
+    IncompatibleSchema { path: PathBuf, found: String },
+    #[error("no database at {0}: has `sweepd run` been started with this config?")]
+    Missing(PathBuf),
+    #[error("{0} has no study tables (yet): a `sweepd run` may be creating them right now, or the file is not a study database")]
+    NoSchema(PathBuf),
+    #[error("study `{name}` in {path} is {found}, but the config says {wanted}")]
+    DirectionMismatch {
+        path: PathBuf,
+        name: String,
+        found: String,
+        wanted: String,
+    },
+    #[error("study `{name}` not found in {path}")]
+    NoStudy { path: PathBuf, name: String },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The sqlx pool over one SQLite file.
+#[derive(Clone)]
+pub struct Store {
+    pool: sqlite::Pool,
+    path: PathBuf,
+    /// Group commit: makes lazy commits durable (see [`Store::sync`]).
+    syncer: std::sync::Arc<sync::Syncer>,
+}
+
+/// A study row.
+#[derive(Debug, Clone)]
+pub struct Study {
+    pub id: i64,
+    pub name: String,
+    pub direction: Direction,
+}
+
+/// Names the database an sqlx error happened on (and, through [`StoreError::Sql`]'s message,
+/// the file system's state when that is the cause): `query.execute(..).await.at(&self.path)?`.
+trait SqlContext<T> {
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> SqlContext<T> for std::result::Result<T, sqlx::Error> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|source| StoreError::Sql {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// The same hint for an I/O error of sweepd's own (syncing the log).
+fn io_hint(path: &Path) -> String {
+    file_system_state(path)
+        .map(|h| format!(" ({h})"))
+        .unwrap_or_default()
+}
+
+/// " (the file system … is read-only)" when a database or I/O error has that cause.
+fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
+    match source {
+        sqlx::Error::Database(_) | sqlx::Error::Io(_) => file_system_state(path)
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// "read-only file system" or "no space left" for the file system holding `path`, if so.
+pub fn file_system_state(path: &Path) -> Option<String> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    use std::io::ErrorKind;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let st = statvfs(dir).ok()?;
+    let read_only = || {
+        Some(format!(
+            "the file system holding {} is read-only",
+            dir.display()
+        ))
+    };
+    let full = || {
+        Some(format!(
+            "no space left on the file system holding {}",
+            dir.display()
+        ))
+    };
+    if st.flags().contains(FsFlags::ST_RDONLY) {
+        return read_only();
+    }
+    // A file system in an emergency read-only state (ext4 after an error) does not say so in
+    // statvfs: a write does.
+    let probe = dir.join(".sweepd-write-probe");
+    let result = std::fs::write(&probe, b"probe");
+    let _ = std::fs::remove_file(&probe);
+    match result.map_err(|e| e.kind()) {
+        Err(ErrorKind::ReadOnlyFilesystem) => read_only(),
+        Err(ErrorKind::StorageFull) => full(),
+        _ if st.blocks_available() == 0 => full(),
+        _ => None,
+    }
+}
+
+/// `$first, $first+1, …`, `count` of them: the placeholders of a list bound value by value.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Optuna's (value, value_type) pair for a trial value: infinities are NULL plus a type.
+fn encode_value(v: f64) -> (Option<f64>, &'static str) {
+    if v.is_finite() {
+        (Some(v), "FINITE")
+    } else if v.is_nan() {
+        (None, "NAN")
+    } else if v > 0.0 {
+        (None, "INF_POS")
+    } else {
+        (None, "INF_NEG")
+    }
+}
+
+/// A value stored as Optuna's (value, value_type) pair; `None` for NaN or no value.
+fn read_value(value: Option<f64>, value_type: Option<&str>) -> Option<f64> {
+    match value_type {
+        Some("FINITE") => value,
+        Some("INF_POS") => Some(f64::INFINITY),
+        Some("INF_NEG") => Some(f64::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+/// A value stored as Optuna's (value, value_type) pair, for display: infinities and NaN as
+/// strings.
+fn decode_value(value: Option<f64>, value_type: &str) -> Value {
+    match value_type {
+        "INF_POS" => json!("inf"),
+        "INF_NEG" => json!("-inf"),
+        "NAN" => json!("nan"),
+        _ => value.map(|v| json!(v)).unwrap_or(Value::Null),
+    }
+}
+
+impl Store {
+    /// Returns once everything committed before the call survives a power loss (see
+    /// `store::sync`: one sync of the write-ahead log, shared by every caller waiting).
+    pub async fn sync(&self) -> Result<()> {
+        self.syncer.sync().await.map_err(|source| StoreError::Sync {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finds the study, or creates it the way `optuna.create_study` does.
+    pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
+        let mut tx = self.begin_write().await?;
+        let existing: Option<i64> =
+            sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .at(&self.path)?;
+        let id = match existing {
+            Some(id) => {
+                let found: Option<String> = sqlx::query_scalar(
+                    "SELECT direction FROM study_directions WHERE study_id = $1 AND objective = 0",
+                )
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .at(&self.path)?;
+                if let Some(found) = found.filter(|f| f != direction.as_optuna()) {
+                    return Err(StoreError::DirectionMismatch {
+                        path: self.path.clone(),
+                        name: name.to_owned(),
+                        found,
+                        wanted: direction.as_optuna().to_owned(),
+                    });
+                }
+                id
+            }
+            None => {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO studies (study_name) VALUES ($1) RETURNING study_id",
+                )
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await
+                .at(&self.path)?;
+                sqlx::query(
+                    "INSERT INTO study_directions (direction, study_id, objective) VALUES ($1, $2, 0)",
+                )
+                .bind(direction.as_optuna())
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .at(&self.path)?;
+                id
+            }
+        };
+        tx.commit().await.at(&self.path)?;
+        Ok(Study {
+            id,
+            name: name.to_owned(),
+            direction,
+        })
+    }
+
+    /// Looks a study up without creating it (read-only commands).
+    pub async fn find_study(&self, name: &str) -> Result<Study> {
+        let (id, direction): (i64, Option<String>) = sqlx::query_as(
+            "SELECT s.study_id, d.direction FROM studies s \
+             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
+             WHERE s.study_name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .at(&self.path)?
+        .ok_or_else(|| StoreError::NoStudy {
+            path: self.path.clone(),
+            name: name.to_owned(),
+        })?;
+        Ok(Study {
+            id,
+            name: name.to_owned(),
+            direction: if direction.as_deref() == Some("MAXIMIZE") {
+                Direction::Maximize
+            } else {
+                Direction::Minimize
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_through_optunas_value_and_type() {
+        for v in [1.5, -0.0, f64::INFINITY, f64::NEG_INFINITY] {
+            let (stored, ty) = encode_value(v);
+            assert_eq!(read_value(stored, Some(ty)), Some(v), "{v}");
+        }
+        let (stored, ty) = encode_value(f64::NAN);
+        assert_eq!((stored, ty), (None, "NAN"));
+        assert_eq!(read_value(stored, Some(ty)), None);
+        assert_eq!(decode_value(stored, ty), json!("nan"));
+        assert_eq!(decode_value(None, "INF_NEG"), json!("-inf"));
+        assert_eq!(read_value(Some(2.0), None), None, "no value_type: no value");
+    }
+
+    #[test]
+    fn placeholders_are_numbered_from_where_the_list_starts() {
+        assert_eq!(placeholders(2, 3), "$2, $3, $4");
+        assert_eq!(placeholders(1, 1), "$1");
+        assert_eq!(placeholders(1, 0), "");
+    }
+}

@@ -1,0 +1,102 @@
+//! The seam to the database engine: what the store does differently on SQLite than it would on
+//! another engine, in a few functions, so that a second backend (PostgreSQL, for several hosts
+//! on one study) is one more module implementing the same ones, not a copy of every query.
+//!
+//! Everything else in the store is written once: queries with `$1, $2, …` placeholders (which
+//! SQLite accepts and PostgreSQL requires), conditional `UPDATE`s instead of `INSERT OR`, and
+//! `ON CONFLICT … DO UPDATE`, which both engines understand.
+//!
+//! SQLite-only outside this file, by nature: `sync` (an `fdatasync` of the write-ahead log;
+//! PostgreSQL's commit is durable by itself) and `mirror` (triggers and JSON functions in
+//! SQLite's dialect).
+
+use sqlx::migrate::MigrateError;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use std::path::Path;
+use std::time::Duration;
+
+/// The engine the store's queries run on.
+pub(super) type Db = sqlx::Sqlite;
+pub(super) type Pool = sqlx::Pool<Db>;
+/// A write transaction (see [`begin_write`]).
+pub(super) type Tx<'c> = sqlx::Transaction<'c, Db>;
+pub(super) type Connection = <Db as sqlx::Database>::Connection;
+
+/// How long a statement waits for another writer (an Optuna script, say) before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Attempts at applying migrations while other writers keep the database busy.
+const MIGRATE_BUSY_RETRIES: u32 = 100;
+
+/// The pool over the database file: WAL, lazy commits (`Store::sync` makes them durable),
+/// foreign keys enforced, a page cache sized for large studies. Creates the file if `create`.
+pub(super) async fn connect(path: &Path, create: bool) -> Result<Pool, sqlx::Error> {
+    let opts = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(create)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(BUSY_TIMEOUT)
+        .foreign_keys(true)
+        // SQLite's default 2 MiB page cache is outgrown around 10k trials, and every trial
+        // then re-reads index pages; 64 MiB holds the hot part of a 100k-trial study.
+        .pragma("cache_size", "-65536");
+    // One connection: sweepd's writes are serialised anyway, and a single connection
+    // cannot deadlock against itself on SQLite's one write lock.
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
+        .await
+}
+
+/// Starts a multi-statement write transaction holding the write lock from its first statement
+/// (`BEGIN IMMEDIATE`), so no other writer can slip in between what it reads and what it
+/// writes.
+pub(super) async fn begin_write(pool: &Pool) -> Result<Tx<'static>, sqlx::Error> {
+    pool.begin_with("BEGIN IMMEDIATE").await
+}
+
+/// Whether the database has a table of that name.
+pub(super) async fn has_table<'c>(
+    conn: impl sqlx::Executor<'c, Database = Db>,
+    table: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = $1")
+        .bind(table)
+        .fetch_optional(conn)
+        .await
+        .map(|r| r.is_some())
+}
+
+/// Applies sweepd's migrations (`migrations/`), retried while other writers keep the file busy.
+pub(super) async fn migrate(pool: &Pool) -> Result<(), MigrateError> {
+    let migrator = sqlx::migrate!("./migrations");
+    let mut attempt = 0u32;
+    loop {
+        match migrator.run(pool).await {
+            Ok(()) => return Ok(()),
+            // A migration whose statements only read (IF NOT EXISTS on Optuna's existing
+            // tables) before it writes its record cannot wait for the write lock: SQLite
+            // answers "busy" at once when another writer (an Optuna script optimizing the
+            // study) committed after that read. A fresh attempt takes a fresh snapshot.
+            Err(e) if is_busy(&e) && attempt < MIGRATE_BUSY_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt.min(10)))).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether a migration failed only because another connection was writing (SQLITE_BUSY and its
+/// extended codes, such as BUSY_SNAPSHOT).
+fn is_busy(e: &MigrateError) -> bool {
+    match e {
+        MigrateError::Execute(sqlx::Error::Database(d))
+        | MigrateError::ExecuteMigration(sqlx::Error::Database(d), _) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
+    }
+}

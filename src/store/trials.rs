@@ -1,0 +1,614 @@
+//! Trials changing state: started (a new one, or a WAITING one claimed) under the budget,
+//! finished once with a retry copy where a failure asks for one, re-enqueued, their
+//! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
+
+use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
+use super::sqlite::Tx;
+use super::{
+    encode_value, placeholders, read_value, time, DaemonId, Result, SqlContext, Store, Study,
+};
+use crate::study::{
+    Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
+    Tally, TrialState,
+};
+use serde_json::{json, Value};
+
+/// What starting a trial needs besides the trial: who starts it, and the budget it is checked
+/// against.
+pub struct StartCtx<'a> {
+    pub study: &'a Study,
+    pub owner: &'a DaemonId,
+    pub budget: Option<u64>,
+    pub tally: &'a mut Tally,
+}
+
+/// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
+/// its complete params.
+#[derive(Debug, Clone, Copy)]
+pub enum StartOp<'a> {
+    New(&'a Params),
+    Claim(&'a Waiting, &'a Params),
+}
+
+/// How an attempt to start a trial ended.
+#[derive(Debug)]
+pub enum Started {
+    /// The trial is RUNNING for this daemon.
+    Yes(Claimed),
+    /// Another process claimed the WAITING trial first.
+    Taken,
+    /// The budget is spent, or reserved by trials running now (the tally says which).
+    NoRoom,
+}
+
+/// A WAITING trial looked at, not yet claimed.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub trial_id: i64,
+    pub number: i64,
+    /// The params it already has, in this study's space.
+    pub fixed: Params,
+    /// Names that already have a `trial_params` row.
+    present: Vec<String>,
+    pub problem: Option<String>,
+    /// Earlier failed attempts of these params by failure kind (`sweepd:attempts`).
+    pub attempts: Attempts,
+}
+
+/// Who runs a claimed trial; written as `sweepd:` system attributes.
+#[derive(Debug, Clone, Copy)]
+pub struct Runner {
+    pub worker_id: i64,
+    pub pid: u32,
+}
+
+impl Store {
+    /// The study's RUNNING trials that a sweepd daemon started, with that daemon (`None` for
+    /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
+    /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
+    pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
+        let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT t.trial_id, \
+               (SELECT a.value_json FROM trial_system_attributes a \
+                 WHERE a.trial_id = t.trial_id AND a.key = $1) \
+             FROM trials t WHERE t.study_id = $2 AND t.state = 'RUNNING' AND EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key IN ($1, 'sweepd:worker_id')) \
+             ORDER BY t.trial_id",
+        )
+        .bind(OWNER_ATTR)
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        Ok(rows
+            .into_iter()
+            .map(|(trial_id, owner)| {
+                let owner = owner
+                    .and_then(|j| serde_json::from_str::<Value>(&j).ok())
+                    .and_then(|v| DaemonId::from_json(&v));
+                (trial_id, owner)
+            })
+            .collect())
+    }
+
+    /// Marks a RUNNING trial FAIL (kind `interrupted`) and enqueues a WAITING copy of it, in one
+    /// transaction. Returns the trial's number, or `None` if it was no longer RUNNING.
+    pub async fn interrupt(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        reason: &str,
+    ) -> Result<Option<i64>> {
+        let failure = Failure {
+            kind: FailureKind::Interrupted,
+            reason: reason.to_owned(),
+            stderr_tail: None,
+            retry: true,
+        };
+        self.finish(study, trial_id, &Finish::Fail(failure), &[])
+            .await
+    }
+
+    /// Re-enqueues a trial already recorded as a final FAIL (a WAITING copy, as a retry is),
+    /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
+    /// trial is not a FAIL without a copy.
+    pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
+        let mut tx = self.begin_write().await?;
+        let row: Option<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
+               WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
+             FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
+               (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
+                 AND a.key = 'sweepd:retried_as')",
+        )
+        .bind(trial_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .at(&self.path)?;
+        let Some((number, kind)) = row else {
+            tx.rollback().await.at(&self.path)?;
+            return Ok(None);
+        };
+        let kind = kind
+            .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
+            .unwrap_or(FailureKind::UserError);
+        let copy = self
+            .enqueue_retry(&mut tx, study, trial_id, number, kind)
+            .await?;
+        self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
+            .await?;
+        tx.commit().await.at(&self.path)?;
+        Ok(Some(copy))
+    }
+
+    /// The oldest WAITING trial and the params it already has (a retry copy's, or Optuna's
+    /// `fixed_params` from `enqueue_trial`), without claiming it: the supervisor first decides
+    /// where it can run. `problem` is set when a given param is outside the search space.
+    pub async fn peek_waiting(
+        &self,
+        study: &Study,
+        space: &SearchSpace,
+        exclude: &[i64],
+    ) -> Result<Option<Waiting>> {
+        // Trials already in the supervisor's line are skipped (a short list).
+        let skip = placeholders(2, exclude.len());
+        let sql = format!(
+            "SELECT trial_id, number FROM trials WHERE study_id = $1 AND state = 'WAITING' {} \
+             ORDER BY trial_id LIMIT 1",
+            if exclude.is_empty() {
+                String::new()
+            } else {
+                format!("AND trial_id NOT IN ({skip})")
+            }
+        );
+        let mut q = sqlx::query_as(&sql).bind(study.id);
+        for id in exclude {
+            q = q.bind(id);
+        }
+        let Some((trial_id, number)) = q.fetch_optional(&self.pool).await.at(&self.path)? else {
+            return Ok(None);
+        };
+        let mut w = Waiting {
+            trial_id,
+            number,
+            fixed: Params::new(),
+            present: Vec::new(),
+            problem: None,
+            attempts: Attempts::new(),
+        };
+        let rows: Vec<(String, f64, String)> = sqlx::query_as(
+            "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $1",
+        )
+        .bind(trial_id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        for (name, internal, dist) in rows {
+            w.present.push(name.clone());
+            let Some(spec) = space.get(&name) else {
+                continue;
+            };
+            let theirs = Distribution::from_optuna_json(&dist).ok();
+            let value = theirs
+                .as_ref()
+                .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
+                .and_then(|ext| spec.dist.from_external(&ext));
+            match value {
+                Some(v) => {
+                    w.fixed.insert(name, v);
+                }
+                None => w.problem = Some(format!("param `{name}` is outside the search space")),
+            }
+        }
+        let attrs: Vec<(String, String)> = sqlx::query_as(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
+             AND key IN ('sweepd:attempts', 'fixed_params', $2)",
+        )
+        .bind(trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        let mut fixed_attr = None;
+        for (key, text) in attrs {
+            match key.as_str() {
+                "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
+                "fixed_params" => fixed_attr = Some(text),
+                _ => NegativeZeros::parse(Some(&text)).params(&mut w.fixed),
+            }
+        }
+        if let Some(Ok(Value::Object(map))) = fixed_attr.map(|t| serde_json::from_str::<Value>(&t))
+        {
+            for (name, ext) in map {
+                if w.fixed.contains_key(&name) {
+                    continue;
+                }
+                match space.get(&name).map(|s| s.dist.from_external(&ext)) {
+                    Some(Some(v)) => {
+                        w.fixed.insert(name, v);
+                    }
+                    Some(None) => {
+                        w.problem = Some(format!(
+                            "enqueued param `{name}` = {ext} is outside the search space"
+                        ))
+                    }
+                    None => {} // a param this study does not have: ignored, as Optuna does
+                }
+            }
+        }
+        Ok(Some(w))
+    }
+
+    /// Starts a trial, if the budget has room: checked in the start's own transaction against
+    /// the study's trials as they are then, so no other writer can start one in between.
+    /// `Taken` when another process claimed the WAITING trial first.
+    pub async fn start(
+        &self,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<Started> {
+        let mut tx = self.begin_write().await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        match started {
+            Started::Yes(_) => tx.commit().await.at(&self.path)?,
+            _ => tx.rollback().await.at(&self.path)?,
+        }
+        Ok(started)
+    }
+
+    /// Finishes a RUNNING trial and starts the next one in one durable commit: when a slot's
+    /// trial ends it usually starts another at once, and one sync of the log then serves both.
+    /// The finish is written whatever becomes of the start.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_and_start(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<(Option<i64>, Started)> {
+        let mut tx = self.begin_write().await?;
+        let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        let started = self.start_in(&mut tx, space, op, ctx).await?;
+        tx.commit().await.at(&self.path)?;
+        Ok((finished, started))
+    }
+
+    /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
+    async fn start_in(
+        &self,
+        tx: &mut Tx<'_>,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        ctx: StartCtx<'_>,
+    ) -> Result<Started> {
+        self.refresh_tally_on(tx, ctx.study, ctx.tally).await?;
+        if !ctx.tally.room(ctx.budget) {
+            return Ok(Started::NoRoom);
+        }
+        let (claimed, skip) = match op {
+            StartOp::New(params) => {
+                let (trial_id, number) = self
+                    .insert_trial(tx, ctx.study, TrialState::Running)
+                    .await?;
+                ctx.tally.started_new(trial_id);
+                let claimed = Claimed {
+                    trial_id,
+                    number,
+                    params: params.clone(),
+                    attempts: Attempts::new(),
+                };
+                (claimed, &[][..])
+            }
+            StartOp::Claim(w, params) => {
+                let claimed = sqlx::query(
+                    "UPDATE trials SET state = 'RUNNING', datetime_start = $1 \
+                     WHERE trial_id = $2 AND state = 'WAITING'",
+                )
+                .bind(time::now())
+                .bind(w.trial_id)
+                .execute(&mut **tx)
+                .await
+                .at(&self.path)?
+                .rows_affected();
+                if claimed != 1 {
+                    return Ok(Started::Taken);
+                }
+                ctx.tally.started(w.trial_id);
+                let claimed = Claimed {
+                    trial_id: w.trial_id,
+                    number: w.number,
+                    params: params.clone(),
+                    attempts: w.attempts.clone(),
+                };
+                (claimed, &w.present[..])
+            }
+        };
+        self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
+            .await?;
+        for (name, v) in &claimed.params {
+            if skip.contains(name) {
+                continue;
+            }
+            let spec = space.get(name).expect("sampled params are in the space");
+            self.insert_param(tx, claimed.trial_id, name, &spec.dist, v)
+                .await?;
+        }
+        Ok(Started::Yes(claimed))
+    }
+
+    /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
+    /// GPU, once the worker is known.
+    pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
+        let mut tx = self.pool.begin().await.at(&self.path)?;
+        self.write_runner(&mut tx, trial_id, runner).await?;
+        if let Some(gpu) = gpu {
+            self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
+                .await?;
+        }
+        tx.commit().await.at(&self.path)?;
+        Ok(())
+    }
+
+    /// The number the next trial created in this study will get (a hint for seeding).
+    pub async fn next_number(&self, study: &Study) -> Result<i64> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1")
+            .bind(study.id)
+            .fetch_one(&self.pool)
+            .await
+            .at(&self.path)
+    }
+
+    /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
+    /// trials), computed inside the write transaction so concurrent writers never share one.
+    async fn insert_trial(
+        &self,
+        tx: &mut Tx<'_>,
+        study: &Study,
+        state: TrialState,
+    ) -> Result<(i64, i64)> {
+        let start = (state == TrialState::Running).then(time::now);
+        // Optuna's number is the count of the study's earlier trials; numbers are dense, so
+        // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
+        // write transaction, so concurrent writers never share a number.
+        sqlx::query_as(
+            "INSERT INTO trials (number, study_id, state, datetime_start) \
+             SELECT COALESCE(MAX(number), -1) + 1, $1, $2, $3 FROM trials WHERE study_id = $1 \
+             RETURNING trial_id, number",
+        )
+        .bind(study.id)
+        .bind(state.as_str())
+        .bind(start)
+        .fetch_one(&mut **tx)
+        .await
+        .at(&self.path)
+    }
+
+    async fn insert_param(
+        &self,
+        tx: &mut Tx<'_>,
+        trial_id: i64,
+        name: &str,
+        dist: &Distribution,
+        v: &ParamValue,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(trial_id)
+        .bind(name)
+        .bind(dist.to_internal(v))
+        .bind(dist.optuna_json())
+        .execute(&mut **tx)
+        .await
+        .at(&self.path)?;
+        if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
+            self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn write_runner(&self, tx: &mut Tx<'_>, trial_id: i64, runner: Runner) -> Result<()> {
+        self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
+            .await?;
+        self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
+            .await
+    }
+
+    /// Records an intermediate value. A repeated step keeps the first value, as Optuna does.
+    pub async fn report(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
+        let (v, t) = encode_value(value);
+        let insert = sqlx::query(
+            "INSERT INTO trial_intermediate_values \
+             (trial_id, step, intermediate_value, intermediate_value_type) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (trial_id, step) DO NOTHING",
+        )
+        .bind(trial_id)
+        .bind(step)
+        .bind(v)
+        .bind(t);
+        if !is_negative_zero(value) {
+            insert.execute(&self.pool).await.at(&self.path)?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.at(&self.path)?;
+        if insert
+            .execute(&mut *tx)
+            .await
+            .at(&self.path)?
+            .rows_affected()
+            == 1
+        {
+            self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
+                .await?;
+        }
+        tx.commit().await.at(&self.path)?;
+        Ok(())
+    }
+
+    /// Ends a RUNNING trial, in one transaction with everything that goes with it (value,
+    /// failure attributes, the retry copy). Returns the trial's number, or `None` if the trial
+    /// was no longer RUNNING (already finished: never finish a trial twice).
+    pub async fn finish(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+    ) -> Result<Option<i64>> {
+        let mut tx = self.begin_write().await?;
+        let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
+        match number {
+            Some(_) => tx.commit().await.at(&self.path)?,
+            None => tx.rollback().await.at(&self.path)?,
+        }
+        Ok(number)
+    }
+
+    /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.
+    async fn finish_in(
+        &self,
+        tx: &mut Tx<'_>,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+    ) -> Result<Option<i64>> {
+        let state = how.state();
+        // The conditional update is what makes finishing happen once: `None` if not RUNNING.
+        let number: Option<i64> = sqlx::query_scalar(
+            "UPDATE trials SET state = $1, datetime_complete = $2 \
+             WHERE trial_id = $3 AND state = 'RUNNING' RETURNING number",
+        )
+        .bind(state.as_str())
+        .bind(time::now())
+        .bind(trial_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .at(&self.path)?;
+        let Some(number) = number else {
+            return Ok(None);
+        };
+        let value = match how {
+            Finish::Complete(v) => Some(*v),
+            // Optuna records a pruned trial's last intermediate value as its value.
+            Finish::Pruned => sqlx::query_as::<_, (Option<f64>, String)>(
+                "SELECT intermediate_value, intermediate_value_type FROM trial_intermediate_values \
+                 WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
+            )
+            .bind(trial_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .at(&self.path)?
+            .and_then(|(value, value_type)| read_value(value, Some(&value_type))),
+            Finish::Fail(_) => None,
+        };
+        if let Some(v) = value {
+            let (v, t) = encode_value(v);
+            sqlx::query(
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES ($1, 0, $2, $3)",
+            )
+            .bind(trial_id)
+            .bind(v)
+            .bind(t)
+            .execute(&mut **tx)
+            .await
+            .at(&self.path)?;
+        }
+        if value.is_some_and(is_negative_zero) {
+            self.note_negative_zeros(tx, trial_id, |z| z.values.push(0))
+                .await?;
+        }
+        for (key, value) in attrs {
+            self.set_attr(tx, trial_id, key, value).await?;
+        }
+        if let Finish::Fail(f) = how {
+            self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))
+                .await?;
+            self.set_attr(tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
+                .await?;
+            if let Some(tail) = &f.stderr_tail {
+                self.set_attr(tx, trial_id, "sweepd:stderr_tail", &json!(tail))
+                    .await?;
+            }
+            if f.retry {
+                let copy = self
+                    .enqueue_retry(tx, study, trial_id, number, f.kind)
+                    .await?;
+                self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
+                    .await?;
+            }
+        }
+        Ok(Some(number))
+    }
+
+    /// A WAITING copy of a failed trial, with the system attributes Optuna's
+    /// RetryFailedTrialCallback writes (`failed_trial`: the first attempt's number,
+    /// `retry_history`: every failed attempt's number). Returns the copy's number.
+    async fn enqueue_retry(
+        &self,
+        tx: &mut Tx<'_>,
+        study: &Study,
+        failed_id: i64,
+        failed_number: i64,
+        kind: FailureKind,
+    ) -> Result<i64> {
+        let attrs: Vec<(String, String)> = sqlx::query_as(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
+             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', $2)",
+        )
+        .bind(failed_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&mut **tx)
+        .await
+        .at(&self.path)?;
+        let mut first = failed_number;
+        let mut history: Vec<Value> = Vec::new();
+        let mut fixed = None;
+        let mut attempts = Attempts::new();
+        let mut zero_params = Vec::new();
+        for (key, json) in attrs {
+            let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+            match key.as_str() {
+                "failed_trial" => first = value.as_i64().unwrap_or(first),
+                "retry_history" => history = value.as_array().cloned().unwrap_or_default(),
+                "sweepd:attempts" => attempts = serde_json::from_value(value).unwrap_or_default(),
+                "fixed_params" => fixed = Some(value),
+                _ => zero_params = NegativeZeros::parse(Some(&json)).params,
+            }
+        }
+        *attempts.entry(kind).or_default() += 1;
+        history.push(json!(failed_number));
+        let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
+        sqlx::query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
+             SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
+        )
+        .bind(copy_id)
+        .bind(failed_id)
+        .execute(&mut **tx)
+        .await
+        .at(&self.path)?;
+        self.set_attr(tx, copy_id, "failed_trial", &json!(first))
+            .await?;
+        self.set_attr(tx, copy_id, "retry_history", &Value::Array(history))
+            .await?;
+        if let Some(fixed) = fixed {
+            self.set_attr(tx, copy_id, "fixed_params", &fixed).await?;
+        }
+        self.set_attr(tx, copy_id, "sweepd:attempts", &json!(attempts))
+            .await?;
+        if !zero_params.is_empty() {
+            self.note_negative_zeros(tx, copy_id, |z| z.params = zero_params)
+                .await?;
+        }
+        Ok(copy_number)
+    }
+}

@@ -1,0 +1,356 @@
+//! Reading trials back: as the CLI shows them (`trials`, `best`, `status`), and as a
+//! restarted daemon's sampler, pruner and memory model learn from them.
+
+use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
+use super::{decode_value, read_value, Result, SqlContext, Store, Study};
+use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
+use serde_json::{json, Value};
+
+/// The columns of a [`TrialRow`].
+const TRIAL_COLUMNS: &str = "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, \
+     t.datetime_start, t.datetime_complete \
+     FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0";
+
+/// What a [`TrialView`] is made from besides its params and attributes (see `Store::view`).
+#[derive(sqlx::FromRow)]
+struct TrialRow {
+    trial_id: i64,
+    number: i64,
+    state: String,
+    value: Option<f64>,
+    value_type: Option<String>,
+    datetime_start: Option<String>,
+    datetime_complete: Option<String>,
+}
+
+/// One trial as the CLI shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrialView {
+    pub trial_id: i64,
+    pub number: i64,
+    pub state: String,
+    /// Finite values as numbers; infinities as the strings "inf"/"-inf".
+    pub value: Value,
+    /// External form: the float, the int, the categorical choice.
+    pub params: serde_json::Map<String, Value>,
+    pub datetime_start: Option<String>,
+    pub datetime_complete: Option<String>,
+    pub worker_id: Option<i64>,
+    pub worker_pid: Option<i64>,
+    pub fail_kind: Option<String>,
+    pub fail_reason: Option<String>,
+}
+
+/// What a sampler learns of a trial besides its params and attributes (see `Store::history`).
+#[derive(sqlx::FromRow)]
+struct HistoryRow {
+    trial_id: i64,
+    number: Option<i64>,
+    state: String,
+    value: Option<f64>,
+    value_type: Option<String>,
+}
+
+/// A finished trial's intermediate values: (number, completed, [(step, value)]).
+pub type Curve = (i64, bool, Vec<(i64, f64)>);
+
+impl Store {
+    /// Trial counts by state; FAIL trials with a retry copy are counted apart.
+    pub async fn counts(&self, study: &Study) -> Result<Counts> {
+        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT t.state, COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
+             FROM trials t LEFT JOIN trial_system_attributes a \
+               ON a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' \
+             WHERE t.study_id = $1 GROUP BY t.state",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        let mut c = Counts::default();
+        for (state, n, retried) in rows {
+            let n = n as u64;
+            match &state.parse::<TrialState>().ok() {
+                Some(TrialState::Running) => c.running = n,
+                Some(TrialState::Waiting) => c.waiting = n,
+                Some(TrialState::Complete) => c.complete = n,
+                Some(TrialState::Pruned) => c.pruned = n,
+                Some(TrialState::Fail) => {
+                    c.fail = n;
+                    c.fail_retried = retried.unwrap_or(0) as u64;
+                }
+                None => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// Every trial of the study as the sampler learns from it: typed params, state, value and
+    /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
+    pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
+        let rows: Vec<HistoryRow> = sqlx::query_as(
+            "SELECT t.trial_id, t.number, t.state, v.value, v.value_type FROM trials t \
+             LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
+             WHERE t.study_id = $1 ORDER BY t.trial_id",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
+        let mut index = std::collections::HashMap::with_capacity(rows.len());
+        for row in rows {
+            let Some(state) = row.state.parse::<TrialState>().ok() else {
+                continue;
+            };
+            let value = read_value(row.value, row.value_type.as_deref());
+            index.insert(row.trial_id, records.len());
+            records.push(TrialRecord {
+                number: row.number.unwrap_or(0),
+                params: Params::new(),
+                state,
+                value,
+                constraints: Vec::new(),
+            });
+        }
+        let params: Vec<(i64, String, f64, String)> = sqlx::query_as(
+            "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json \
+             FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        for (trial_id, name, internal, dist) in params {
+            let Some(&i) = index.get(&trial_id) else {
+                continue;
+            };
+            if let Some(v) = Distribution::from_optuna_json(&dist)
+                .ok()
+                .and_then(|d| d.from_internal(internal))
+            {
+                records[i].params.insert(name, v);
+            }
+        }
+        let attrs: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a \
+             JOIN trials t ON t.trial_id = a.trial_id \
+             WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
+        )
+        .bind(study.id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        for (trial_id, key, json) in attrs {
+            let Some(&i) = index.get(&trial_id) else {
+                continue;
+            };
+            let record = &mut records[i];
+            if key == NEGATIVE_ZERO_ATTR {
+                let zeros = NegativeZeros::parse(Some(&json));
+                record.value = record.value.map(|v| zeros.value(0, v));
+                zeros.params(&mut record.params);
+            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
+                record.constraints = cs.iter().filter_map(Value::as_f64).collect();
+            }
+        }
+        Ok(records)
+    }
+
+    /// Trials for display, oldest first; optionally only one state and only the last `limit`.
+    pub async fn trials(
+        &self,
+        study: &Study,
+        state: Option<TrialState>,
+        limit: Option<u64>,
+    ) -> Result<Vec<TrialView>> {
+        let mut sql = format!("{TRIAL_COLUMNS} WHERE t.study_id = $1");
+        let mut n = 1;
+        if state.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND t.state = ${n}"));
+        }
+        sql.push_str(" ORDER BY t.number DESC");
+        if limit.is_some() {
+            n += 1;
+            sql.push_str(&format!(" LIMIT ${n}"));
+        }
+        let mut q = sqlx::query_as::<_, TrialRow>(&sql).bind(study.id);
+        if let Some(s) = state {
+            q = q.bind(s.as_str());
+        }
+        if let Some(l) = limit {
+            q = q.bind(l as i64);
+        }
+        let rows = q.fetch_all(&self.pool).await.at(&self.path)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows.into_iter().rev() {
+            out.push(self.view(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// The best COMPLETE trial for the study's direction.
+    pub async fn best(&self, study: &Study) -> Result<Option<TrialView>> {
+        // INF_NEG/INF_POS rows have a NULL value: order them by type first.
+        let order = match study.direction {
+            Direction::Minimize => {
+                "CASE v.value_type WHEN 'INF_NEG' THEN 0 WHEN 'FINITE' THEN 1 ELSE 2 END, v.value ASC"
+            }
+            Direction::Maximize => {
+                "CASE v.value_type WHEN 'INF_POS' THEN 0 WHEN 'FINITE' THEN 1 ELSE 2 END, v.value DESC"
+            }
+        };
+        let sql = format!(
+            "SELECT t.trial_id FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id \
+             AND v.objective = 0 WHERE t.study_id = $1 AND t.state = 'COMPLETE' \
+             ORDER BY {order}, t.number LIMIT 1"
+        );
+        let id: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(study.id)
+            .fetch_optional(&self.pool)
+            .await
+            .at(&self.path)?;
+        match id {
+            Some(id) => self.trial(id).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// One trial by id.
+    pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
+        let row = sqlx::query_as(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
+            .bind(trial_id)
+            .fetch_one(&self.pool)
+            .await
+            .at(&self.path)?;
+        self.view(row).await
+    }
+
+    /// A `TrialView` from its row, with its params and attributes.
+    async fn view(&self, row: TrialRow) -> Result<TrialView> {
+        let mut view = TrialView {
+            trial_id: row.trial_id,
+            number: row.number,
+            state: row.state,
+            value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
+            params: serde_json::Map::new(),
+            datetime_start: row.datetime_start,
+            datetime_complete: row.datetime_complete,
+            worker_id: None,
+            worker_pid: None,
+            fail_kind: None,
+            fail_reason: None,
+        };
+        self.fill_details(&mut view).await?;
+        Ok(view)
+    }
+
+    async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
+        let params: Vec<(String, f64, String)> = sqlx::query_as(
+            "SELECT param_name, param_value, distribution_json FROM trial_params \
+             WHERE trial_id = $1 ORDER BY param_id",
+        )
+        .bind(view.trial_id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        for (name, internal, dist) in params {
+            let ext = Distribution::from_optuna_json(&dist)
+                .ok()
+                .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
+                .unwrap_or(json!(internal));
+            view.params.insert(name, ext);
+        }
+        let attrs: Vec<(String, String)> = sqlx::query_as(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
+             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
+        )
+        .bind(view.trial_id)
+        .bind(NEGATIVE_ZERO_ATTR)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        for (key, json) in attrs {
+            let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+            match key.as_str() {
+                "sweepd:worker_id" => view.worker_id = value.as_i64(),
+                "sweepd:worker_pid" => view.worker_pid = value.as_i64(),
+                "sweepd:fail_kind" => view.fail_kind = value.as_str().map(str::to_owned),
+                "fail_reason" => view.fail_reason = value.as_str().map(str::to_owned),
+                _ => {
+                    let zeros = NegativeZeros::parse(Some(&json));
+                    if let Some(v) = view.value.as_f64() {
+                        view.value = json!(zeros.value(0, v));
+                    }
+                    for name in &zeros.params {
+                        if view.params.get(name).and_then(Value::as_f64) == Some(0.0) {
+                            view.params.insert(name.clone(), json!(-0.0));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Intermediate values of every finished trial, for the pruner on start:
+    /// (number, completed, [(step, value)]) with non-finite values left out.
+    pub async fn intermediate_history(
+        &self,
+        study: &Study,
+    ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
+        let rows: Vec<(i64, String, i64, f64)> = sqlx::query_as(
+            "SELECT t.number, t.state, i.step, i.intermediate_value FROM trial_intermediate_values i \
+             JOIN trials t ON t.trial_id = i.trial_id \
+             WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
+               AND i.intermediate_value_type = 'FINITE' ORDER BY t.number, i.step",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        let mut out: Vec<Curve> = Vec::new();
+        for (number, state, step, value) in rows {
+            if out.last().is_none_or(|l| l.0 != number) {
+                out.push((number, state == "COMPLETE", Vec::new()));
+            }
+            out.last_mut().expect("pushed").2.push((step, value));
+        }
+        Ok(out)
+    }
+
+    /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the
+    /// memory model survives a restart.
+    pub async fn peaks(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
+        let rows: Vec<(i64, String, String, f64, String)> = sqlx::query_as(
+            "SELECT a.trial_id, a.value_json, p.param_name, p.param_value, p.distribution_json \
+             FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+             JOIN trial_params p ON p.trial_id = a.trial_id \
+             WHERE t.study_id = $1 AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
+             ORDER BY a.trial_id",
+        )
+        .bind(study.id)
+        .fetch_all(&self.pool)
+        .await
+        .at(&self.path)?;
+        let mut out: Vec<(i64, Params, u64)> = Vec::new();
+        for (id, json, name, internal, dist) in rows {
+            if out.last().is_none_or(|l| l.0 != id) {
+                let mib: f64 = serde_json::from_str::<Value>(&json)
+                    .ok()
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(0.0);
+                out.push((id, Params::new(), (mib * 1048576.0) as u64));
+            }
+            if let Some(v) = Distribution::from_optuna_json(&dist)
+                .ok()
+                .and_then(|d| d.from_internal(internal))
+            {
+                out.last_mut().expect("pushed").1.insert(name, v);
+            }
+        }
+        Ok(out.into_iter().map(|(_, p, b)| (p, b)).collect())
+    }
+}
