@@ -7,7 +7,7 @@ Usage::
     def objective(trial):          # trial.params, trial.number, trial.id
         for step in range(10):
             loss = ...
-            trial.report(step, loss)
+            trial.report(loss, step)   # Optuna's order: value, step
             if trial.should_prune():
                 raise sweepd_worker.TrialPruned()
         return loss
@@ -27,8 +27,10 @@ mode in ``SWEEPD_MODE``:
 
 Messages are UTF-8 JSON objects, one per ``\\n``-terminated line (at most
 1 MiB); non-finite floats travel as the strings ``"nan"``, ``"inf"`` and
-``"-inf"``.  ``report()`` sends ``{"type":"report"}`` and blocks until
-sweepd answers with ``{"type":"prune"}``.  Outcomes are ``result``,
+``"-inf"``.  ``report(value, step)`` (Optuna's argument order; a call that
+can only be the old order ``report(step, value)`` is refused with a
+TypeError) sends ``{"type":"report"}`` and blocks until sweepd answers with
+``{"type":"prune"}``.  Outcomes are ``result``,
 ``pruned`` or ``error`` messages.  stdout and stderr stay free for the
 user's own output.
 
@@ -48,7 +50,7 @@ import sys
 import threading
 import traceback
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["serve", "release_caches", "Trial", "TrialPruned", "PROTOCOL_VERSION", "__version__"]
 
@@ -136,12 +138,12 @@ def _wire_float(f):
 
 
 def _encode_report_value(value):
+    # Optuna's check and message: anything float() accepts.
     try:
         f = float(value)
-    except Exception:
+    except (TypeError, ValueError):
         raise TypeError(
-            "Trial.report(step, value): value must be a number, got %s"
-            % (type(value).__name__,)
+            "The `value` argument is of type '%s' but supposed to be a float." % (type(value),)
         )
     return _wire_float(f)
 
@@ -179,19 +181,82 @@ def _safe_repr(value):
         return "<unrepresentable %s>" % (type(value).__name__,)
 
 
-def _as_step(step):
-    if isinstance(step, bool):
-        raise TypeError("Trial.report(step, value): step must be an int, got bool")
+def _integral(x):
+    """``x`` as an int if it is an integer (an int, or a float with no fraction), else None."""
+    if isinstance(x, (bool, str, bytes)):
+        return None
     try:
-        return operator.index(step)
-    except TypeError:
+        return operator.index(x)
+    except Exception:
         pass
-    if isinstance(step, float) and step.is_integer():
-        return int(step)
-    raise TypeError(
-        "Trial.report(step, value): step must be an int, got %r "
-        "(note the argument order: report(step, value))" % (step,)
-    )
+    try:
+        f = float(x)
+    except Exception:
+        return None
+    if math.isfinite(f) and f.is_integer():
+        return int(f)
+    return None
+
+
+def _non_integral_number(x):
+    """True if ``x`` is a number with a fraction (or nan/inf): it cannot be a step."""
+    if isinstance(x, (bool, str, bytes)) or _integral(x) is not None:
+        return False
+    try:
+        float(x)
+    except Exception:
+        return False
+    return True
+
+
+def _short_repr(x):
+    return _truncate(_safe_repr(x), 200)
+
+
+def _report_args(args, kwargs):
+    """(value, step) from report()'s arguments, refusing the old order report(step, value)."""
+    names = ("value", "step")
+    if len(args) > 2:
+        raise TypeError(
+            "report() takes 3 positional arguments but %d were given" % (len(args) + 1,)
+        )
+    bound = dict(zip(names, args))
+    for key, val in kwargs.items():
+        if key not in names:
+            raise TypeError("report() got an unexpected keyword argument %r" % (key,))
+        if key in bound:
+            raise TypeError("report() got multiple values for argument %r" % (key,))
+        bound[key] = val
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(
+            "report() missing %d required positional argument%s: %s"
+            % (len(missing), "s" if len(missing) > 1 else "",
+               " and ".join("'%s'" % (n,) for n in missing))
+        )
+    value, step = bound["value"], bound["step"]
+    if len(args) == 2 and _integral(value) is not None and _non_integral_number(step):
+        raise TypeError(
+            "Trial.report(%s, %s): sweepd follows Optuna's report(value, step) now, and this "
+            "call can only be the old order report(step, value) (a step is an integer). "
+            "Swap the arguments: trial.report(%s, %s)"
+            % (_short_repr(value), _short_repr(step), _short_repr(step), _short_repr(value))
+        )
+    return value, step
+
+
+def _as_step(step):
+    # Optuna's checks and messages; unlike Optuna (int(step)), a step with a fraction is refused
+    # rather than truncated, and so is a bool.
+    as_int = _integral(step)
+    if as_int is None:
+        raise TypeError(
+            "The `step` argument is of type '%s' but supposed to be an int (got %s)."
+            % (type(step), _short_repr(step))
+        )
+    if as_int < 0:
+        raise ValueError("`step=%r` must be non-negative." % (as_int,))
+    return as_int
 
 
 def _exc_type_name(exc):
@@ -351,16 +416,19 @@ class Trial(object):
         self._should_prune = False
         self._finished = False
 
-    def report(self, step, value):
-        """Report an intermediate objective ``value`` at integer ``step``.
+    def report(self, *args, **kwargs):
+        """Optuna's ``report(value, step)``: an intermediate objective value at ``step``.
 
-        Blocks until sweepd has decided whether the trial should be pruned;
-        returns that decision (also available from :meth:`should_prune`).
+        ``value`` is a float (or anything float() accepts), ``step`` a non-negative integer.
+        Blocks until sweepd has decided whether the trial should be pruned; returns that
+        decision (also what :meth:`should_prune` says). A call that can only be the old order
+        ``report(step, value)`` (an integer, then a number with a fraction) is a TypeError.
         """
+        value, step = _report_args(args, kwargs)
         if self._finished:
             raise RuntimeError("Trial.report() called after the trial finished")
-        step = _as_step(step)
         wire_value = _encode_report_value(value)
+        step = _as_step(step)
         if self._channel is None:
             self._should_prune = False
         else:

@@ -20,7 +20,7 @@ fn curve_worker(dir: &std::path::Path) -> Vec<String> {
          \x20   loss = None\n\
          \x20   for step in range(10):\n\
          \x20       loss = (x - 0.3) ** 2 + 1.0 / (step + 1)\n\
-         \x20       trial.report(step, loss)\n\
+         \x20       trial.report(loss, step)\n\
          \x20       if trial.should_prune():\n\
          \x20           raise sweepd_worker.TrialPruned()\n\
          \x20   return loss\n\

@@ -20,6 +20,7 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON_DIR = os.path.join(ROOT, "python")
 FAULTY_WORKER = os.path.join(ROOT, "tests", "workers", "faulty_worker.py")
+OLD_ORDER_WORKER = os.path.join(ROOT, "tests", "workers", "old_report_order_worker.py")
 QUADRATIC_WORKER = os.path.join(ROOT, "examples", "quadratic_worker.py")
 ONESHOT_TRAIN = os.path.join(ROOT, "examples", "oneshot_train.py")
 PROTOCOL_DOC = os.path.join(ROOT, "docs", "protocol.md")
@@ -55,7 +56,7 @@ def objective(trial):
         }
     pruned_seen = []
     for step in range(int(p.get("steps", 3))):
-        trial.report(step, float(p.get("x", 0.0)) + step)
+        trial.report(float(p.get("x", 0.0)) + step, step)
         pruned_seen.append(trial.should_prune())
         if trial.should_prune() and mode != "ignore_prune":
             raise sweepd_worker.TrialPruned()
@@ -613,18 +614,8 @@ class MiscTests(Base):
         self.assertIn(b"must be started by sweepd", out.stdout)
 
     def test_version(self):
-        self.assertEqual(sweepd_worker.__version__, "0.1.0")
+        self.assertEqual(sweepd_worker.__version__, "0.2.0")
         self.assertEqual(sweepd_worker.PROTOCOL_VERSION, 1)
-
-    def test_report_step_validation(self):
-        trial = sweepd_worker.Trial(1, 0, {}, None)
-        self.assertFalse(trial.should_prune())
-        self.assertFalse(trial.report(0, 1.0))
-        self.assertFalse(trial.report(2.0, 1.0))
-        with self.assertRaises(TypeError):
-            trial.report(0.25, 3)
-        with self.assertRaises(TypeError):
-            trial.report(1, "abc")
 
     def test_quadratic_example(self):
         w = FakeSweepd(self, QUADRATIC_WORKER)
@@ -745,6 +736,67 @@ class FaultyWorkerTests(Base):
         os.killpg(w.proc.pid, 0)  # still alive: SIGTERM is ignored
         os.killpg(w.proc.pid, signal.SIGKILL)
         self.assertEqual(w.reader.readline(), b"")
+
+
+class StubChannel(object):
+    """In-process stand-in for the channel: records what would be sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def request_prune(self, trial_id, step, value):
+        self.sent.append({"type": "report", "trial_id": trial_id, "step": step, "value": value})
+        return False
+
+
+class ReportOrderTests(Base):
+    """report(value, step) in Optuna's order; the old order refused."""
+
+    def test_the_old_order_worker_fails_where_it_reports(self):
+        # tests/trust.rs runs it under sweepd and looks for this place in the error.
+        w = FakeSweepd(self, OLD_ORDER_WORKER)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {"x": 0.5})
+        self.assertEqual(final["exc_type"], "TypeError")
+        self.assertIn("sweepd follows Optuna's report(value, step)", final["message"])
+        self.assertIn('old_report_order_worker.py", line 20, in objective', final["traceback"])
+
+    def test_report_refuses_the_old_order(self):
+        chan = StubChannel()
+        trial = sweepd_worker.Trial(1, 0, {}, chan)
+        with self.assertRaises(TypeError) as cm:
+            trial.report(3, 0.41)
+        self.assertEqual(
+            str(cm.exception),
+            "Trial.report(3, 0.41): sweepd follows Optuna's report(value, step) now, and this "
+            "call can only be the old order report(step, value) (a step is an integer). "
+            "Swap the arguments: trial.report(0.41, 3)")
+        for args in [(0, 2.5), (7, float("nan")), (7, float("inf")), (2.0, 1e-9)]:
+            self.assertRaisesRegex(TypeError, "can only be the old order", trial.report, *args)
+        self.assertEqual(chan.sent, [])
+        # Optuna's order, positionally or by keyword (either keyword order).
+        self.assertFalse(trial.report(0.41, 3))
+        self.assertFalse(trial.report(step=4, value=0.5))
+        self.assertFalse(trial.report(value=1, step=5))
+        self.assertFalse(trial.report(3, 6))          # value 3 at step 6: nothing to refuse
+        self.assertFalse(trial.report(0.25, 7.0))     # an integral float is a step
+        self.assertEqual([(m["step"], m["value"]) for m in chan.sent],
+                         [(3, 0.41), (4, 0.5), (5, 1.0), (6, 3.0), (7, 0.25)])
+        # By keyword it is never the old-order message.
+        with self.assertRaises(TypeError) as cm:
+            trial.report(value=3, step=0.41)
+        self.assertNotIn("old order", str(cm.exception))
+        self.assertIn("supposed to be an int", str(cm.exception))
+
+
+    def test_report_checks(self):
+        trial = sweepd_worker.Trial(1, 0, {}, None)
+        self.assertFalse(trial.should_prune())
+        self.assertRaisesRegex(TypeError, "The `value` argument is of type", trial.report, "abc", 1)
+        self.assertRaisesRegex(ValueError, "`step=-1` must be non-negative.", trial.report, 1.0, -1)
+        self.assertRaisesRegex(TypeError, "supposed to be an int", trial.report, 1.0, "x")
+        self.assertRaisesRegex(TypeError, "missing 1 required positional argument: 'step'",
+                               trial.report, 1.0)
 
 
 if __name__ == "__main__":
