@@ -1391,6 +1391,38 @@ class SuggestLocalTests(unittest.TestCase):
             self.assertRaisesRegex(RuntimeError, "after the trial finished", call)
 
 
+@needs_optuna
+class ProtocolDocTests(unittest.TestCase):
+    def test_the_distribution_table_is_what_the_helper_sends(self):
+        with open(PROTOCOL_DOC) as f:
+            doc = f.read()
+        section = doc.split("### `suggest` (worker to sweepd)", 1)[1].split("###", 1)[0]
+        rows = re.findall(r"^\| `(trial\.)?(suggest_\w+\(.*?\))`(?: \(deprecated\))? \| `(.*)` \|$",
+                          section, re.M)
+        self.assertEqual(len(rows), 10)
+        for _, call, text in rows:
+            chan = StubChannel()
+            trial = sweepd_worker.Trial(1, 0, {}, chan, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                eval("trial." + call, {"trial": trial})
+                ot = optuna_trial()
+                eval("trial." + call, {"trial": ot})
+            (name, sent), = chan.suggests
+            self.assertEqual(json.dumps(sent, separators=(",", ":")), text, call)
+            self.assertEqual(ordered(text),
+                             ordered(optuna_distributions.distribution_to_json(
+                                 ot.distributions[name])), call)
+
+    def test_the_old_order_message_in_the_docs_is_the_helpers(self):
+        trial = sweepd_worker.Trial(1, 0, {}, None)
+        with self.assertRaises(TypeError) as cm:
+            trial.report(3, 0.41)
+        for doc in (PROTOCOL_DOC, os.path.join(ROOT, "docs", "troubleshooting.md")):
+            with open(doc) as f:
+                self.assertIn("TypeError: " + str(cm.exception), f.read(), doc)
+
+
 class ProtocolOneTests(Base):
     """An older sweepd (SWEEPD_PROTOCOL=1): the values sampled from [params], checked."""
 
