@@ -50,7 +50,7 @@ def objective(trial):
         # The loss starts high and decays towards the target, with a little noise.
         loss = target + 2.0 * 0.25 ** epoch + rng.gauss(0.0, 0.01)
         print("trial %d epoch %d: loss=%.4f" % (trial.number, epoch, loss), flush=True)
-        trial.report(epoch, loss)
+        trial.report(loss, epoch)
         if trial.should_prune():
             print("trial %d pruned at epoch %d" % (trial.number, epoch), flush=True)
             raise sweepd_worker.TrialPruned()

@@ -1,18 +1,49 @@
 """Worker-side helper for sweepd, the hyperparameter sweep daemon.
 
-Usage::
+An Optuna objective runs unchanged; only the last line of the script changes::
 
+    import optuna
     import sweepd_worker
 
-    def objective(trial):          # trial.params, trial.number, trial.id
+    def objective(trial):
+        lr = trial.suggest_float("lr", 1e-5, 1e-1, log=True)
+        n_layers = trial.suggest_int("n_layers", 1, 3)
+        units = [trial.suggest_int("n_units_l%d" % i, 4, 128, log=True)
+                 for i in range(n_layers)]
         for step in range(10):
             loss = ...
-            trial.report(step, loss)
+            trial.report(loss, step)               # Optuna's order: value, step
             if trial.should_prune():
-                raise sweepd_worker.TrialPruned()
+                raise optuna.TrialPruned()         # or sweepd_worker.TrialPruned
         return loss
 
+    # was: study.optimize(objective, n_trials=100); the budget is in the TOML now
     sweepd_worker.serve(objective)
+
+The ``trial`` speaks Optuna's trial API: ``suggest_float``, ``suggest_int``,
+``suggest_categorical`` (and the deprecated ``suggest_uniform``,
+``suggest_loguniform``, ``suggest_discrete_uniform``), ``report(value, step)``,
+``should_prune()``, ``set_user_attr()``, ``user_attrs``, ``number``,
+``params``, ``distributions`` and ``datetime_start``, plus sweepd's ``id``
+(Optuna's trial_id).  Any exception class named ``TrialPruned`` (for
+instance ``optuna.TrialPruned``) ends the trial as pruned.
+
+Where the values come from depends on the protocol the daemon speaks
+(``SWEEPD_PROTOCOL``):
+
+* protocol 2 (define-by-run): the first ``suggest_*`` of a name in a trial
+  asks sweepd, which samples it (or answers with the value it sampled up
+  front from ``[params]``) and refuses a distribution that conflicts with
+  the study's earlier use of the name, as Optuna does (ValueError).
+* protocol 1 (an older sweepd): ``suggest_*`` returns the value sweepd
+  sampled up front from the study's ``[params]`` (a ValueError if it lies
+  outside the distribution asked for); any other name is a RuntimeError.
+
+Asking again for a name in the same trial returns the same value without
+asking sweepd.  ``trial.params`` also works as before: the values sampled up
+front plus those suggested so far.  ``report(step, value)``, the argument
+order of sweepd's helper before protocol 2, is refused with a TypeError when
+the call can only mean that order (an integer, then a non-integral number).
 
 sweepd starts a worker process with an inherited, connected Unix stream
 socket whose descriptor number is in ``SWEEPD_FD`` (the *channel*) and the
@@ -23,21 +54,30 @@ mode in ``SWEEPD_MODE``:
   ``{"type":"shutdown"}`` or closes the channel.
 * ``oneshot``: one process per trial; the trial comes from ``SWEEPD_TRIAL_ID``,
   ``SWEEPD_TRIAL_NUMBER`` and ``SWEEPD_PARAMS`` (or ``--name=value``
-  arguments) and the result is written to ``SWEEPD_RESULT_FILE``.
+  arguments) and the result is written to ``SWEEPD_RESULT_FILE``.  Suggests
+  go over the channel when there is one.
 
 Messages are UTF-8 JSON objects, one per ``\\n``-terminated line (at most
 1 MiB); non-finite floats travel as the strings ``"nan"``, ``"inf"`` and
 ``"-inf"``.  ``report()`` sends ``{"type":"report"}`` and blocks until
-sweepd answers with ``{"type":"prune"}``.  Outcomes are ``result``,
-``pruned`` or ``error`` messages.  stdout and stderr stay free for the
-user's own output.
+sweepd answers with ``{"type":"prune"}``; ``suggest_*`` sends
+``{"type":"suggest"}`` and blocks until sweepd answers with
+``{"type":"param"}``; ``set_user_attr()`` sends ``{"type":"user_attr"}``.
+Outcomes are ``result``, ``pruned`` or ``error`` messages.  stdout and
+stderr stay free for the user's own output.
 
 The full protocol, for writing workers in other languages, is in
 ``docs/protocol.md`` in the sweepd repository.
 
-This module uses only the standard library and supports CPython 3.8+.
+This module uses only the standard library and supports CPython 3.8+.  Its
+distribution classes are stand-ins for Optuna's, with the same names,
+attributes, equality and repr (they compare equal to Optuna's own); Optuna
+is never imported.
 """
 
+import copy
+import datetime
+import decimal
 import gc
 import json
 import math
@@ -47,13 +87,18 @@ import socket
 import sys
 import threading
 import traceback
+import warnings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["serve", "release_caches", "Trial", "TrialPruned", "PROTOCOL_VERSION", "__version__"]
+__all__ = [
+    "serve", "release_caches", "Trial", "TrialPruned",
+    "FloatDistribution", "IntDistribution", "CategoricalDistribution", "distribution_to_json",
+    "PROTOCOL_VERSION", "__version__",
+]
 
-#: The protocol version this helper speaks.
-PROTOCOL_VERSION = 1
+#: The newest protocol version this helper speaks (it also speaks every older one).
+PROTOCOL_VERSION = 2
 
 #: Longest line (including the trailing newline) either side may send.
 MAX_LINE_BYTES = 1 << 20
@@ -136,12 +181,12 @@ def _wire_float(f):
 
 
 def _encode_report_value(value):
+    # Optuna's check and message: anything float() accepts.
     try:
         f = float(value)
-    except Exception:
+    except (TypeError, ValueError):
         raise TypeError(
-            "Trial.report(step, value): value must be a number, got %s"
-            % (type(value).__name__,)
+            "The `value` argument is of type '%s' but supposed to be a float." % (type(value),)
         )
     return _wire_float(f)
 
@@ -179,19 +224,82 @@ def _safe_repr(value):
         return "<unrepresentable %s>" % (type(value).__name__,)
 
 
-def _as_step(step):
-    if isinstance(step, bool):
-        raise TypeError("Trial.report(step, value): step must be an int, got bool")
+def _integral(x):
+    """``x`` as an int if it is an integer (an int, or a float with no fraction), else None."""
+    if isinstance(x, (bool, str, bytes)):
+        return None
     try:
-        return operator.index(step)
-    except TypeError:
+        return operator.index(x)
+    except Exception:
         pass
-    if isinstance(step, float) and step.is_integer():
-        return int(step)
-    raise TypeError(
-        "Trial.report(step, value): step must be an int, got %r "
-        "(note the argument order: report(step, value))" % (step,)
-    )
+    try:
+        f = float(x)
+    except Exception:
+        return None
+    if math.isfinite(f) and f.is_integer():
+        return int(f)
+    return None
+
+
+def _non_integral_number(x):
+    """True if ``x`` is a number with a fraction (or nan/inf): it cannot be a step."""
+    if isinstance(x, (bool, str, bytes)) or _integral(x) is not None:
+        return False
+    try:
+        float(x)
+    except Exception:
+        return False
+    return True
+
+
+def _short_repr(x):
+    return _truncate(_safe_repr(x), 200)
+
+
+def _report_args(args, kwargs):
+    """(value, step) from report()'s arguments, refusing the old order report(step, value)."""
+    names = ("value", "step")
+    if len(args) > 2:
+        raise TypeError(
+            "report() takes 3 positional arguments but %d were given" % (len(args) + 1,)
+        )
+    bound = dict(zip(names, args))
+    for key, val in kwargs.items():
+        if key not in names:
+            raise TypeError("report() got an unexpected keyword argument %r" % (key,))
+        if key in bound:
+            raise TypeError("report() got multiple values for argument %r" % (key,))
+        bound[key] = val
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(
+            "report() missing %d required positional argument%s: %s"
+            % (len(missing), "s" if len(missing) > 1 else "",
+               " and ".join("'%s'" % (n,) for n in missing))
+        )
+    value, step = bound["value"], bound["step"]
+    if len(args) == 2 and _integral(value) is not None and _non_integral_number(step):
+        raise TypeError(
+            "Trial.report(%s, %s): sweepd follows Optuna's report(value, step) now, and this "
+            "call can only be the old order report(step, value) (a step is an integer). "
+            "Swap the arguments: trial.report(%s, %s)"
+            % (_short_repr(value), _short_repr(step), _short_repr(step), _short_repr(value))
+        )
+    return value, step
+
+
+def _as_step(step):
+    # Optuna's checks and messages; unlike Optuna (int(step)), a step with a fraction is refused
+    # rather than truncated, and so is a bool.
+    as_int = _integral(step)
+    if as_int is None:
+        raise TypeError(
+            "The `step` argument is of type '%s' but supposed to be an int (got %s)."
+            % (type(step), _short_repr(step))
+        )
+    if as_int < 0:
+        raise ValueError("`step=%r` must be non-negative." % (as_int,))
+    return as_int
 
 
 def _exc_type_name(exc):
@@ -219,6 +327,304 @@ def _dumps(msg):
             % (len(data), MAX_LINE_BYTES)
         )
     return data
+
+
+# --------------------------------------------------------------------------
+# Distributions: stand-ins for Optuna's, with the same checks and messages
+
+
+def _warn_user(message, category=UserWarning):
+    """warnings.warn, attributed to the first caller outside this module (the objective)."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _is_distribution(x):
+    return isinstance(x, _BaseDistribution) or any(
+        cls.__name__ == "BaseDistribution" for cls in type(x).__mro__
+    )
+
+
+def _choice_equal(a, b):
+    """Optuna's _categorical_choice_equal: ==, with NaN equal to NaN."""
+    def is_nan(v):
+        return isinstance(v, float) and math.isnan(v)
+    return a == b or (is_nan(a) and is_nan(b))
+
+
+class _BaseDistribution(object):
+    """Like optuna.distributions.BaseDistribution: equality, hash and repr by attributes."""
+
+    def _asdict(self):
+        return dict(self.__dict__)
+
+    def __eq__(self, other):
+        if not _is_distribution(other):
+            return NotImplemented
+        if type(other).__name__ != type(self).__name__:
+            return False
+        return self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash((type(self).__name__,) + tuple(sorted(self.__dict__.items())))
+
+    def __repr__(self):
+        kwargs = ", ".join("%s=%s" % (k, v) for k, v in sorted(self._asdict().items()))
+        return "%s(%s)" % (type(self).__name__, kwargs)
+
+    def to_external_repr(self, param_value_in_internal_repr):
+        return param_value_in_internal_repr
+
+    def _numeric_internal_repr(self, value):
+        try:
+            internal = float(value)
+        except (ValueError, TypeError):
+            raise ValueError(
+                "'%s' is not a valid type. float-castable value is expected." % (value,)
+            )
+        if math.isnan(internal):
+            raise ValueError("`%s` is invalid value." % (value,))
+        if self.log and internal <= 0.0:
+            raise ValueError("`%s` is invalid value for the case log=True." % (value,))
+        return internal
+
+
+def _check_finite(**values):
+    for key in sorted(values):
+        v = values[key]
+        if v is not None and not math.isfinite(v):
+            raise ValueError(
+                "sweepd cannot sample from a range with a non-finite bound or step, but got "
+                "(%s)." % (", ".join("%s=%r" % (k, values[k]) for k in sorted(values)),)
+            )
+
+
+def _adjust_discrete_uniform_high(low, high, step):
+    d_high = decimal.Decimal(str(high))
+    d_low = decimal.Decimal(str(low))
+    d_step = decimal.Decimal(str(step))
+    d_r = d_high - d_low
+    if d_r % d_step != decimal.Decimal("0"):
+        old_high = high
+        high = float((d_r // d_step) * d_step + d_low)
+        _warn_user(
+            "The distribution is specified by [%s, %s] and step=%r, but the range is not "
+            "divisible by `step`. It will be replaced with [%s, %s]."
+            % (low, old_high, step, low, high)
+        )
+    return high
+
+
+def _adjust_int_uniform_high(low, high, step):
+    r = high - low
+    if r % step != 0:
+        old_high = high
+        high = r // step * step + low
+        _warn_user(
+            "The distribution is specified by [%s, %s] and step=%r, but the range is not "
+            "divisible by `step`. It will be replaced with [%s, %s]."
+            % (low, old_high, step, low, high)
+        )
+    return high
+
+
+class FloatDistribution(_BaseDistribution):
+    """optuna.distributions.FloatDistribution: floats in [low, high], maybe log or stepped.
+
+    Same checks, messages, attributes (``step``, ``low``, ``high``, ``log``, in Optuna's
+    order), equality and repr. sweepd also refuses non-finite bounds, and ``log`` is a bool.
+    """
+
+    def __init__(self, low, high, log=False, step=None):
+        if log and step is not None:
+            raise ValueError("The parameter `step` is not supported when `log` is true.")
+        if low > high:
+            raise ValueError("`low <= high` must hold, but got (low=%r, high=%r)." % (low, high))
+        if log and low <= 0.0:
+            raise ValueError(
+                "`low > 0` must hold for `log=True`, but got (low=%r, high=%r)." % (low, high)
+            )
+        if step is not None and step <= 0:
+            raise ValueError("`step > 0` must hold, but got step=%r." % (step,))
+        _check_finite(low=float(low), high=float(high),
+                      step=None if step is None else float(step))
+        self.step = None
+        if step is not None:
+            high = _adjust_discrete_uniform_high(low, high, step)
+            self.step = float(step)
+        self.low = float(low)
+        self.high = float(high)
+        self.log = bool(log)
+
+    def single(self):
+        if self.step is None:
+            return self.low == self.high
+        if self.low == self.high:
+            return True
+        high = decimal.Decimal(str(self.high))
+        low = decimal.Decimal(str(self.low))
+        step = decimal.Decimal(str(self.step))
+        return (high - low) < step
+
+    def _contains(self, param_value_in_internal_repr):
+        value = param_value_in_internal_repr
+        if self.step is None:
+            return self.low <= value <= self.high
+        k = (value - self.low) / self.step
+        return self.low <= value <= self.high and abs(k - round(k)) < 1.0e-8
+
+    def to_internal_repr(self, param_value_in_external_repr):
+        return self._numeric_internal_repr(param_value_in_external_repr)
+
+
+class IntDistribution(_BaseDistribution):
+    """optuna.distributions.IntDistribution: integers in [low, high], maybe log or stepped.
+
+    Same checks, messages, attributes (``log``, ``step``, ``low``, ``high``, in Optuna's
+    order), equality and repr. ``log`` is a bool.
+    """
+
+    def __init__(self, low, high, log=False, step=1):
+        if log and step != 1:
+            raise ValueError(
+                "Samplers and other components in Optuna only accept step is 1 "
+                "when `log` argument is True."
+            )
+        if low > high:
+            raise ValueError("`low <= high` must hold, but got (low=%r, high=%r)." % (low, high))
+        if log and low < 1:
+            raise ValueError(
+                "`low >= 1` must hold for `log=True`, but got (low=%r, high=%r)." % (low, high)
+            )
+        if step <= 0:
+            raise ValueError("`step > 0` must hold, but got step=%r." % (step,))
+        self.log = bool(log)
+        self.step = int(step)
+        self.low = int(low)
+        self.high = _adjust_int_uniform_high(self.low, int(high), self.step)
+
+    def to_external_repr(self, param_value_in_internal_repr):
+        return int(param_value_in_internal_repr)
+
+    def to_internal_repr(self, param_value_in_external_repr):
+        return self._numeric_internal_repr(param_value_in_external_repr)
+
+    def single(self):
+        if self.log:
+            return self.low == self.high
+        if self.low == self.high:
+            return True
+        return (self.high - self.low) < self.step
+
+    def _contains(self, param_value_in_internal_repr):
+        value = param_value_in_internal_repr
+        return self.low <= value <= self.high and (value - self.low) % self.step == 0
+
+
+_CHOICE_TYPES = (bool, int, float, str)
+
+
+class CategoricalDistribution(_BaseDistribution):
+    """optuna.distributions.CategoricalDistribution: one of ``choices``.
+
+    Same attribute (``choices``, a tuple), equality and repr. Where Optuna only warns about a
+    choice that is not None, bool, int, float or str (persistent storages cannot hold it),
+    sweepd refuses it with that message, and refuses a NaN or infinite choice too.
+    """
+
+    def __init__(self, choices):
+        if len(choices) == 0:
+            raise ValueError("The `choices` must contain one or more elements.")
+        for choice in choices:
+            if choice is not None and not isinstance(choice, _CHOICE_TYPES):
+                raise ValueError(
+                    "Choices for a categorical distribution should be a tuple of None, bool, "
+                    "int, float and str for persistent storage but contains %s which is of "
+                    "type %s." % (choice, type(choice).__name__)
+                )
+            if isinstance(choice, float) and not math.isfinite(choice):
+                raise ValueError(
+                    "sweepd cannot carry the categorical choice %r: choices must be finite."
+                    % (choice,)
+                )
+        self.choices = tuple(choices)
+
+    def index_of(self, value):
+        """The index of ``value`` among the choices, or None.
+
+        A choice of the same type is preferred, so that True and 1 (or 1 and 1.0) are told
+        apart where both are choices; otherwise Optuna's equality.
+        """
+        for index, choice in enumerate(self.choices):
+            if type(choice) is type(value) and _choice_equal(choice, value):
+                return index
+        for index, choice in enumerate(self.choices):
+            if isinstance(choice, bool) != isinstance(value, bool):
+                continue
+            if _choice_equal(choice, value):
+                return index
+        return None
+
+    def to_external_repr(self, param_value_in_internal_repr):
+        return self.choices[int(param_value_in_internal_repr)]
+
+    def to_internal_repr(self, param_value_in_external_repr):
+        index = self.index_of(param_value_in_external_repr)
+        if index is None:
+            raise ValueError("'%s' not in %s." % (param_value_in_external_repr, self.choices))
+        return index
+
+    def single(self):
+        return len(self.choices) == 1
+
+    def _contains(self, param_value_in_internal_repr):
+        index = int(param_value_in_internal_repr)
+        return 0 <= index < len(self.choices)
+
+    def __eq__(self, other):
+        if not _is_distribution(other):
+            return NotImplemented
+        if type(other).__name__ != type(self).__name__:
+            return False
+        if self.__dict__.keys() != other.__dict__.keys():
+            return False
+        if len(self.choices) != len(other.choices):
+            return False
+        return all(_choice_equal(a, b) for a, b in zip(self.choices, other.choices))
+
+    __hash__ = _BaseDistribution.__hash__
+
+
+def _distribution_json(dist):
+    """The object optuna.distributions.distribution_to_json writes for ``dist``."""
+    return {"name": type(dist).__name__, "attributes": dist._asdict()}
+
+
+def distribution_to_json(dist):
+    """Like optuna.distributions.distribution_to_json: the same JSON text for the same
+    distribution."""
+    return json.dumps(_distribution_json(dist))
+
+
+def check_distribution_compatibility(dist_old, dist_new):
+    """optuna.distributions.check_distribution_compatibility, with its messages."""
+    if type(dist_old).__name__ != type(dist_new).__name__:
+        raise ValueError("Cannot set different distribution kind to the same parameter name.")
+    if isinstance(dist_old, (FloatDistribution, IntDistribution)):
+        if dist_old.log != dist_new.log:
+            raise ValueError("Cannot set different log configuration to the same parameter name.")
+    if not isinstance(dist_old, CategoricalDistribution):
+        return
+    if dist_old != dist_new:
+        raise ValueError("CategoricalDistribution does not support dynamic value space.")
 
 
 # --------------------------------------------------------------------------
@@ -288,25 +694,44 @@ class _Channel(object):
                     continue
                 return msg
 
-    def request_prune(self, trial_id, step, value):
-        """Send a report and wait for sweepd's prune answer."""
+    def request(self, msg, is_answer):
+        """Send ``msg`` and wait for the message ``is_answer`` accepts; return that message.
+
+        Stale or unknown messages that arrive meanwhile are ignored; ``shutdown`` exits 0
+        and end of file exits quietly.
+        """
         with self._rlock:
-            self.send(
-                {"type": "report", "trial_id": trial_id, "step": step, "value": value}
-            )
+            self.send(msg)
             while True:
-                msg = self.recv()
-                if msg is None:
+                answer = self.recv()
+                if answer is None:
                     _exit_quietly()
-                kind = msg.get("type")
-                if kind == "prune" and msg.get("trial_id") == trial_id:
-                    return msg.get("prune") is True
+                if is_answer(answer):
+                    return answer
+                kind = answer.get("type")
                 if kind == "shutdown":
                     _flush_std_streams()
                     sys.exit(0)
                 if kind == "trial":
                     _warn("ignoring a trial message received while a trial is running")
-                # Anything else (stale prune answers, unknown types): ignore.
+                # Anything else (stale answers, unknown types): ignore.
+
+    def request_prune(self, trial_id, step, value):
+        """Send a report and wait for sweepd's prune answer."""
+        answer = self.request(
+            {"type": "report", "trial_id": trial_id, "step": step, "value": value},
+            lambda m: m.get("type") == "prune" and m.get("trial_id") == trial_id,
+        )
+        return answer.get("prune") is True
+
+    def request_param(self, trial_id, name, distribution):
+        """Send a suggest (protocol 2) and wait for sweepd's param answer."""
+        return self.request(
+            {"type": "suggest", "trial_id": trial_id, "name": name,
+             "distribution": _distribution_json(distribution)},
+            lambda m: (m.get("type") == "param" and m.get("trial_id") == trial_id
+                       and m.get("name") == name),
+        )
 
 
 def _open_channel(required):
@@ -334,33 +759,177 @@ def _open_channel(required):
 
 
 class Trial(object):
-    """One trial handed to the objective.
+    """One trial handed to the objective, with Optuna's trial API.
 
     Attributes:
-        params: dict of parameter name -> value (float, int, or the
-            categorical choice itself).
         number: the trial's number within the study (0, 1, 2, ...).
         id: the trial's id (Optuna's trial_id).
+        datetime_start: a naive local ``datetime.datetime``: when the trial started, as sweepd
+            says in the trial message (``datetime_start``), else when this process got it.
+
+    Properties (copies, as in Optuna): ``params`` (name -> value: float, int, or the
+    categorical choice itself; the values sweepd sampled up front plus those suggested so
+    far), ``distributions`` (name -> distribution, for the names suggested so far),
+    ``user_attrs``.
     """
 
-    def __init__(self, trial_id, number, params, channel):
+    def __init__(self, trial_id, number, params, channel, protocol=PROTOCOL_VERSION,
+                 datetime_start=None):
         self.id = trial_id
         self.number = number
-        self.params = params
+        self.datetime_start = (
+            datetime_start if datetime_start is not None else datetime.datetime.now()
+        )
+        self._presampled = dict(params) if params else {}
+        self._params = dict(self._presampled)
+        self._distributions = {}
+        self._user_attrs = {}
         self._channel = channel
+        self._protocol = protocol
         self._should_prune = False
         self._finished = False
+        self._warned_user_attrs = False
 
-    def report(self, step, value):
-        """Report an intermediate objective ``value`` at integer ``step``.
+    # -- attributes ---------------------------------------------------------
 
-        Blocks until sweepd has decided whether the trial should be pruned;
-        returns that decision (also available from :meth:`should_prune`).
-        """
+    @property
+    def params(self):
+        return dict(self._params)
+
+    @property
+    def distributions(self):
+        return dict(self._distributions)
+
+    @property
+    def user_attrs(self):
+        return copy.deepcopy(self._user_attrs)
+
+    def _check_running(self, what):
         if self._finished:
-            raise RuntimeError("Trial.report() called after the trial finished")
-        step = _as_step(step)
+            raise RuntimeError("Trial.%s() called after the trial finished" % (what,))
+
+    # -- suggest ------------------------------------------------------------
+
+    def suggest_float(self, name, low, high, *, step=None, log=False):
+        """Optuna's ``suggest_float``: a float in [low, high] (log scale, or in steps)."""
+        return self._suggest("suggest_float", name, FloatDistribution(low, high, log=log, step=step))
+
+    def suggest_int(self, name, low, high, *, step=1, log=False):
+        """Optuna's ``suggest_int``: an int in [low, high] (log scale, or in steps)."""
+        return int(self._suggest("suggest_int", name,
+                                 IntDistribution(low, high, log=log, step=step)))
+
+    def suggest_categorical(self, name, choices):
+        """Optuna's ``suggest_categorical``: one of ``choices`` (None, bool, int, float, str)."""
+        return self._suggest("suggest_categorical", name, CategoricalDistribution(choices))
+
+    def suggest_uniform(self, name, low, high):
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high)``."""
+        _deprecated("suggest_uniform", "suggest_float")
+        return self._suggest("suggest_uniform", name, FloatDistribution(low, high))
+
+    def suggest_loguniform(self, name, low, high):
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, log=True)``."""
+        _deprecated("suggest_loguniform", "suggest_float(..., log=True)")
+        return self._suggest("suggest_loguniform", name, FloatDistribution(low, high, log=True))
+
+    def suggest_discrete_uniform(self, name, low, high, q):
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, step=q)``."""
+        _deprecated("suggest_discrete_uniform", "suggest_float(..., step=...)")
+        return self._suggest("suggest_discrete_uniform", name,
+                             FloatDistribution(low, high, step=q))
+
+    def _suggest(self, method, name, dist):
+        self._check_running(method)
+        if not isinstance(name, str):
+            raise TypeError("Trial.%s(): the parameter name must be a str, got %s"
+                            % (method, _short_repr(name)))
+        old = self._distributions.get(name)
+        if old is not None:
+            # Asked before in this trial: Optuna's rules, and the first value.
+            if old != dist:
+                check_distribution_compatibility(old, dist)
+                _warn_user(
+                    'Inconsistent parameter values for distribution with name "%s"! '
+                    "This might be a configuration mistake. "
+                    "Optuna allows to call the same distribution with the same "
+                    "name more than once in a trial. "
+                    "When the parameter values are inconsistent optuna only "
+                    "uses the values of the first call and ignores all following. "
+                    "Using these values: %s" % (name, old._asdict()),
+                    RuntimeWarning,
+                )
+            return self._params[name]
+        if self._channel is not None and self._protocol >= 2:
+            value = self._ask(method, name, dist)
+        elif name in self._presampled:
+            value = self._presampled_value(method, name, dist)
+        elif self._channel is not None:
+            raise RuntimeError(
+                "Trial.%s(%r): this sweepd speaks protocol 1, which samples only the "
+                "parameters of the study's [params]: define your search space in [params] "
+                "(%r is not there), or run a sweepd that speaks protocol 2"
+                % (method, name, name)
+            )
+        else:
+            raise RuntimeError(
+                "Trial.%s(%r): %r is not among this trial's params, and this worker has no "
+                "channel to sweepd (SWEEPD_FD is not set) to ask for it: define %r in the "
+                "study's [params]" % (method, name, name, name)
+            )
+        self._distributions[name] = dist
+        self._params[name] = value
+        return value
+
+    def _ask(self, method, name, dist):
+        """Protocol 2: sweepd samples the value (or refuses the distribution)."""
+        answer = self._channel.request_param(self.id, name, dist)
+        error = answer.get("error")
+        if error is not None:
+            raise ValueError(_clean_str(error))
+        if "value" not in answer:
+            raise RuntimeError(
+                "Trial.%s(%r): sweepd's answer has neither a value nor an error: %s"
+                % (method, name, _short_repr(answer))
+            )
+        value = _param_from_wire(dist, answer["value"])
+        if value is _BAD_VALUE:
+            raise RuntimeError(
+                "Trial.%s(%r): sweepd answered %s, which is not a value of %r"
+                % (method, name, _short_repr(answer["value"]), dist)
+            )
+        return value
+
+    def _presampled_value(self, method, name, dist):
+        """Protocol 1 (or no channel): the value sweepd sampled from [params], checked."""
+        raw = self._presampled[name]
+        if isinstance(dist, CategoricalDistribution):
+            index = dist.index_of(raw)
+            if index is not None:
+                return dist.choices[index]
+        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            if (isinstance(raw, int) or math.isfinite(raw)) and dist._contains(float(raw)):
+                return int(raw) if isinstance(dist, IntDistribution) else float(raw)
+        raise ValueError(
+            "Trial.%s(%r): this trial's value %s, sampled by sweepd from the study's "
+            "[params], is not in %r: make the objective's search space and [params] agree"
+            % (method, name, _short_repr(raw), dist)
+        )
+
+    # -- report and prune ---------------------------------------------------
+
+    def report(self, *args, **kwargs):
+        """Optuna's ``report(value, step)``: an intermediate objective value at ``step``.
+
+        ``value`` is a float (or anything float() accepts), ``step`` a non-negative integer.
+        Blocks until sweepd has decided whether the trial should be pruned; returns that
+        decision (also what :meth:`should_prune` says). A call that can only be the old order
+        ``report(step, value)`` (an integer, then a number with a fraction) is a TypeError.
+        """
+        value, step = _report_args(args, kwargs)
+        self._check_running("report")
         wire_value = _encode_report_value(value)
+        step = _as_step(step)
         if self._channel is None:
             self._should_prune = False
         else:
@@ -371,8 +940,60 @@ class Trial(object):
         """sweepd's answer to the last report() (False before any report)."""
         return self._should_prune
 
+    # -- user attributes ----------------------------------------------------
+
+    def set_user_attr(self, key, value):
+        """Optuna's ``set_user_attr``: a JSON-serializable value, stored with the trial."""
+        self._check_running("set_user_attr")
+        if not isinstance(key, str):
+            raise TypeError("Trial.set_user_attr(): the key must be a str, got %s"
+                            % (_short_repr(key),))
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(
+                "Trial.set_user_attr(%r, ...): the value must be JSON-serializable "
+                "(and finite): %s" % (key, exc)
+            )
+        if self._channel is not None and self._protocol >= 2:
+            self._channel.send(
+                {"type": "user_attr", "trial_id": self.id, "key": key, "value": value}
+            )
+        elif not self._warned_user_attrs:
+            self._warned_user_attrs = True
+            _warn("this sweepd %s: user attributes stay in this process and are not stored"
+                  % ("speaks protocol 1" if self._channel is not None else
+                     "channel is not open (SWEEPD_FD is not set)",))
+        self._user_attrs[key] = copy.deepcopy(value)
+
     def __repr__(self):
-        return "Trial(id=%r, number=%r, params=%r)" % (self.id, self.number, self.params)
+        return "Trial(id=%r, number=%r, params=%r)" % (self.id, self.number, self._params)
+
+
+_BAD_VALUE = object()
+
+
+def _param_from_wire(dist, value):
+    """A param value from sweepd in external form, or _BAD_VALUE if it is not one of dist's."""
+    if isinstance(dist, CategoricalDistribution):
+        index = dist.index_of(value)
+        return _BAD_VALUE if index is None else dist.choices[index]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _BAD_VALUE
+    if isinstance(dist, IntDistribution):
+        as_int = _integral(value)
+        return _BAD_VALUE if as_int is None else as_int
+    value = float(value)
+    return value if math.isfinite(value) else _BAD_VALUE
+
+
+def _deprecated(name, instead):
+    _warn_user(
+        "%s has been deprecated in v3.0.0. This feature will be removed in v6.0.0. "
+        "See https://github.com/optuna/optuna/releases/tag/v3.0.0. Use %s instead."
+        % (name, instead),
+        FutureWarning,
+    )
 
 
 def _run_objective(objective, trial):
@@ -409,8 +1030,49 @@ def _error_message(trial_id, exc, tb):
     }
 
 
-def _ready_message():
-    return {"type": "ready", "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
+def _ready_message(protocol):
+    return {"type": "ready", "pid": os.getpid(), "protocol": protocol}
+
+
+def _negotiate_protocol():
+    """The protocol version to speak: the lower of sweepd's (SWEEPD_PROTOCOL) and ours.
+
+    A sweepd that does not say speaks version 1.
+    """
+    raw = os.environ.get("SWEEPD_PROTOCOL")
+    if raw is None or raw.strip() == "":
+        return 1
+    try:
+        theirs = int(raw)
+    except ValueError:
+        _warn("SWEEPD_PROTOCOL=%r is not a number; speaking protocol 1" % (raw,))
+        return 1
+    if theirs < 1:
+        _warn("SWEEPD_PROTOCOL=%r is not a protocol version; speaking protocol 1" % (raw,))
+        return 1
+    if theirs > PROTOCOL_VERSION:
+        _warn(
+            "sweepd speaks protocol %d, this helper (version %s) speaks up to %d; speaking %d"
+            % (theirs, __version__, PROTOCOL_VERSION, PROTOCOL_VERSION)
+        )
+    return min(theirs, PROTOCOL_VERSION)
+
+
+def _parse_datetime(raw):
+    """``datetime_start`` from sweepd (ISO 8601) as a naive local datetime, or None."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    text = raw.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        _warn("ignoring an unreadable datetime_start from sweepd: %r" % (raw[:100],))
+        return None
+    if dt.tzinfo is not None:
+        dt = dt.astimezone().replace(tzinfo=None)
+    return dt
 
 
 # --------------------------------------------------------------------------
@@ -484,10 +1146,10 @@ def release_caches():
             pass
 
 
-def _persistent_trial(objective, chan, trial_id, number, params):
+def _persistent_trial(objective, chan, protocol, trial_id, number, params, started):
     # A function of its own so that the trial, its value and any exception
     # (with the frames it holds) are released before waiting for the next one.
-    trial = Trial(trial_id, number, params, chan)
+    trial = Trial(trial_id, number, params, chan, protocol, started)
     _reset_framework_peaks()
     outcome, payload = _run_objective(objective, trial)
     _flush_std_streams()
@@ -513,9 +1175,9 @@ def _outcome_message(trial_id, outcome, payload):
     return _error_message(trial_id, exc, tb)
 
 
-def _serve_persistent(objective):
+def _serve_persistent(objective, protocol):
     chan = _open_channel(required=True)
-    chan.send(_ready_message())
+    chan.send(_ready_message(protocol))
     while True:
         msg = chan.recv()
         if msg is None:
@@ -526,7 +1188,8 @@ def _serve_persistent(objective):
             params = msg.get("params")
             if not isinstance(params, dict):
                 params = {}
-            _persistent_trial(objective, chan, trial_id, msg.get("number"), params)
+            _persistent_trial(objective, chan, protocol, trial_id, msg.get("number"), params,
+                              _parse_datetime(msg.get("datetime_start")))
         elif kind == "shutdown":
             _flush_std_streams()
             sys.exit(0)
@@ -567,7 +1230,7 @@ def _env_int(name):
         raise RuntimeError("sweepd_worker: %s=%r is not an integer" % (name, raw))
 
 
-def _serve_oneshot(objective):
+def _serve_oneshot(objective, protocol):
     trial_id = _env_int("SWEEPD_TRIAL_ID")
     number = _env_int("SWEEPD_TRIAL_NUMBER")
     raw_params = os.environ.get("SWEEPD_PARAMS")
@@ -584,9 +1247,9 @@ def _serve_oneshot(objective):
 
     chan = _open_channel(required=False)
     if chan is not None:
-        chan.send(_ready_message())
+        chan.send(_ready_message(protocol))
 
-    trial = Trial(trial_id, number, params, chan)
+    trial = Trial(trial_id, number, params, chan, protocol)
     outcome, payload = _run_objective(objective, trial)
     _flush_std_streams()
 
@@ -633,16 +1296,11 @@ def serve(objective):
             "sweepd_worker.serve(): SWEEPD_MODE is not set; this script must be "
             "started by sweepd (see docs/protocol.md)"
         )
-    protocol = os.environ.get("SWEEPD_PROTOCOL")
-    if protocol and protocol.strip() != str(PROTOCOL_VERSION):
-        _warn(
-            "sweepd speaks protocol %s, this helper (version %s) speaks %d"
-            % (protocol, __version__, PROTOCOL_VERSION)
-        )
+    protocol = _negotiate_protocol()
     if mode == "persistent":
-        _serve_persistent(objective)
+        _serve_persistent(objective, protocol)
     elif mode == "oneshot":
-        _serve_oneshot(objective)
+        _serve_oneshot(objective, protocol)
     else:
         raise RuntimeError(
             "sweepd_worker.serve(): unknown SWEEPD_MODE %r (expected 'persistent' "

@@ -9,18 +9,19 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// A worker whose learning curve is (x - 0.3)^2 + 1 / (step + 1) over 10 steps.
+/// A worker whose learning curve is (x - 0.3)^2 + 1 / (step + 1) over 10 steps, written as
+/// an Optuna objective.
 fn curve_worker(dir: &std::path::Path) -> Vec<String> {
     let script = dir.join("curve_worker.py");
     std::fs::write(
         &script,
         "import sweepd_worker\n\
          def objective(trial):\n\
-         \x20   x = trial.params['x']\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
          \x20   loss = None\n\
          \x20   for step in range(10):\n\
          \x20       loss = (x - 0.3) ** 2 + 1.0 / (step + 1)\n\
-         \x20       trial.report(step, loss)\n\
+         \x20       trial.report(loss, step)\n\
          \x20       if trial.should_prune():\n\
          \x20           raise sweepd_worker.TrialPruned()\n\
          \x20   return loss\n\

@@ -389,7 +389,7 @@ fn a_study_that_can_only_fail_never_ended() {
         command: vec![
             python(),
             repo()
-                .join("tests/workers/optuna_order_worker.py")
+                .join("tests/workers/old_report_order_worker.py")
                 .to_string_lossy()
                 .into_owned(),
         ],
@@ -406,7 +406,7 @@ fn a_study_that_can_only_fail_never_ended() {
     );
     assert!(err.contains("TypeError"), "{err}");
     assert!(
-        err.contains("optuna_order_worker.py:20, in objective"),
+        err.contains("old_report_order_worker.py:20, in objective"),
         "{err}"
     );
     // The failures spent none of the budget: each has a WAITING copy.

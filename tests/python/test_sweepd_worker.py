@@ -1,10 +1,15 @@
 """Tests for python/sweepd_worker.py, playing the sweepd side of the protocol.
 
-Run with:  python3 -m unittest discover -s tests/python -v
+Run with:  .venv/bin/python -m unittest discover -s tests/python -v
+
+The tests of the Optuna trial API compare with Optuna itself: they need the
+venv's ``optuna`` and are skipped without it.
 """
 
 import json
+import math
 import os
+import random
 import re
 import select
 import shutil
@@ -16,10 +21,18 @@ import tempfile
 import textwrap
 import time
 import unittest
+import warnings
+
+try:
+    import optuna
+    import optuna.distributions as optuna_distributions
+except ImportError:  # the tests that compare with Optuna are skipped
+    optuna = None
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON_DIR = os.path.join(ROOT, "python")
 FAULTY_WORKER = os.path.join(ROOT, "tests", "workers", "faulty_worker.py")
+OLD_ORDER_WORKER = os.path.join(ROOT, "tests", "workers", "old_report_order_worker.py")
 QUADRATIC_WORKER = os.path.join(ROOT, "examples", "quadratic_worker.py")
 ONESHOT_TRAIN = os.path.join(ROOT, "examples", "oneshot_train.py")
 PROTOCOL_DOC = os.path.join(ROOT, "docs", "protocol.md")
@@ -55,7 +68,7 @@ def objective(trial):
         }
     pruned_seen = []
     for step in range(int(p.get("steps", 3))):
-        trial.report(step, float(p.get("x", 0.0)) + step)
+        trial.report(float(p.get("x", 0.0)) + step, step)
         pruned_seen.append(trial.should_prune())
         if trial.should_prune() and mode != "ignore_prune":
             raise sweepd_worker.TrialPruned()
@@ -90,12 +103,69 @@ if __name__ == "__main__":
 '''
 
 
+class FakeSampler(object):
+    """sweepd's side of a suggest: what a sweepd speaking protocol 2 does, in miniature.
+
+    A name sampled up front (in the trial's params) is answered with that value; any other
+    name is sampled at random from the distribution the worker sent, read with Optuna's own
+    json_to_distribution. A distribution that conflicts with the study's earlier use of the
+    name is refused with Optuna's check_distribution_compatibility and its message. Asking
+    again in the same trial gets the same value.
+    """
+
+    def __init__(self, seed=0, choose=None):
+        self.rng = random.Random(seed)
+        self.study = {}       # name -> the first distribution the study saw for it
+        self.values = {}      # (trial_id, name) -> value answered
+        self.choose = choose or {}   # name -> fn(trial_id) -> value, to steer the branches
+
+    def answer(self, trial_id, params, name, distribution):
+        dist = optuna_distributions.json_to_distribution(json.dumps(distribution))
+        if name in self.study:
+            try:
+                optuna_distributions.check_distribution_compatibility(self.study[name], dist)
+            except ValueError as exc:
+                return {"error": str(exc)}
+        else:
+            self.study[name] = dist
+        key = (trial_id, name)
+        if key not in self.values:
+            if name in params:
+                self.values[key] = params[name]
+            elif name in self.choose:
+                self.values[key] = self.choose[name](trial_id)
+            else:
+                self.values[key] = self.sample(dist)
+        return {"value": self.values[key]}
+
+    def sample(self, dist):
+        rng = self.rng
+        if isinstance(dist, optuna_distributions.CategoricalDistribution):
+            return rng.choice(dist.choices)
+        if isinstance(dist, optuna_distributions.IntDistribution):
+            if dist.log:
+                return rng.randint(dist.low, dist.high)
+            return dist.low + dist.step * rng.randint(0, (dist.high - dist.low) // dist.step)
+        if dist.log:
+            return min(max(math.exp(rng.uniform(math.log(dist.low), math.log(dist.high))),
+                           dist.low), dist.high)
+        if dist.step is not None:
+            k = rng.randint(0, int(round((dist.high - dist.low) / dist.step)))
+            return min(dist.low + k * dist.step, dist.high)
+        return rng.uniform(dist.low, dist.high)
+
+
 class FakeSweepd(object):
     """Launches a worker over a socketpair and speaks the sweepd side."""
 
     def __init__(self, test, script, mode="persistent", env=None, args=(),
-                 channel=True):
+                 channel=True, protocol=2, sampler=None):
         self.test = test
+        self.protocol = protocol
+        # sweepd's side of suggest (protocol 2); what the worker sent for the last trial.
+        self.sampler = sampler if sampler is not None else FakeSampler()
+        self.suggests = []
+        self.user_attrs = []
         self.tmp = tempfile.mkdtemp(prefix="sweepd-test-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.stdout_path = os.path.join(self.tmp, "stdout")
@@ -106,7 +176,7 @@ class FakeSweepd(object):
             "SWEEPD_MODE": mode,
             "SWEEPD_WORKER_ID": "0",
             "SWEEPD_STUDY": "test-study",
-            "SWEEPD_PROTOCOL": "1",
+            "SWEEPD_PROTOCOL": str(protocol),
         }
         if env:
             full_env.update(env)
@@ -161,17 +231,46 @@ class FakeSweepd(object):
         self.test.assertIsInstance(msg, dict)
         return msg
 
-    def expect_ready(self):
+    def expect_ready(self, protocol=None):
         msg = self.recv()
-        self.test.assertEqual(msg, {"type": "ready", "pid": self.proc.pid, "protocol": 1})
+        expected = protocol if protocol is not None else min(self.protocol, 2)
+        self.test.assertEqual(msg, {"type": "ready", "pid": self.proc.pid, "protocol": expected})
         return msg
 
-    def run_trial(self, trial_id, number, params, prune_at=None):
-        """Send a trial, answer its reports; return (reports, final message)."""
-        self.send({"type": "trial", "trial_id": trial_id, "number": number, "params": params})
+    def run_trial(self, trial_id, number, params, prune_at=None, extra=None):
+        """Send a trial, answer its reports and suggests; return (reports, final message).
+
+        The suggest and user_attr messages of the trial are left in self.suggests and
+        self.user_attrs.
+        """
+        msg = {"type": "trial", "trial_id": trial_id, "number": number, "params": params}
+        msg.update(extra or {})
+        self.send(msg)
+        return self.serve_trial(trial_id, params, prune_at)
+
+    def serve_trial(self, trial_id, params, prune_at=None):
+        """Answer a running trial's reports and suggests until its outcome arrives."""
         reports = []
+        self.suggests = []
+        self.user_attrs = []
         while True:
             msg = self.recv()
+            if msg["type"] == "suggest":
+                self.test.assertGreaterEqual(self.protocol, 2, "a suggest under protocol 1")
+                self.test.assertEqual(sorted(msg), ["distribution", "name", "trial_id", "type"])
+                self.test.assertEqual(msg["trial_id"], trial_id)
+                self.suggests.append(msg)
+                answer = {"type": "param", "trial_id": trial_id, "name": msg["name"]}
+                answer.update(self.sampler.answer(trial_id, params, msg["name"],
+                                                  msg["distribution"]))
+                self.send(answer)
+                continue
+            if msg["type"] == "user_attr":
+                self.test.assertGreaterEqual(self.protocol, 2, "a user_attr under protocol 1")
+                self.test.assertEqual(sorted(msg), ["key", "trial_id", "type", "value"])
+                self.test.assertEqual(msg["trial_id"], trial_id)
+                self.user_attrs.append(msg)
+                continue
             if msg["type"] != "report":
                 return reports, msg
             self.test.assertEqual(msg["trial_id"], trial_id)
@@ -613,18 +712,8 @@ class MiscTests(Base):
         self.assertIn(b"must be started by sweepd", out.stdout)
 
     def test_version(self):
-        self.assertEqual(sweepd_worker.__version__, "0.1.0")
-        self.assertEqual(sweepd_worker.PROTOCOL_VERSION, 1)
-
-    def test_report_step_validation(self):
-        trial = sweepd_worker.Trial(1, 0, {}, None)
-        self.assertFalse(trial.should_prune())
-        self.assertFalse(trial.report(0, 1.0))
-        self.assertFalse(trial.report(2.0, 1.0))
-        with self.assertRaises(TypeError):
-            trial.report(0.25, 3)
-        with self.assertRaises(TypeError):
-            trial.report(1, "abc")
+        self.assertEqual(sweepd_worker.__version__, "0.2.0")
+        self.assertEqual(sweepd_worker.PROTOCOL_VERSION, 2)
 
     def test_quadratic_example(self):
         w = FakeSweepd(self, QUADRATIC_WORKER)
@@ -649,8 +738,9 @@ class MiscTests(Base):
             doc = f.read()
         section = doc.split("## A persistent worker without the helper", 1)[1]
         code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-        w = FakeSweepd(self, self.write_script(code))
-        w.expect_ready()
+        # A version-1 worker, which a sweepd speaking version 2 takes too.
+        w = FakeSweepd(self, self.write_script(code), protocol=2)
+        w.expect_ready(protocol=1)
         _, final = w.run_trial(1, 0, {"x": 5.0})
         self.assertEqual(final, {"type": "result", "trial_id": 1, "value": 9.0})
         _, final = w.run_trial(2, 1, {})
@@ -745,6 +835,822 @@ class FaultyWorkerTests(Base):
         os.killpg(w.proc.pid, 0)  # still alive: SIGTERM is ignored
         os.killpg(w.proc.pid, signal.SIGKILL)
         self.assertEqual(w.reader.readline(), b"")
+
+
+
+# --------------------------------------------------------------------------
+# The Optuna trial API (protocol 2: define-by-run)
+
+needs_optuna = unittest.skipUnless(optuna is not None, "needs optuna (run with .venv/bin/python)")
+
+
+def optuna_trial():
+    """A fresh trial of an in-memory Optuna study, to compare with."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    return study.ask()
+
+
+def outcome(fn):
+    """(exception as (type, text) or None, [(warning category, text)]) of calling fn."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn()
+            exc = None
+        except Exception as e:
+            exc = (type(e), str(e))
+    return exc, [(w.category, str(w.message)) for w in caught]
+
+
+def ordered(obj):
+    """JSON text or object -> nested lists of (key, value) pairs: key order counts."""
+    def walk(o):
+        if isinstance(o, dict):
+            return [(k, walk(v)) for k, v in o.items()]
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        return o
+    return walk(json.loads(obj) if isinstance(obj, str) else obj)
+
+
+class StubChannel(object):
+    """In-process stand-in for the channel: answers suggests, counts them."""
+
+    def __init__(self, answer=None):
+        self.suggests = []
+        self.sent = []
+        self.answer = answer or (lambda name, dist: {"value": FakeSampler().sample(
+            optuna_distributions.json_to_distribution(json.dumps(dist)))})
+
+    def request_param(self, trial_id, name, distribution):
+        dist = sweepd_worker._distribution_json(distribution)
+        self.suggests.append((name, dist))
+        answer = {"type": "param", "trial_id": trial_id, "name": name}
+        answer.update(self.answer(name, dist))
+        return answer
+
+    def request_prune(self, trial_id, step, value):
+        self.sent.append({"type": "report", "trial_id": trial_id, "step": step, "value": value})
+        return False
+
+    def send(self, msg):
+        sweepd_worker._dumps(msg)
+        self.sent.append(msg)
+
+
+# Every suggest_* form: (method, args, kwargs). Each uses its own name.
+SUGGEST_FORMS = [
+    ("suggest_float", ["f_plain", -5, 5], {}),
+    ("suggest_float", ["f_log", 1e-5, 0.1], {"log": True}),
+    ("suggest_float", ["f_step", 0.0, 1.0], {"step": 0.25}),
+    ("suggest_float", ["f_step_adjusted", 0, 1], {"step": 0.3}),
+    ("suggest_float", ["f_single", 2.5, 2.5], {}),
+    ("suggest_float", ["f_exact", 0.1, 0.30000000000000004], {}),
+    ("suggest_int", ["i_plain", 1, 10], {}),
+    ("suggest_int", ["i_step", 0, 100], {"step": 10}),
+    ("suggest_int", ["i_step_adjusted", 0, 10], {"step": 3}),
+    ("suggest_int", ["i_log", 1, 1024], {"log": True}),
+    ("suggest_int", ["i_float_bounds", 1.0, 5.0], {}),
+    ("suggest_int", ["i_explicit_step_1", -3, 3], {"step": 1, "log": False}),
+    ("suggest_categorical", ["c_str", ["adam", "sgd", "rmsprop"]], {}),
+    ("suggest_categorical", ["c_mixed", [None, True, 1, 2.5, "x"]], {}),
+    ("suggest_categorical", ["c_tuple", ("a",)], {}),
+    ("suggest_uniform", ["u", 0.5, 1.5], {}),
+    ("suggest_loguniform", ["lu", 1e-3, 1.0], {}),
+    ("suggest_discrete_uniform", ["du", 0.0, 1.0, 0.1], {}),
+    ("suggest_discrete_uniform", ["du_adjusted", 0.0, 1.05, 0.1], {}),
+]
+
+FORMS_WORKER = r"""
+import json, os
+import sweepd_worker
+
+CALLS = json.loads(os.environ["CALLS"])
+
+def objective(trial):
+    values = [getattr(trial, m)(*a, **kw) for m, a, kw in CALLS]
+    return (values, trial.params, {k: repr(d) for k, d in trial.distributions.items()})
+
+sweepd_worker.serve(objective)
+"""
+
+
+@needs_optuna
+class SuggestWireTests(Base):
+    def test_every_suggest_form_sends_the_distribution_optuna_writes(self):
+        w = FakeSweepd(self, self.write_script(FORMS_WORKER),
+                       env={"CALLS": json.dumps(SUGGEST_FORMS)})
+        w.expect_ready()
+        reports, final = w.run_trial(5, 2, {})
+        self.assertEqual(reports, [])
+        self.assertEqual(final["type"], "result", final)
+        values, params, reprs = eval(final["value"])
+        self.assertEqual([m["name"] for m in w.suggests], [a[0] for _, a, _ in SUGGEST_FORMS])
+        ot = optuna_trial()
+        for (method, args, kwargs), msg, value in zip(SUGGEST_FORMS, w.suggests, values):
+            name = args[0]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                getattr(ot, method)(*args, **kwargs)
+            theirs = optuna_distributions.distribution_to_json(ot.distributions[name])
+            # The same attributes, the same values, in the same order.
+            self.assertEqual(ordered(msg["distribution"]), ordered(theirs), name)
+            self.assertEqual(reprs[name], repr(ot.distributions[name]), name)
+            # The objective got what sweepd answered, in Optuna's types.
+            answered = w.sampler.values[(5, name)]
+            self.assertEqual(value, answered, name)
+            self.assertIs(type(value), type(answered) if method != "suggest_int" else int, name)
+            self.assertEqual(params[name], value)
+        # Optuna's warnings about an adjusted high reach the worker's stderr.
+        self.assertIn("It will be replaced with [0, 0.9].", w.stderr())
+        self.assertIn("suggest_uniform has been deprecated in v3.0.0", w.stderr())
+
+    def test_the_suggest_message(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                return trial.suggest_float("lr", 1e-05, 0.1, log=True)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 17, "number": 9, "params": {}})
+        line = w.recv_raw()
+        self.assertEqual(
+            line,
+            b'{"type":"suggest","trial_id":17,"name":"lr","distribution":{"name":'
+            b'"FloatDistribution","attributes":{"step":null,"low":1e-05,"high":0.1,'
+            b'"log":true}}}\n')
+        w.send({"type": "param", "trial_id": 17, "name": "lr", "value": 0.0031622776601683794})
+        self.assertEqual(w.recv(), {"type": "result", "trial_id": 17,
+                                    "value": 0.0031622776601683794})
+
+    def test_repeated_suggest_is_answered_from_the_cache(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                a = trial.suggest_int("n", 1, 8)
+                b = trial.suggest_int("n", 1, 8)
+                c = trial.suggest_int("n", 1, 4)     # compatible: Optuna keeps the first value
+                d = trial.suggest_categorical("opt", ["a", "b"])
+                e = trial.suggest_categorical("opt", ("a", "b"))
+                assert a == b == c and d == e
+                return a
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {})
+        self.assertEqual(final["type"], "result", final)
+        self.assertEqual([m["name"] for m in w.suggests], ["n", "opt"])
+        self.assertEqual(final["value"], float(w.sampler.values[(1, "n")]))
+        self.assertIn('Inconsistent parameter values for distribution with name "n"!', w.stderr())
+        # The next trial asks again: the cache is per trial.
+        _, final = w.run_trial(2, 1, {})
+        self.assertEqual([m["name"] for m in w.suggests], ["n", "opt"])
+
+    def test_sweepds_refusal_is_a_value_error_with_its_text(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                if trial.number == 0:
+                    return trial.suggest_float("x", 0.0, 1.0)
+                return trial.suggest_int("x", 0, 1)   # the study used x as a float
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {})
+        self.assertEqual(final["type"], "result")
+        _, final = w.run_trial(2, 1, {})
+        self.assertEqual(final["type"], "error")
+        self.assertEqual(final["exc_type"], "ValueError")
+        self.assertEqual(final["message"],
+                         "Cannot set different distribution kind to the same parameter name.")
+        self.assertIn("in objective", final["traceback"])
+        # And an arbitrary text from sweepd, answered by hand.
+        w.send({"type": "trial", "trial_id": 3, "number": 2, "params": {}})
+        self.assertEqual(w.recv()["type"], "suggest")
+        w.send({"type": "param", "trial_id": 3, "name": "x", "error": "x: nope (é)"})
+        final = w.recv()
+        self.assertEqual((final["exc_type"], final["message"]), ("ValueError", "x: nope (é)"))
+
+    def test_params_sampled_up_front_are_asked_for_and_answered(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                before = trial.params
+                x = trial.suggest_float("x", -5, 5)
+                y = trial.suggest_float("y", 0, 1)
+                return (before, x, y, trial.params)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {"x": 1.25})
+        before, x, y, after = eval(final["value"])
+        self.assertEqual(before, {"x": 1.25})
+        self.assertEqual(x, 1.25)
+        self.assertEqual(after, {"x": 1.25, "y": y})
+        self.assertEqual([m["name"] for m in w.suggests], ["x", "y"])
+
+    def test_stale_answers_are_ignored_and_shutdown_or_eof_while_waiting(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                return trial.suggest_float("x", 0, 1) + trial.suggest_int("k", 0, 3)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 1, "number": 0, "params": {}})
+        self.assertEqual(w.recv()["name"], "x")
+        w.send({"type": "param", "trial_id": 0, "name": "x", "value": 0.5})    # another trial
+        w.send({"type": "param", "trial_id": 1, "name": "k", "value": 2})      # another name
+        w.send({"type": "prune", "trial_id": 1, "step": 0, "prune": True})
+        w.send({"type": "something-new"})
+        w.send({"type": "param", "trial_id": 1, "name": "x", "value": 0.25})
+        self.assertEqual(w.recv()["name"], "k")
+        w.send({"type": "param", "trial_id": 1, "name": "k", "value": 3})
+        self.assertEqual(w.recv(), {"type": "result", "trial_id": 1, "value": 3.25})
+        # shutdown while waiting for an answer
+        w.send({"type": "trial", "trial_id": 2, "number": 1, "params": {}})
+        self.assertEqual(w.recv()["type"], "suggest")
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+        # end of file while waiting for an answer
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 1, "number": 0, "params": {}})
+        self.assertEqual(w.recv()["type"], "suggest")
+        w.sock.shutdown(socket.SHUT_WR)
+        self.assertEqual(w.wait(), 0)
+        self.assertNotIn("Traceback", w.stderr())
+
+    def test_an_unusable_answer_is_a_runtime_error(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                return trial.suggest_int("k", 0, 3)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        for answer in ({"value": 1.5}, {"value": "2"}, {"value": True}, {}):
+            w.send({"type": "trial", "trial_id": 1, "number": 0, "params": {}})
+            self.assertEqual(w.recv()["type"], "suggest")
+            msg = {"type": "param", "trial_id": 1, "name": "k"}
+            msg.update(answer)
+            w.send(msg)
+            final = w.recv()
+            self.assertEqual(final["exc_type"], "RuntimeError", answer)
+        # An integral float is an int.
+        w.send({"type": "trial", "trial_id": 2, "number": 1, "params": {}})
+        w.recv()
+        w.send({"type": "param", "trial_id": 2, "name": "k", "value": 3.0})
+        self.assertEqual(w.recv()["value"], 3.0)
+
+    def test_user_attrs_are_sent(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                trial.set_user_attr("batch_size", 128)
+                trial.set_user_attr("notes", {"lr": [1e-05, 0.1], "ok": True, "s": "é"})
+                trial.set_user_attr("batch_size", 256)
+                attrs = trial.user_attrs
+                attrs["mutated"] = 1          # a copy, as in Optuna
+                try:
+                    trial.set_user_attr("bad", object())
+                except TypeError as exc:
+                    bad = str(exc)
+                return (trial.user_attrs, bad)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        _, final = w.run_trial(4, 0, {})
+        attrs, bad = eval(final["value"])
+        self.assertEqual(w.user_attrs, [
+            {"type": "user_attr", "trial_id": 4, "key": "batch_size", "value": 128},
+            {"type": "user_attr", "trial_id": 4, "key": "notes",
+             "value": {"lr": [1e-05, 0.1], "ok": True, "s": "é"}},
+            {"type": "user_attr", "trial_id": 4, "key": "batch_size", "value": 256},
+        ])
+        self.assertEqual(attrs, {"batch_size": 256,
+                                 "notes": {"lr": [1e-05, 0.1], "ok": True, "s": "é"}})
+        self.assertIn("JSON-serializable", bad)
+
+    def test_datetime_start(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                return trial.datetime_start
+
+            sweepd_worker.serve(objective)
+        """)
+        import datetime
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {}, extra={"datetime_start": "2026-01-02T03:04:05.123456"})
+        self.assertEqual(eval(final["value"], {"datetime": datetime}), datetime.datetime(2026, 1, 2, 3, 4, 5, 123456))
+        _, final = w.run_trial(2, 1, {}, extra={"datetime_start": "2026-01-02T03:04:05Z"})
+        expected = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+        self.assertEqual(eval(final["value"], {"datetime": datetime}), expected.astimezone().replace(tzinfo=None))
+        before = datetime.datetime.now()
+        _, final = w.run_trial(3, 2, {})
+        started = eval(final["value"], {"datetime": datetime})
+        self.assertLessEqual(before, started)
+        self.assertLessEqual(started, datetime.datetime.now())
+
+
+class ReportOrderTests(Base):
+    """report(value, step) in Optuna's order; the old order refused."""
+
+    def test_the_old_order_worker_fails_where_it_reports(self):
+        # tests/trust.rs runs it under sweepd and looks for this place in the error.
+        w = FakeSweepd(self, OLD_ORDER_WORKER, protocol=1)
+        w.expect_ready()
+        _, final = w.run_trial(1, 0, {"x": 0.5})
+        self.assertEqual(final["exc_type"], "TypeError")
+        self.assertIn("sweepd follows Optuna's report(value, step)", final["message"])
+        self.assertIn('old_report_order_worker.py", line 20, in objective', final["traceback"])
+
+    def test_report_refuses_the_old_order(self):
+        chan = StubChannel()
+        trial = sweepd_worker.Trial(1, 0, {}, chan, 2)
+        with self.assertRaises(TypeError) as cm:
+            trial.report(3, 0.41)
+        self.assertEqual(
+            str(cm.exception),
+            "Trial.report(3, 0.41): sweepd follows Optuna's report(value, step) now, and this "
+            "call can only be the old order report(step, value) (a step is an integer). "
+            "Swap the arguments: trial.report(0.41, 3)")
+        for args in [(0, 2.5), (7, float("nan")), (7, float("inf")), (2.0, 1e-9)]:
+            self.assertRaisesRegex(TypeError, "can only be the old order", trial.report, *args)
+        self.assertEqual(chan.sent, [])
+        # Optuna's order, positionally or by keyword (either keyword order).
+        self.assertFalse(trial.report(0.41, 3))
+        self.assertFalse(trial.report(step=4, value=0.5))
+        self.assertFalse(trial.report(value=1, step=5))
+        self.assertFalse(trial.report(3, 6))          # value 3 at step 6: nothing to refuse
+        self.assertFalse(trial.report(0.25, 7.0))     # an integral float is a step
+        self.assertEqual([(m["step"], m["value"]) for m in chan.sent],
+                         [(3, 0.41), (4, 0.5), (5, 1.0), (6, 3.0), (7, 0.25)])
+        # By keyword it is never the old-order message.
+        with self.assertRaises(TypeError) as cm:
+            trial.report(value=3, step=0.41)
+        self.assertNotIn("old order", str(cm.exception))
+        self.assertIn("supposed to be an int", str(cm.exception))
+
+
+@needs_optuna
+class SuggestLocalTests(unittest.TestCase):
+    """What the helper decides without asking sweepd, compared with Optuna."""
+
+    def trial(self, channel=None, params=None):
+        chan = channel if channel is not None else StubChannel()
+        return sweepd_worker.Trial(1, 0, params or {}, chan, 2), chan
+
+    def test_validation_errors_match_optunas(self):
+        cases = [
+            ("suggest_float", ("x", 3.0, 1.0), {}),
+            ("suggest_float", ("x", 3, 1), {}),
+            ("suggest_float", ("x", 0.0, 1.0), {"log": True}),
+            ("suggest_float", ("x", -1.0, 1.0), {"log": True}),
+            ("suggest_float", ("x", 1e-3, 1.0), {"log": True, "step": 0.1}),
+            ("suggest_float", ("x", 0.0, 1.0), {"step": 0}),
+            ("suggest_float", ("x", 0.0, 1.0), {"step": -0.5}),
+            ("suggest_int", ("n", 10, 1), {}),
+            ("suggest_int", ("n", 0, 10), {"log": True}),
+            ("suggest_int", ("n", 1, 10), {"log": True, "step": 2}),
+            ("suggest_int", ("n", 1, 10), {"step": 0}),
+            ("suggest_int", ("n", 1, 10), {"step": -1}),
+            ("suggest_categorical", ("c", []), {}),
+            ("suggest_categorical", ("c", ()), {}),
+            ("suggest_uniform", ("u", 2.0, 1.0), {}),
+            ("suggest_loguniform", ("u", 0.0, 1.0), {}),
+            ("suggest_discrete_uniform", ("u", 0.0, 1.0, 0.0), {}),
+        ]
+        for method, args, kwargs in cases:
+            ours, _ = outcome(lambda: getattr(self.trial()[0], method)(*args, **kwargs))
+            theirs, _ = outcome(lambda: getattr(optuna_trial(), method)(*args, **kwargs))
+            self.assertIsNotNone(theirs, (method, args, kwargs))
+            self.assertEqual(ours, theirs, (method, args, kwargs))
+
+    def test_non_scalar_choices_are_refused_with_optunas_words(self):
+        for choices in ([[1, 2]], [{"a": 1}], ["a", object()]):
+            _, warned = outcome(lambda: optuna_trial().suggest_categorical("c", choices))
+            ours, _ = outcome(lambda: self.trial()[0].suggest_categorical("c", choices))
+            self.assertEqual(ours, (ValueError, warned[-1][1]))
+
+    def test_adjusted_high_warns_as_optuna_does(self):
+        for method, args, kwargs in [("suggest_float", ("x", 0, 1), {"step": 0.3}),
+                                     ("suggest_int", ("n", 0, 10), {"step": 3}),
+                                     ("suggest_discrete_uniform", ("d", 0.0, 1.05, 0.1), {})]:
+            _, ours = outcome(lambda: getattr(self.trial()[0], method)(*args, **kwargs))
+            _, theirs = outcome(lambda: getattr(optuna_trial(), method)(*args, **kwargs))
+            self.assertEqual(ours, theirs, method)
+
+    def test_deprecated_forms_warn_as_optuna_does(self):
+        for method, args in [("suggest_uniform", ("u", 0.0, 1.0)),
+                             ("suggest_loguniform", ("u", 0.1, 1.0)),
+                             ("suggest_discrete_uniform", ("u", 0.0, 1.0, 0.5))]:
+            _, ours = outcome(lambda: getattr(self.trial()[0], method)(*args))
+            _, theirs = outcome(lambda: getattr(optuna_trial(), method)(*args))
+            self.assertEqual(ours, theirs, method)
+
+    def test_incompatible_resuggest_is_refused_locally(self):
+        sequences = [
+            [("suggest_float", ("x", 0.0, 1.0), {}), ("suggest_int", ("x", 0, 1), {})],
+            [("suggest_int", ("x", 0, 1), {}), ("suggest_categorical", ("x", [0, 1]), {})],
+            [("suggest_float", ("x", 0.1, 1.0), {}), ("suggest_float", ("x", 0.1, 1.0),
+                                                       {"log": True})],
+            [("suggest_int", ("x", 1, 9), {"log": True}), ("suggest_int", ("x", 1, 9), {})],
+            [("suggest_categorical", ("x", ["a", "b"]), {}),
+             ("suggest_categorical", ("x", ["a", "c"]), {})],
+            [("suggest_categorical", ("x", ["a", "b"]), {}),
+             ("suggest_categorical", ("x", ["a"]), {})],
+            [("suggest_loguniform", ("x", 0.1, 1.0), {}), ("suggest_uniform", ("x", 0.1, 1.0), {})],
+        ]
+        for seq in sequences:
+            trial, chan = self.trial()
+            ot = optuna_trial()
+            (m1, a1, k1), (m2, a2, k2) = seq
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                getattr(trial, m1)(*a1, **k1)
+                getattr(ot, m1)(*a1, **k1)
+            ours, _ = outcome(lambda: getattr(trial, m2)(*a2, **k2))
+            theirs, _ = outcome(lambda: getattr(ot, m2)(*a2, **k2))
+            self.assertIsNotNone(theirs, seq)
+            self.assertEqual(ours, theirs, seq)
+            self.assertEqual(len(chan.suggests), 1, "refused without asking sweepd")
+
+    def test_compatible_resuggest_keeps_the_first_value_as_optuna_does(self):
+        trial, chan = self.trial()
+        ot = optuna_trial()
+        first = trial.suggest_float("x", 0.0, 1.0)
+        ot.suggest_float("x", 0.0, 1.0)
+        _, ours = outcome(lambda: self.assertEqual(trial.suggest_float("x", 0.5, 2.0), first))
+        _, theirs = outcome(lambda: ot.suggest_float("x", 0.5, 2.0))
+        self.assertEqual(ours, theirs)
+        self.assertEqual(ours[0][0], RuntimeWarning)
+        self.assertEqual(len(chan.suggests), 1)
+        self.assertEqual(trial.suggest_float("x", 0.0, 1.0), first)
+        self.assertEqual(len(chan.suggests), 1)
+        # The distribution recorded is the first one, as in Optuna.
+        self.assertEqual(trial.distributions["x"], ot.distributions["x"])
+
+    def test_distributions_are_optunas_look_alikes(self):
+        trial, _ = self.trial()
+        ot = optuna_trial()
+        for method, args, kwargs in SUGGEST_FORMS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                getattr(trial, method)(*args, **kwargs)
+                getattr(ot, method)(*args, **kwargs)
+        ours, theirs = trial.distributions, ot.distributions
+        self.assertEqual(list(ours), list(theirs))
+        for name in ours:
+            self.assertEqual(type(ours[name]).__name__, type(theirs[name]).__name__)
+            self.assertEqual(ours[name], theirs[name])
+            self.assertEqual(theirs[name], ours[name])
+            self.assertFalse(ours[name] != theirs[name])
+            self.assertEqual(repr(ours[name]), repr(theirs[name]))
+            self.assertEqual(vars(ours[name]), vars(theirs[name]))
+            self.assertEqual(sweepd_worker.distribution_to_json(ours[name]),
+                             optuna_distributions.distribution_to_json(theirs[name]))
+            self.assertEqual(ours[name].single(), theirs[name].single())
+            self.assertEqual(hash(ours[name]), hash(type(ours[name])(**vars(ours[name]))))
+        self.assertNotEqual(ours["f_plain"], ours["f_log"])
+        self.assertNotEqual(sweepd_worker.FloatDistribution(0, 1),
+                            sweepd_worker.IntDistribution(0, 1))
+        # trial.distributions is a copy.
+        trial.distributions.clear()
+        self.assertEqual(len(trial.distributions), len(SUGGEST_FORMS))
+
+    def test_report_checks_match_optunas(self):
+        for args, kwargs in [(("abc", 1), {}), ((None, 1), {}), ((1.0, -1), {}),
+                             ((1.0, "x"), {}), ((1.0, None), {})]:
+            ours, _ = outcome(lambda: self.trial()[0].report(*args, **kwargs))
+            theirs, _ = outcome(lambda: optuna_trial().report(*args, **kwargs))
+            self.assertIsNotNone(theirs)
+            self.assertEqual(ours[0], theirs[0], args)
+            if args[1] == -1 or isinstance(args[0], str) or args[0] is None:
+                self.assertEqual(ours, theirs, args)
+        for args, kwargs, text in [((), {}, "missing 2 required positional arguments"),
+                                   ((1.0,), {}, "missing 1 required positional argument: 'step'"),
+                                   ((1.0, 2, 3), {}, "takes 3 positional arguments but 4"),
+                                   ((1.0,), {"value": 2}, "multiple values for argument 'value'"),
+                                   ((1.0, 2), {"epoch": 1}, "unexpected keyword argument 'epoch'")]:
+            self.assertRaisesRegex(TypeError, re.escape(text), self.trial()[0].report,
+                                   *args, **kwargs)
+        # Finished trials refuse reports; values that float() takes are fine.
+        trial, chan = self.trial()
+        trial.report(float("nan"), 0)
+        trial.report(True, 1)
+        self.assertEqual([m["value"] for m in chan.sent], ["nan", 1.0])
+
+    def test_set_user_attr_checks(self):
+        trial, chan = self.trial()
+        self.assertRaisesRegex(TypeError, "JSON-serializable", trial.set_user_attr, "k", object())
+        self.assertRaisesRegex(TypeError, "JSON-serializable", trial.set_user_attr, "k",
+                               float("nan"))
+        self.assertRaisesRegex(TypeError, "JSON-serializable", trial.set_user_attr, "k",
+                               {1, 2})
+        self.assertRaises(TypeError, trial.set_user_attr, 3, "v")
+        self.assertRaisesRegex(ValueError, "line limit", trial.set_user_attr, "k",
+                               "x" * (2 << 20))
+        self.assertEqual(chan.sent, [])
+        self.assertEqual(trial.user_attrs, {})
+        trial.set_user_attr("k", (1, 2))
+        self.assertEqual(trial.user_attrs, {"k": (1, 2)})
+        self.assertEqual(chan.sent, [{"type": "user_attr", "trial_id": 1, "key": "k",
+                                      "value": (1, 2)}])
+
+    def test_finished_trial_refuses(self):
+        trial, _ = self.trial()
+        trial._finished = True
+        for call in (lambda: trial.suggest_float("x", 0, 1), lambda: trial.report(1.0, 0),
+                     lambda: trial.set_user_attr("k", 1)):
+            self.assertRaisesRegex(RuntimeError, "after the trial finished", call)
+
+
+@needs_optuna
+class ProtocolDocTests(unittest.TestCase):
+    def test_the_distribution_table_is_what_the_helper_sends(self):
+        with open(PROTOCOL_DOC) as f:
+            doc = f.read()
+        section = doc.split("### `suggest` (worker to sweepd)", 1)[1].split("###", 1)[0]
+        rows = re.findall(r"^\| `(trial\.)?(suggest_\w+\(.*?\))`(?: \(deprecated\))? \| `(.*)` \|$",
+                          section, re.M)
+        self.assertEqual(len(rows), 10)
+        for _, call, text in rows:
+            chan = StubChannel()
+            trial = sweepd_worker.Trial(1, 0, {}, chan, 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                eval("trial." + call, {"trial": trial})
+                ot = optuna_trial()
+                eval("trial." + call, {"trial": ot})
+            (name, sent), = chan.suggests
+            self.assertEqual(json.dumps(sent, separators=(",", ":")), text, call)
+            self.assertEqual(ordered(text),
+                             ordered(optuna_distributions.distribution_to_json(
+                                 ot.distributions[name])), call)
+
+    def test_the_old_order_message_in_the_docs_is_the_helpers(self):
+        trial = sweepd_worker.Trial(1, 0, {}, None)
+        with self.assertRaises(TypeError) as cm:
+            trial.report(3, 0.41)
+        for doc in (PROTOCOL_DOC, os.path.join(ROOT, "docs", "troubleshooting.md")):
+            with open(doc) as f:
+                self.assertIn("TypeError: " + str(cm.exception), f.read(), doc)
+
+
+class ProtocolOneTests(Base):
+    """An older sweepd (SWEEPD_PROTOCOL=1): the values sampled from [params], checked."""
+
+    SCRIPT = """
+        import sys
+        import sweepd_worker
+
+        def objective(trial):
+            x = trial.suggest_float("x", -5.0, 5.0)
+            y = trial.suggest_int("y", -4, 8, step=2)
+            opt = trial.suggest_categorical("optimizer", ["adam", "sgd"])
+            lr = trial.suggest_float("lr", 1e-5, 1e-1, log=True)
+            trial.set_user_attr("note", "kept here")
+            if trial.params.get("extra"):
+                trial.suggest_float("dropout", 0.0, 0.5)
+            trial.report(x, 0)
+            return (x, y, opt, lr, trial.params, trial.user_attrs,
+                    sorted(trial.distributions))
+
+        sweepd_worker.serve(objective)
+    """
+
+    def test_presampled_values(self):
+        w = FakeSweepd(self, self.write_script(self.SCRIPT), protocol=1)
+        w.expect_ready(protocol=1)
+        params = {"x": 1.5, "y": 2, "optimizer": "sgd", "lr": 0.001}
+        reports, final = w.run_trial(1, 0, params)
+        self.assertEqual(w.suggests, [])
+        self.assertEqual(w.user_attrs, [])
+        self.assertEqual(reports[0]["value"], 1.5)
+        x, y, opt, lr, got, attrs, dists = eval(final["value"])
+        self.assertEqual((x, y, opt, lr), (1.5, 2, "sgd", 0.001))
+        self.assertIs(type(y), int)
+        self.assertEqual(got, params)
+        self.assertEqual(attrs, {"note": "kept here"})
+        self.assertEqual(dists, ["lr", "optimizer", "x", "y"])
+        self.assertIn("user attributes stay in this process", w.stderr())
+
+    def test_a_name_not_in_params_is_a_clear_error(self):
+        w = FakeSweepd(self, self.write_script(self.SCRIPT), protocol=1)
+        w.expect_ready(protocol=1)
+        _, final = w.run_trial(1, 0, {"x": 1.5, "y": 2, "optimizer": "sgd", "lr": 0.001,
+                                      "extra": True})
+        self.assertEqual(final["exc_type"], "RuntimeError")
+        self.assertIn("this sweepd speaks protocol 1", final["message"])
+        self.assertIn("define your search space in [params]", final["message"])
+        self.assertIn("'dropout'", final["message"])
+
+    def test_a_value_outside_the_distribution_is_a_value_error(self):
+        w = FakeSweepd(self, self.write_script(self.SCRIPT), protocol=1)
+        w.expect_ready(protocol=1)
+        for params in ({"x": 7.5, "y": 2, "optimizer": "sgd", "lr": 0.001},
+                       {"x": 1.0, "y": 3, "optimizer": "sgd", "lr": 0.001},
+                       {"x": 1.0, "y": 2.5, "optimizer": "sgd", "lr": 0.001},
+                       {"x": 1.0, "y": True, "optimizer": "sgd", "lr": 0.001},
+                       {"x": 1.0, "y": 2, "optimizer": "rmsprop", "lr": 0.001},
+                       {"x": "1.0", "y": 2, "optimizer": "sgd", "lr": 0.001},
+                       {"x": 1.0, "y": 2, "optimizer": "sgd", "lr": 0.0}):
+            _, final = w.run_trial(1, 0, params)
+            self.assertEqual(final["exc_type"], "ValueError", params)
+            self.assertIn("sampled by sweepd from the study's [params], is not in",
+                          final["message"])
+
+    def test_negotiation(self):
+        cases = [(None, 1), ("", 1), ("1", 1), ("2", 2), (" 2 ", 2), ("3", 2), ("x", 1),
+                 ("0", 1)]
+        saved = os.environ.get("SWEEPD_PROTOCOL")
+        self.addCleanup(lambda: os.environ.__setitem__("SWEEPD_PROTOCOL", saved)
+                        if saved is not None else os.environ.pop("SWEEPD_PROTOCOL", None))
+        for raw, expected in cases:
+            if raw is None:
+                os.environ.pop("SWEEPD_PROTOCOL", None)
+            else:
+                os.environ["SWEEPD_PROTOCOL"] = raw
+            with open(os.devnull, "w") as devnull:
+                stderr, sys.stderr = sys.stderr, devnull
+                try:
+                    got = sweepd_worker._negotiate_protocol()
+                finally:
+                    sys.stderr = stderr
+            self.assertEqual(got, expected, raw)
+
+
+@needs_optuna
+class OneshotSuggestTests(Base):
+    SCRIPT = """
+        import sweepd_worker
+
+        def objective(trial):
+            x = trial.suggest_float("x", -5.0, 5.0)
+            if trial.params.get("more"):
+                lr = trial.suggest_float("lr", 1e-5, 1e-1, log=True)
+                trial.set_user_attr("lr_was", lr)
+                x += lr
+            trial.report(x, 0)
+            return x
+
+        sweepd_worker.serve(objective)
+    """
+
+    def oneshot(self, params, channel=True, protocol=2):
+        tmp = tempfile.mkdtemp(prefix="sweepd-oneshot-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        result_file = os.path.join(tmp, "result")
+        env = {"SWEEPD_TRIAL_ID": "42", "SWEEPD_TRIAL_NUMBER": "7",
+               "SWEEPD_RESULT_FILE": result_file, "SWEEPD_PARAMS": json.dumps(params)}
+        w = FakeSweepd(self, self.write_script(self.SCRIPT), mode="oneshot", env=env,
+                       channel=channel, protocol=protocol)
+        return w, result_file
+
+    def test_with_a_channel_suggests_go_to_sweepd(self):
+        w, rf = self.oneshot({"x": 1.5, "more": True})
+        w.expect_ready()
+        reports, final = w.serve_trial(42, {"x": 1.5, "more": True})
+        self.assertEqual([m["name"] for m in w.suggests], ["x", "lr"])
+        lr = w.sampler.values[(42, "lr")]
+        self.assertEqual(w.user_attrs, [{"type": "user_attr", "trial_id": 42,
+                                         "key": "lr_was", "value": lr}])
+        self.assertEqual(final, {"type": "result", "trial_id": 42, "value": 1.5 + lr})
+        self.assertEqual(w.wait(), 0)
+        with open(rf) as f:
+            self.assertEqual(f.read(), repr(1.5 + lr))
+
+    def test_protocol_one_with_a_channel(self):
+        w, rf = self.oneshot({"x": 1.5, "more": True}, protocol=1)
+        w.expect_ready()
+        _, final = w.serve_trial(42, {})
+        self.assertEqual(final["exc_type"], "RuntimeError")
+        self.assertIn("this sweepd speaks protocol 1", final["message"])
+        self.assertEqual(w.wait(), 1)
+
+    def test_without_a_channel_only_presampled_names(self):
+        w, rf = self.oneshot({"x": 1.5}, channel=False)
+        self.assertEqual(w.wait(), 0)
+        with open(rf) as f:
+            self.assertEqual(f.read(), "1.5")
+        w, rf = self.oneshot({"x": 1.5, "more": True}, channel=False)
+        self.assertEqual(w.wait(), 1)
+        self.assertFalse(os.path.exists(rf))
+        self.assertIn("RuntimeError: Trial.suggest_float('lr'): 'lr' is not among this trial's "
+                      "params, and this worker has no channel to sweepd", w.stderr())
+
+
+# An objective written for Optuna, with branches: a classifier choice with its own params,
+# and n_layers followed by one n_units_l{i} per layer. It runs unchanged under both.
+OPTUNA_OBJECTIVE = r"""
+import math
+import optuna
+
+
+def objective(trial):
+    classifier = trial.suggest_categorical("classifier", ["SVC", "RandomForest", "MLP"])
+    if classifier == "SVC":
+        c = trial.suggest_float("svc_c", 1e-10, 1e10, log=True)
+        kernel = trial.suggest_categorical("svc_kernel", ["linear", "rbf", None])
+        score = 1.0 - abs(math.log10(c)) / 10.0 + (0.05 if kernel == "rbf" else 0.0)
+    elif classifier == "RandomForest":
+        depth = trial.suggest_int("rf_max_depth", 2, 32, log=True)
+        trees = trial.suggest_int("rf_n_estimators", 10, 100, step=10)
+        score = 1.0 / depth + trees / 1000.0
+    else:
+        n_layers = trial.suggest_int("n_layers", 1, 3)
+        units = [trial.suggest_int("n_units_l{}".format(i), 4, 128, log=True)
+                 for i in range(n_layers)]
+        dropout = trial.suggest_float("dropout", 0.0, 0.5, step=0.1)
+        lr = trial.suggest_loguniform("lr", 1e-5, 1e-1)      # old scripts still have these
+        score = sum(units) / 400.0 - dropout + math.log10(lr) / 100.0
+    trial.set_user_attr("family", classifier)
+    for epoch in range(3):
+        trial.report(score * (epoch + 1) / 3.0, epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return score
+"""
+
+
+@needs_optuna
+class OptunaObjectiveTests(Base):
+    def test_an_optuna_objective_runs_unchanged_under_serve(self):
+        # Steer the branches so that every one is taken: classifier and n_layers by trial id.
+        families = ["SVC", "RandomForest", "MLP", "MLP", "MLP", "SVC"]
+        sampler = FakeSampler(seed=3, choose={
+            "classifier": lambda tid: families[(tid - 1) % len(families)],
+            "n_layers": lambda tid: {3: 1, 4: 2, 5: 3}.get(tid, 2),
+        })
+        w = FakeSweepd(self, self.write_script(
+            OPTUNA_OBJECTIVE + "\nimport sweepd_worker\nsweepd_worker.serve(objective)\n"),
+            sampler=sampler)
+        w.expect_ready()
+        # The same objective under Optuna itself, replaying the values sweepd answered.
+        namespace = {}
+        exec(compile(OPTUNA_OBJECTIVE, "optuna_objective", "exec"), namespace)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+        expected_names = {
+            "SVC": ["classifier", "svc_c", "svc_kernel"],
+            "RandomForest": ["classifier", "rf_max_depth", "rf_n_estimators"],
+        }
+        for tid, family in enumerate(families, start=1):
+            reports, final = w.run_trial(tid, tid - 1, {})
+            self.assertEqual(final["type"], "result", final)
+            names = [m["name"] for m in w.suggests]
+            if family == "MLP":
+                n = sampler.values[(tid, "n_layers")]
+                self.assertEqual(names, ["classifier", "n_layers"]
+                                 + ["n_units_l%d" % i for i in range(n)] + ["dropout", "lr"])
+            else:
+                self.assertEqual(names, expected_names[family])
+            answered = {m["name"]: sampler.values[(tid, m["name"])] for m in w.suggests}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                study.enqueue_trial(answered)
+                study.optimize(namespace["objective"], n_trials=1)
+            ot = study.trials[-1]
+            self.assertEqual(ot.params, answered)
+            self.assertEqual(final["value"], ot.value)
+            self.assertEqual({m["name"]: ordered(m["distribution"]) for m in w.suggests},
+                             {k: ordered(optuna_distributions.distribution_to_json(d))
+                              for k, d in ot.distributions.items()})
+            self.assertEqual([(r["step"], r["value"]) for r in reports],
+                             sorted(ot.intermediate_values.items()))
+            self.assertEqual({m["key"]: m["value"] for m in w.user_attrs}, ot.user_attrs)
+        # optuna.TrialPruned ends a trial as pruned.
+        _, final = w.run_trial(99, 6, {}, prune_at=1)
+        self.assertEqual(final, {"type": "pruned", "trial_id": 99})
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+        self.assertIn("suggest_loguniform has been deprecated", w.stderr())
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def objective(trial):
     values = load_values()
     record(trial.number, trial.params)
     for step in range(STEPS):
-        trial.report(step, value_for(values, trial.number, step))
+        trial.report(value_for(values, trial.number, step), step)
     return value_for(values, trial.number, STEPS)
 
 

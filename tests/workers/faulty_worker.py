@@ -116,7 +116,7 @@ def objective(trial):
     value = value_of(trial.params)
     for step in range(STEPS):
         time.sleep(SLEEP / STEPS)
-        trial.report(step, value + (STEPS - 1 - step))
+        trial.report(value + (STEPS - 1 - step), step)
         if step == 0:
             if number == EXIT_ON:
                 sys.stdout.flush()

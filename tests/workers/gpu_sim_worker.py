@@ -330,7 +330,7 @@ def objective(trial):
             GPU.allocate_to(mem * (step + 1) // steps)
             if step == 0 and fault:
                 strike(fault)
-            trial.report(step, value + (steps - 1 - step))
+            trial.report(value + (steps - 1 - step), step)
             if trial.should_prune():
                 raise sweepd_worker.TrialPruned()
             time.sleep(ramp / steps)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""A worker ported from an Optuna script that kept Optuna's `report(value, step)`.
+"""A worker that kept sweepd's old argument order `report(step, value)`.
 
-Every trial fails in the same place with the helper's TypeError about the
-argument order: a study that can only fail.
+The helper follows Optuna's `report(value, step)` and refuses it with a TypeError
+on line 20 every time (tests/trust.rs checks that): a study that can only fail.
 """
 
 import os
@@ -17,7 +17,7 @@ def objective(trial):
     loss = 0.0
     for epoch in range(3):
         loss = (trial.params["x"] - 0.3) ** 2 + 1.0 / (epoch + 1)
-        trial.report(loss, epoch)  # Optuna's order
+        trial.report(epoch, loss)  # the old order: refused
     return loss
 
 
