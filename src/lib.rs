@@ -20,5 +20,4 @@ pub mod sampler;
 pub mod store;
 pub mod study;
 pub mod supervisor;
-pub mod tpe;
 pub mod worker;

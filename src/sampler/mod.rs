@@ -18,6 +18,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+pub mod tpe;
+
 /// The largest grid `GridSampler` accepts: the permutation and taken-set are held in memory, and a
 /// sweep larger than this is almost certainly a config mistake (a float step far too small).
 pub const MAX_GRID_POINTS: u64 = 1_000_000;
@@ -54,10 +56,10 @@ pub fn build(
     Ok(match kind {
         SamplerKind::Random => Box::new(RandomSampler::new(seed)),
         SamplerKind::Grid => Box::new(GridSampler::new(space, seed)?),
-        SamplerKind::Tpe => Box::new(crate::tpe::TpeSampler::new(
+        SamplerKind::Tpe => Box::new(tpe::TpeSampler::new(
             space,
             direction,
-            crate::tpe::TpeSettings {
+            tpe::TpeSettings {
                 n_startup_trials: settings.n_startup_trials,
                 n_ei_candidates: settings.n_ei_candidates,
                 multivariate: settings.multivariate,
