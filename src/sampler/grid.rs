@@ -4,8 +4,9 @@
 //! The grid learns which points the study already holds through [`Sampler::observe`], so after
 //! a restart (or a manual `enqueue_trial`) it does not propose a point twice.
 
-use super::{last_step, validate, Sampler, MAX_GRID_POINTS};
-use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord};
+use super::{validate, Sampler};
+use crate::study::space::grid_points;
+use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord, MAX_GRID_POINTS};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -28,43 +29,24 @@ pub struct GridSampler {
 impl GridSampler {
     pub fn new(space: &SearchSpace, seed: Option<u64>) -> Result<Self, String> {
         validate(space)?;
-        let mut axes = Vec::with_capacity(space.params.len());
-        let mut total: u64 = 1;
-        let too_big = || format!("grid sampler: the grid has more than {MAX_GRID_POINTS} points");
-        for p in &space.params {
-            // Sized here before `grid_len` is asked, whose arithmetic would overflow on a
-            // range of many more points than we accept anyway.
-            let len = match p.dist {
-                Distribution::Float {
-                    low,
-                    high,
-                    step: Some(s),
-                    ..
-                } => {
-                    if (high - low) / s > MAX_GRID_POINTS as f64 {
-                        return Err(too_big());
-                    }
-                    // Not `grid_len`, which rounds up to a point past an off-grid `high`.
-                    last_step(low, high, s) + 1
-                }
-                Distribution::Int {
-                    low, high, step, ..
-                } if (high as i128 - low as i128) / step as i128 > MAX_GRID_POINTS as i128 => {
-                    return Err(too_big());
-                }
-                _ => p.dist.grid_len().ok_or_else(|| {
-                    format!(
-                        "grid sampler: param `{}` is continuous; give it a `step` or use the random sampler",
-                        p.name
-                    )
-                })?,
-            };
-            total = total
-                .checked_mul(len)
-                .filter(|&t| t <= MAX_GRID_POINTS)
-                .ok_or_else(too_big)?;
-            axes.push((p.name.clone(), p.dist.clone(), len));
+        let lens = space.grid_lens().map_err(|continuous| {
+            let name = continuous.first().map_or("", |&i| space.params[i].name.as_str());
+            format!(
+                "grid sampler: param `{name}` is continuous; give it a `step` or use the random sampler"
+            )
+        })?;
+        let total = grid_points(&lens);
+        if total > MAX_GRID_POINTS {
+            return Err(format!(
+                "grid sampler: the grid has more than {MAX_GRID_POINTS} points"
+            ));
         }
+        let axes: Vec<(String, Distribution, u64)> = space
+            .params
+            .iter()
+            .zip(lens)
+            .map(|(p, len)| (p.name.clone(), p.dist.clone(), len))
+            .collect();
         let mut order: Vec<u32> = (0..total as u32).collect();
         let mut rng = match seed {
             Some(s) => ChaCha8Rng::seed_from_u64(s),

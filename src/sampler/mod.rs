@@ -26,10 +26,6 @@ pub mod tpe;
 pub use grid::GridSampler;
 pub use random::RandomSampler;
 
-/// The largest grid `GridSampler` accepts: the permutation and taken-set are held in memory, and a
-/// sweep larger than this is almost certainly a config mistake (a float step far too small).
-pub const MAX_GRID_POINTS: u64 = 1_000_000;
-
 /// What a sampler is told about the study, and what it proposes.
 pub trait Sampler: Send {
     /// Proposes values for every param of `space` that `fixed` does not already hold, and returns
@@ -123,19 +119,6 @@ fn validate(space: &SearchSpace) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The index of the last point of the float grid `low + step * k` that does not pass `high`.
-/// `round` absorbs the float error in `(high - low) / step`, but when `high` is off the grid
-/// rounding up would put that point past `high`; Optuna avoids this by lowering `high` to the
-/// grid, and stepping back one point here is the same thing.
-fn last_step(low: f64, high: f64, step: f64) -> u64 {
-    let span = (high - low) / step;
-    let mut n = span.round();
-    if n > span + 1e-8 {
-        n -= 1.0;
-    }
-    n.max(0.0) as u64
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! own ChaCha8 stream, so restarts and dispatch order do not change a study's params. TPE's
 //! startup proposals are this sampler's.
 
-use super::{last_step, Sampler};
+use super::Sampler;
+use crate::study::space::last_grid_index;
 use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,7 +69,7 @@ fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
             }
             let x = match step {
                 Some(s) if s > 0.0 => {
-                    let k = rng.gen_range(0..=last_step(low, high, s));
+                    let k = rng.gen_range(0..=last_grid_index(low, high, s));
                     // low + step*k can overshoot high by an ulp; clamp keeps it in domain.
                     (low + s * k as f64).min(high)
                 }

@@ -57,9 +57,45 @@ pub struct SearchSpace {
 /// A trial's parameters by name. A `BTreeMap` so that every rendering is in a stable order.
 pub type Params = BTreeMap<String, ParamValue>;
 
+/// The largest grid sweepd searches: config rejects a larger one and the grid sampler refuses
+/// it (it holds a permutation and a taken-set of its points in memory). A sweep larger than this
+/// is almost certainly a mistake (a float step far too small), not a plan.
+pub const MAX_GRID_POINTS: u64 = 1_000_000;
+
+/// The number of points of a grid whose params have `lens` values each ([`SearchSpace::grid_lens`]),
+/// saturating at `u64::MAX`.
+pub fn grid_points(lens: &[u64]) -> u64 {
+    lens.iter().fold(1, |total, &n| total.saturating_mul(n))
+}
+
+/// The index of the last point of the float grid `low + step * k` that does not pass `high`.
+/// `round` absorbs the float error in `(high - low) / step`, but when `high` is off the grid
+/// rounding up would put that point past `high`; Optuna avoids this by lowering `high` to the
+/// grid, and stepping back one point here is the same thing.
+pub fn last_grid_index(low: f64, high: f64, step: f64) -> u64 {
+    let span = (high - low) / step;
+    let mut n = span.round();
+    if n > span + 1e-8 {
+        n -= 1.0;
+    }
+    n.max(0.0) as u64
+}
+
 impl SearchSpace {
     pub fn get(&self, name: &str) -> Option<&ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Each param's number of grid values ([`Distribution::grid_len`]), in order; or the
+    /// indices of the params that have no grid (continuous floats).
+    pub fn grid_lens(&self) -> Result<Vec<u64>, Vec<usize>> {
+        let lens: Vec<Option<u64>> = self.params.iter().map(|p| p.dist.grid_len()).collect();
+        let continuous: Vec<usize> = (0..lens.len()).filter(|&i| lens[i].is_none()).collect();
+        if continuous.is_empty() {
+            Ok(lens.into_iter().flatten().collect())
+        } else {
+            Err(continuous)
+        }
     }
 
     /// The params as the JSON object a worker receives (external form).
@@ -228,20 +264,29 @@ impl Distribution {
         }
     }
 
-    /// Number of distinct values, if finite (used by the grid sampler).
+    /// Number of grid values: `None` for a continuous float, 0 for a malformed int range. It
+    /// saturates at `u64::MAX` instead of overflowing: config validation counts absurd ranges
+    /// with it to reject them.
     pub fn grid_len(&self) -> Option<u64> {
-        match self {
+        match *self {
             Distribution::Float {
                 low,
                 high,
                 step: Some(s),
                 ..
-            } => Some(((high - low) / s).round() as u64 + 1),
+            } => Some(last_grid_index(low, high, s).saturating_add(1)),
             Distribution::Float { step: None, .. } => None,
             Distribution::Int {
                 low, high, step, ..
-            } => Some(((high - low) / step) as u64 + 1),
-            Distribution::Categorical { choices } => Some(choices.len() as u64),
+            } => {
+                if step <= 0 || high < low {
+                    return Some(0);
+                }
+                // i128: high - low can overflow i64 for extreme bounds.
+                let last = (i128::from(high) - i128::from(low)) / i128::from(step);
+                Some(u64::try_from(last).map_or(u64::MAX, |n| n.saturating_add(1)))
+            }
+            Distribution::Categorical { ref choices } => Some(choices.len() as u64),
         }
     }
 
@@ -384,6 +429,83 @@ mod tests {
         assert_eq!(d.grid_len(), Some(5));
         assert_eq!(d.grid_value(4), Some(ParamValue::Int(10)));
         assert_eq!(d.grid_value(5), None);
+    }
+
+    #[test]
+    fn grid_len_counts_the_points_up_to_an_off_grid_high() {
+        // 0, 0.4, 0.8: rounding (1 - 0) / 0.4 = 2.5 up would count a point past high.
+        let d = Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            step: Some(0.4),
+            log: false,
+        };
+        assert_eq!(d.grid_len(), Some(3));
+        assert_eq!(d.grid_value(2), Some(ParamValue::Float(0.8)));
+        assert_eq!(d.grid_value(3), None);
+    }
+
+    #[test]
+    fn grid_len_saturates_instead_of_overflowing() {
+        // high - low overflows i64 here; grid_len used to compute it in i64.
+        let wide = Distribution::Int {
+            low: i64::MIN,
+            high: i64::MAX,
+            step: 1,
+            log: false,
+        };
+        assert_eq!(wide.grid_len(), Some(u64::MAX));
+        let tiny_step = Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            step: Some(1e-300),
+            log: false,
+        };
+        assert_eq!(tiny_step.grid_len(), Some(u64::MAX));
+        assert_eq!(grid_points(&[u64::MAX, 2]), u64::MAX);
+        assert_eq!(grid_points(&[3, 4]), 12);
+        assert_eq!(grid_points(&[]), 1);
+        let malformed = Distribution::Int {
+            low: 5,
+            high: 1,
+            step: 0,
+            log: false,
+        };
+        assert_eq!(malformed.grid_len(), Some(0));
+    }
+
+    #[test]
+    fn grid_lens_names_the_continuous_params() {
+        let stepped = Distribution::Int {
+            low: 0,
+            high: 4,
+            step: 2,
+            log: false,
+        };
+        let continuous = Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            step: None,
+            log: false,
+        };
+        let space = |dists: Vec<Distribution>| SearchSpace {
+            params: dists
+                .into_iter()
+                .enumerate()
+                .map(|(i, dist)| ParamSpec {
+                    name: format!("p{i}"),
+                    dist,
+                })
+                .collect(),
+        };
+        assert_eq!(
+            space(vec![stepped.clone(), cat()]).grid_lens(),
+            Ok(vec![3, 3])
+        );
+        assert_eq!(
+            space(vec![continuous.clone(), stepped, continuous]).grid_lens(),
+            Err(vec![0, 2])
+        );
     }
 
     #[test]

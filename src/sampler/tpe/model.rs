@@ -1,7 +1,7 @@
 //! How TPE models one param: its kernel domain in model space (the value, or its log), the grid
 //! of a stepped param, and the coordinate a trial's value becomes in the history.
 
-use crate::sampler::last_step;
+use crate::study::space::last_grid_index;
 use crate::study::{Distribution, ParamValue};
 
 /// How one param is modelled.
@@ -62,7 +62,7 @@ impl Model {
                         if !s.is_finite() || s <= 0.0 || (high - low) / s > 1e15 {
                             return Model::Invalid;
                         }
-                        let last = last_step(low, high, s);
+                        let last = last_grid_index(low, high, s);
                         if last == 0 {
                             return Model::Single(ParamValue::Float(low));
                         }
