@@ -11,7 +11,7 @@ Run with the test venv's Python (Optuna 5.0 from requirements-test.txt)::
 
 1. ``sampler``: six synthetic functions (2-D to 10-D, one mixed float/int/categorical), each
    minimized from ``--seeds`` seeds for ``--trials`` sequential trials by sweepd's random and TPE
-   samplers (driven directly by ``examples/sampler_bench.rs``, no daemon) and by Optuna's
+   samplers (driven directly by ``bench/sampler_bench.rs``, no daemon) and by Optuna's
    ``TPESampler`` and ``RandomSampler`` (ask/tell loop, in-memory storage). The functions are
    defined identically in Rust and here; the run first checks that both definitions agree.
 2. ``overhead``: the whole daemon (``target/release/sweepd run``) with persistent Python workers
@@ -53,7 +53,7 @@ machines or dates are not comparable.
 """
 
 # ----------------------------------------------------------------------------------------------
-# Test functions: the same definitions as examples/sampler_bench.rs (checked by `check_functions`).
+# Test functions: the same definitions as bench/sampler_bench.rs (checked by `check_functions`).
 
 BRANIN_B = 5.1 / (4.0 * math.pi * math.pi)
 BRANIN_C = 5.0 / math.pi
@@ -516,7 +516,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("- `sweepd-tpe`: `sweepd::sampler::build(Tpe, ...)` with the defaults of `[sampler]`: "
              "`n_startup_trials = 10`, `n_ei_candidates = 24`, `multivariate = true`, "
              "`constant_liar = true` (moot here: trials run one at a time), `seed = s`; driven by "
-             "`examples/sampler_bench.rs` through the calls the daemon makes (`sample` keyed by the "
+             "`bench/sampler_bench.rs` through the calls the daemon makes (`sample` keyed by the "
              "trial number, `observe`, `tell`).")
     L.append("- `optuna-tpe`: `optuna.samplers.TPESampler(seed=s, multivariate=True, constant_liar=True)`. "
              "These are Optuna %s's defaults (`multivariate=None` resolves to True for a "
@@ -527,7 +527,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("- Optuna runs use `study.ask(fixed_distributions=space)` / `study.tell` with in-memory "
              "storage.")
     L.append("")
-    L.append("**Functions** (all minimized; defined identically in `examples/sampler_bench.rs` and "
+    L.append("**Functions** (all minimized; defined identically in `bench/sampler_bench.rs` and "
              "`bench/search_bench.py`, checked before each run: same Optuna distributions, same values "
              "on 240 random points to a relative error of %.0e):" % max(max_err, 1e-16))
     L.append("")
