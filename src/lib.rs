@@ -6,14 +6,12 @@
 //! running it on a [`worker`] process. [`cli`] renders what the store holds.
 //! See `docs/architecture.md`.
 
-pub mod capacity;
 pub mod classify;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod gpu;
 pub mod metrics;
-pub mod monitor;
 pub mod progress;
 pub mod pruner;
 pub mod sampler;

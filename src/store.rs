@@ -1949,7 +1949,7 @@ impl Store {
     }
 
     /// Telemetry samples of trial memory.
-    pub async fn write_samples(&self, samples: &[crate::monitor::Sample]) -> Result<()> {
+    pub async fn write_samples(&self, samples: &[crate::gpu::monitor::Sample]) -> Result<()> {
         if samples.is_empty() {
             return Ok(());
         }
