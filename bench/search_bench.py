@@ -319,7 +319,7 @@ def target_dir(args):
 
 def tpe_is_placeholder():
     try:
-        return "PLACEHOLDER" in (ROOT / "src" / "tpe.rs").read_text()[:2000]
+        return "PLACEHOLDER" in (ROOT / "src" / "sampler" / "tpe" / "mod.rs").read_text()[:2000]
     except OSError:
         return False
 
@@ -498,7 +498,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("## Sampler quality: sweepd TPE vs Optuna TPE vs random")
     L.append("")
     if placeholder:
-        L.append("> **PLACEHOLDER TPE**: `src/tpe.rs` still held the random placeholder when this ran, "
+        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran, "
                  "so the sweepd-tpe rows are random sampling. Re-run `make bench` once TPE lands.")
         L.append("")
     L += machine_lines(info, load_end)
@@ -1018,7 +1018,7 @@ def render_overhead_raw(raw):
 def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load_end):
     L = ["## Overhead: whole-daemon throughput vs Optuna with SQLite", ""]
     if info.get("placeholder_tpe"):
-        L.append("> **PLACEHOLDER TPE**: `src/tpe.rs` still held the random placeholder when this ran; "
+        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran; "
                  "the real TPE's per-trial cost is not included. Re-run `make bench` once TPE lands.")
         L.append("")
     L += machine_lines(info, load_end)
@@ -1193,7 +1193,7 @@ def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load
              "per commit, several commits per trial) behind its `_CachedStorage`. Both are what a "
              "user gets by default on this disk. Optuna's TPE fits its Parzen estimators to every "
              "finished trial, so its sampling cost grows linearly with the study; sweepd's keeps only "
-             "the newest 1000 trials in its \"above\" model past 1000 trials (`src/tpe.rs`) but still "
+             "the newest 1000 trials in its \"above\" model past 1000 trials (`src/sampler/tpe/split.rs`) but still "
              "scans every finished trial to pick the \"below\" ones.")
     ctx_per_trial = [r["daemon_ctx_switches"] / r["complete"] for r in runs + ([control] if control else [])
                      if r.get("daemon_ctx_switches") and r["complete"]]
