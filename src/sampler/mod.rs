@@ -16,7 +16,7 @@
 //! `GridSampler`) and [`tpe`] (its `TPESampler`); this one holds what they share: the
 //! [`Sampler`] trait the supervisor drives them through, and [`build`].
 
-use crate::config::SamplerKind;
+use crate::config::{SamplerConfig, SamplerKind};
 use crate::study::{Direction, Distribution, Params, SearchSpace, TrialRecord};
 
 pub mod grid;
@@ -46,13 +46,15 @@ pub trait Sampler: Send {
 }
 
 /// Builds the sampler the config asks for, after checking that every distribution can be
-/// sampled, so that a bad config fails at startup rather than as a panic mid-sweep.
+/// sampled, so that a bad config fails at startup rather than as a panic mid-sweep. `seed` is
+/// the one the caller resolved (`[sampler] seed`, else `[study] seed`); `settings.seed` is not
+/// read.
 pub fn build(
     kind: SamplerKind,
     space: &SearchSpace,
     seed: Option<u64>,
     direction: Direction,
-    settings: &crate::config::SamplerConfig,
+    settings: &SamplerConfig,
 ) -> Result<Box<dyn Sampler>, String> {
     validate(space)?;
     Ok(match kind {
@@ -61,12 +63,9 @@ pub fn build(
         SamplerKind::Tpe => Box::new(tpe::TpeSampler::new(
             space,
             direction,
-            tpe::TpeSettings {
-                n_startup_trials: settings.n_startup_trials,
-                n_ei_candidates: settings.n_ei_candidates,
-                multivariate: settings.multivariate,
-                constant_liar: settings.constant_liar,
+            SamplerConfig {
                 seed,
+                ..settings.clone()
             },
         )),
     })

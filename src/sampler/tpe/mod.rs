@@ -76,6 +76,7 @@
 //!   cost grows with the study; here a proposal's cost stops growing. Optuna's fading weights
 //!   already give the oldest trials the least weight, so the window drops what matters least.
 
+use crate::config::SamplerConfig;
 use crate::sampler::{RandomSampler, Sampler};
 use crate::study::{Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 use model::Model;
@@ -94,37 +95,11 @@ mod truncnorm;
 
 pub use split::HISTORY_WINDOW;
 
-/// TPE options; [`Default`] gives Optuna's defaults with sweepd's choice of multivariate and
-/// constant liar.
-#[derive(Debug, Clone)]
-pub struct TpeSettings {
-    /// Random proposals until this many trials are COMPLETE or PRUNED.
-    pub n_startup_trials: usize,
-    /// Draws from `l(x)` scored per proposal.
-    pub n_ei_candidates: usize,
-    /// One joint estimator over all params rather than one per param.
-    pub multivariate: bool,
-    /// Running trials count as bad ("above") so parallel proposals spread out.
-    pub constant_liar: bool,
-    pub seed: Option<u64>,
-}
-
-impl Default for TpeSettings {
-    fn default() -> Self {
-        TpeSettings {
-            n_startup_trials: 10,
-            n_ei_candidates: 24,
-            multivariate: true,
-            constant_liar: true,
-            seed: None,
-        }
-    }
-}
-
 /// The TPE sampler. History is kept here, one compact row of model coordinates per trial.
 pub struct TpeSampler {
     direction: Direction,
-    settings: TpeSettings,
+    /// `[sampler]`, with `seed` the one resolved for this study (`[sampler]`, else `[study]`).
+    settings: SamplerConfig,
     /// The space the sampler was built for; `models` and every history row follow its order.
     space: SearchSpace,
     models: Vec<Model>,
@@ -137,7 +112,7 @@ pub struct TpeSampler {
 }
 
 impl TpeSampler {
-    pub fn new(space: &SearchSpace, direction: Direction, settings: TpeSettings) -> TpeSampler {
+    pub fn new(space: &SearchSpace, direction: Direction, settings: SamplerConfig) -> TpeSampler {
         let models = space.params.iter().map(|p| Model::new(&p.dist)).collect();
         let index = space
             .params
@@ -320,7 +295,7 @@ mod tests {
             let mut s = TpeSampler::new(
                 &space,
                 Direction::Minimize,
-                TpeSettings {
+                SamplerConfig {
                     multivariate,
                     ..seeded(11)
                 },
@@ -421,7 +396,7 @@ mod tests {
             (c + 0.3 * f_of(p, "x"), vec![])
         };
         for multivariate in [true, false] {
-            let settings = TpeSettings {
+            let settings = SamplerConfig {
                 multivariate,
                 ..seeded(5)
             };
@@ -482,7 +457,7 @@ mod tests {
     /// Mean pairwise distance of 4 consecutive proposals made while 4 trials run at the best x.
     fn spread(constant_liar: bool, seed: u64) -> f64 {
         let space = x_space();
-        let settings = TpeSettings {
+        let settings = SamplerConfig {
             constant_liar,
             ..seeded(seed)
         };
@@ -587,7 +562,7 @@ mod tests {
         // Same keys, other seed: its history differs too, but the point is that it varies.
         assert_ne!(other.sample(&space, &none, 100), pa[0]);
         // Unseeded still works and varies.
-        let mut u = TpeSampler::new(&space, Direction::Minimize, TpeSettings::default());
+        let mut u = TpeSampler::new(&space, Direction::Minimize, SamplerConfig::default());
         run(&mut u, &space, 0, 12, &mixed_objective);
         assert_ne!(u.sample(&space, &none, 0), u.sample(&space, &none, 0));
     }

@@ -272,8 +272,9 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SamplerConfig;
     use crate::sampler::tpe::testkit::{record, seeded, x_space, xp};
-    use crate::sampler::tpe::{TpeSampler, TpeSettings};
+    use crate::sampler::tpe::TpeSampler;
     use crate::sampler::{RandomSampler, Sampler};
     use crate::study::{Direction, Params, TrialRecord, TrialState};
 
@@ -362,7 +363,7 @@ mod tests {
     fn running_trials_go_above_only_with_constant_liar() {
         let space = x_space();
         for liar in [true, false] {
-            let settings = TpeSettings {
+            let settings = SamplerConfig {
                 constant_liar: liar,
                 ..seeded(0)
             };

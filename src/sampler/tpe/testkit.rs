@@ -1,14 +1,14 @@
 //! What the TPE unit tests share: settings, spaces, objectives and the sequential loop.
 
-use super::TpeSettings;
+use crate::config::SamplerConfig;
 use crate::sampler::Sampler;
 use crate::study::space::test_util::{cat, float, int, spec};
 use crate::study::{ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 
-pub(super) fn seeded(seed: u64) -> TpeSettings {
-    TpeSettings {
+pub(super) fn seeded(seed: u64) -> SamplerConfig {
+    SamplerConfig {
         seed: Some(seed),
-        ..TpeSettings::default()
+        ..SamplerConfig::default()
     }
 }
 
