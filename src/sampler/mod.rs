@@ -17,7 +17,7 @@
 //! [`Sampler`] trait the supervisor drives them through, and [`build`].
 
 use crate::config::{SamplerConfig, SamplerKind};
-use crate::study::{Direction, Distribution, Params, SearchSpace, TrialRecord};
+use crate::study::{Direction, Params, SearchSpace, TrialRecord};
 
 pub mod grid;
 pub mod random;
@@ -76,46 +76,9 @@ pub fn build(
 /// too; checking again here keeps the samplers total whatever built the space.
 fn validate(space: &SearchSpace) -> Result<(), String> {
     for p in &space.params {
-        let err = |why: &str| Err(format!("param `{}`: {why}", p.name));
-        match &p.dist {
-            Distribution::Float {
-                low,
-                high,
-                step,
-                log,
-            } => {
-                if !low.is_finite() || !high.is_finite() || low > high {
-                    return err("float bounds must be finite with low <= high");
-                }
-                if step.is_some_and(|s| !s.is_finite() || s <= 0.0) {
-                    return err("float step must be positive");
-                }
-                if *log && *low <= 0.0 {
-                    return err("log scale needs low > 0");
-                }
-            }
-            Distribution::Int {
-                low,
-                high,
-                step,
-                log,
-            } => {
-                if low > high {
-                    return err("int bounds must have low <= high");
-                }
-                if *step <= 0 {
-                    return err("int step must be positive");
-                }
-                if *log && *low < 1 {
-                    return err("log scale needs low >= 1");
-                }
-            }
-            Distribution::Categorical { choices } => {
-                if choices.is_empty() {
-                    return err("categorical needs at least one choice");
-                }
-            }
-        }
+        p.dist
+            .check()
+            .map_err(|why| format!("param `{}`: {why}", p.name))?;
     }
     Ok(())
 }

@@ -57,6 +57,7 @@ impl Sampler for RandomSampler {
 
 /// One draw from `dist`; `None` if the distribution is empty or malformed.
 fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
+    dist.check().ok()?;
     let v = match *dist {
         Distribution::Float {
             low,
@@ -64,20 +65,13 @@ fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
             step,
             log,
         } => {
-            if low.is_nan() || high.is_nan() || low > high {
-                return None;
-            }
             let x = match step {
-                Some(s) if s > 0.0 => {
+                Some(s) => {
                     let k = rng.gen_range(0..=last_grid_index(low, high, s));
                     // low + step*k can overshoot high by an ulp; clamp keeps it in domain.
                     (low + s * k as f64).min(high)
                 }
-                Some(_) => return None,
                 None if log => {
-                    if low <= 0.0 {
-                        return None;
-                    }
                     let (a, b) = (low.ln(), high.ln());
                     (a + rng.gen::<f64>() * (b - a)).exp().clamp(low, high)
                 }
@@ -91,15 +85,9 @@ fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
             step,
             log,
         } => {
-            if low > high || step <= 0 {
-                return None;
-            }
             // i128 so that extreme bounds cannot overflow the span.
             let n = ((high as i128 - low as i128) / step as i128) as u64;
             let k = if log {
-                if low < 1 {
-                    return None;
-                }
                 // Optuna widens the range by half a unit on each side before going to log
                 // space, so the end points get their fair share after rounding.
                 let (a, b) = ((low as f64 - 0.5).ln(), (high as f64 + 0.5).ln());
@@ -111,9 +99,6 @@ fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
             ParamValue::Int((low as i128 + step as i128 * k as i128) as i64)
         }
         Distribution::Categorical { ref choices } => {
-            if choices.is_empty() {
-                return None;
-            }
             ParamValue::Choice(rng.gen_range(0..choices.len()))
         }
     };

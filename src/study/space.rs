@@ -264,6 +264,53 @@ impl Distribution {
         }
     }
 
+    /// Why no sampler can draw from this distribution, if none can: bounds not finite or not in
+    /// order, a step that is not positive, a log scale over values that are not positive, no
+    /// choices. Config rejects all of these with a located message; the samplers check again so
+    /// that they stay total whatever built the space.
+    pub fn check(&self) -> Result<(), &'static str> {
+        match *self {
+            Distribution::Float {
+                low,
+                high,
+                step,
+                log,
+            } => {
+                if !low.is_finite() || !high.is_finite() || low > high {
+                    return Err("float bounds must be finite with low <= high");
+                }
+                if step.is_some_and(|s| !s.is_finite() || s <= 0.0) {
+                    return Err("float step must be positive");
+                }
+                if log && low <= 0.0 {
+                    return Err("log scale needs low > 0");
+                }
+            }
+            Distribution::Int {
+                low,
+                high,
+                step,
+                log,
+            } => {
+                if low > high {
+                    return Err("int bounds must have low <= high");
+                }
+                if step <= 0 {
+                    return Err("int step must be positive");
+                }
+                if log && low < 1 {
+                    return Err("log scale needs low >= 1");
+                }
+            }
+            Distribution::Categorical { ref choices } => {
+                if choices.is_empty() {
+                    return Err("categorical needs at least one choice");
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Number of grid values: `None` for a continuous float, 0 for a malformed int range. It
     /// saturates at `u64::MAX` instead of overflowing: config validation counts absurd ranges
     /// with it to reject them.
@@ -354,6 +401,7 @@ pub(crate) mod test_util {
 
 #[cfg(test)]
 mod tests {
+    use super::test_util::{float, int, spec};
     use super::*;
 
     fn cat() -> Distribution {
@@ -434,12 +482,7 @@ mod tests {
     #[test]
     fn grid_len_counts_the_points_up_to_an_off_grid_high() {
         // 0, 0.4, 0.8: rounding (1 - 0) / 0.4 = 2.5 up would count a point past high.
-        let d = Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            step: Some(0.4),
-            log: false,
-        };
+        let d = float(0.0, 1.0, Some(0.4), false);
         assert_eq!(d.grid_len(), Some(3));
         assert_eq!(d.grid_value(2), Some(ParamValue::Float(0.8)));
         assert_eq!(d.grid_value(3), None);
@@ -448,54 +491,24 @@ mod tests {
     #[test]
     fn grid_len_saturates_instead_of_overflowing() {
         // high - low overflows i64 here; grid_len used to compute it in i64.
-        let wide = Distribution::Int {
-            low: i64::MIN,
-            high: i64::MAX,
-            step: 1,
-            log: false,
-        };
-        assert_eq!(wide.grid_len(), Some(u64::MAX));
-        let tiny_step = Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            step: Some(1e-300),
-            log: false,
-        };
+        assert_eq!(int(i64::MIN, i64::MAX, 1, false).grid_len(), Some(u64::MAX));
+        let tiny_step = float(0.0, 1.0, Some(1e-300), false);
         assert_eq!(tiny_step.grid_len(), Some(u64::MAX));
         assert_eq!(grid_points(&[u64::MAX, 2]), u64::MAX);
         assert_eq!(grid_points(&[3, 4]), 12);
         assert_eq!(grid_points(&[]), 1);
-        let malformed = Distribution::Int {
-            low: 5,
-            high: 1,
-            step: 0,
-            log: false,
-        };
-        assert_eq!(malformed.grid_len(), Some(0));
+        assert_eq!(int(5, 1, 0, false).grid_len(), Some(0));
     }
 
     #[test]
     fn grid_lens_names_the_continuous_params() {
-        let stepped = Distribution::Int {
-            low: 0,
-            high: 4,
-            step: 2,
-            log: false,
-        };
-        let continuous = Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            step: None,
-            log: false,
-        };
+        let stepped = int(0, 4, 2, false);
+        let continuous = float(0.0, 1.0, None, false);
         let space = |dists: Vec<Distribution>| SearchSpace {
             params: dists
                 .into_iter()
                 .enumerate()
-                .map(|(i, dist)| ParamSpec {
-                    name: format!("p{i}"),
-                    dist,
-                })
+                .map(|(i, dist)| spec(&format!("p{i}"), dist))
                 .collect(),
         };
         assert_eq!(
@@ -506,6 +519,39 @@ mod tests {
             space(vec![continuous.clone(), stepped, continuous]).grid_lens(),
             Err(vec![0, 2])
         );
+    }
+
+    #[test]
+    fn check_names_what_no_sampler_can_draw() {
+        let bad = [
+            (float(1.0, 0.0, None, false), "float bounds"),
+            (float(0.0, f64::INFINITY, None, false), "float bounds"),
+            (float(f64::NAN, 1.0, None, false), "float bounds"),
+            (float(0.0, 1.0, Some(0.0), false), "float step"),
+            (float(0.0, 1.0, Some(f64::NAN), false), "float step"),
+            (float(0.0, 1.0, None, true), "log scale needs low > 0"),
+            (int(2, 1, 1, false), "int bounds"),
+            (int(0, 4, -2, false), "int step"),
+            (int(0, 4, 1, true), "log scale needs low >= 1"),
+            (
+                Distribution::Categorical { choices: vec![] },
+                "at least one choice",
+            ),
+        ];
+        for (d, why) in bad {
+            let err = d.check().unwrap_err();
+            assert!(err.contains(why), "{d:?}: {err}");
+        }
+        for d in [
+            float(1e-5, 1e-1, None, true),
+            float(0.5, 0.5, None, false),
+            float(0.0, 1.0, Some(0.25), false),
+            int(1, 1, 1, true),
+            int(2, 11, 3, false),
+            cat(),
+        ] {
+            assert_eq!(d.check(), Ok(()), "{d:?}");
+        }
     }
 
     #[test]

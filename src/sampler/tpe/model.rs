@@ -47,75 +47,67 @@ pub(super) struct Grid {
 
 impl Model {
     pub(super) fn new(dist: &Distribution) -> Model {
+        if dist.check().is_err() {
+            return Model::Invalid;
+        }
         match *dist {
             Distribution::Float {
                 low,
                 high,
                 step,
                 log,
-            } => {
-                if !low.is_finite() || !high.is_finite() || low > high {
-                    return Model::Invalid;
-                }
-                match step {
-                    Some(s) => {
-                        if !s.is_finite() || s <= 0.0 || (high - low) / s > 1e15 {
-                            return Model::Invalid;
-                        }
-                        let last = last_grid_index(low, high, s);
-                        if last == 0 {
-                            return Model::Single(ParamValue::Float(low));
-                        }
-                        let grid = Grid {
-                            low,
-                            step: s,
-                            last,
-                            edge_lo: low - s / 2.0,
-                            edge_hi: low + s * last as f64 + s / 2.0,
-                            int: None,
-                            high,
-                        };
-                        Model::Numeric(Numeric {
-                            lo: grid.edge_lo,
-                            hi: grid.edge_hi,
-                            log: false,
-                            low,
-                            high,
-                            grid: Some(grid),
-                        })
+            } => match step {
+                Some(s) => {
+                    if (high - low) / s > 1e15 {
+                        return Model::Invalid;
                     }
-                    None => {
-                        if log && low <= 0.0 {
-                            return Model::Invalid;
-                        }
-                        if low == high {
-                            return Model::Single(ParamValue::Float(low));
-                        }
-                        let (lo, hi) = if log {
-                            (low.ln(), high.ln())
-                        } else {
-                            (low, high)
-                        };
-                        Model::Numeric(Numeric {
-                            lo,
-                            hi,
-                            log,
-                            low,
-                            high,
-                            grid: None,
-                        })
+                    let last = last_grid_index(low, high, s);
+                    if last == 0 {
+                        return Model::Single(ParamValue::Float(low));
                     }
+                    let grid = Grid {
+                        low,
+                        step: s,
+                        last,
+                        edge_lo: low - s / 2.0,
+                        edge_hi: low + s * last as f64 + s / 2.0,
+                        int: None,
+                        high,
+                    };
+                    Model::Numeric(Numeric {
+                        lo: grid.edge_lo,
+                        hi: grid.edge_hi,
+                        log: false,
+                        low,
+                        high,
+                        grid: Some(grid),
+                    })
                 }
-            }
+                None => {
+                    if low == high {
+                        return Model::Single(ParamValue::Float(low));
+                    }
+                    let (lo, hi) = if log {
+                        (low.ln(), high.ln())
+                    } else {
+                        (low, high)
+                    };
+                    Model::Numeric(Numeric {
+                        lo,
+                        hi,
+                        log,
+                        low,
+                        high,
+                        grid: None,
+                    })
+                }
+            },
             Distribution::Int {
                 low,
                 high,
                 step,
                 log,
             } => {
-                if low > high || step <= 0 || (log && low < 1) {
-                    return Model::Invalid;
-                }
                 let last = ((high as i128 - low as i128) / step as i128) as u64;
                 if last == 0 {
                     return Model::Single(ParamValue::Int(low));
