@@ -146,6 +146,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    use crate::sampler::testkit::float_of;
     use crate::study::space::test_util::{cat, float, int, spec};
 
     fn grid_space() -> SearchSpace {
@@ -155,13 +156,6 @@ mod tests {
                 spec("n", int(2, 6, 2, false)),
                 spec("opt", cat(2)),
             ],
-        }
-    }
-
-    fn float_of(p: &Params, k: &str) -> f64 {
-        match p[k] {
-            ParamValue::Float(x) => x,
-            ref v => panic!("{k} = {v:?}"),
         }
     }
 

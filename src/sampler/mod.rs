@@ -21,6 +21,8 @@ use crate::study::{Direction, Params, SearchSpace, TrialRecord};
 
 pub mod grid;
 pub mod random;
+#[cfg(test)]
+mod testkit;
 pub mod tpe;
 
 pub use grid::GridSampler;

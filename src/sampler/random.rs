@@ -111,29 +111,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    use crate::study::space::test_util::{cat, float, int, spec};
-
-    fn mixed_space() -> SearchSpace {
-        SearchSpace {
-            params: vec![
-                spec("f", float(-1.0, 2.5, None, false)),
-                spec("lf", float(1e-5, 1e-1, None, true)),
-                spec("sf", float(0.0, 0.3, Some(0.1), false)),
-                spec("sf_off", float(0.0, 1.0, Some(0.4), false)),
-                spec("i", int(-3, 7, 1, false)),
-                spec("li", int(1, 1000, 1, true)),
-                spec("si", int(2, 11, 3, false)),
-                spec("c", cat(4)),
-            ],
-        }
-    }
-
-    fn float_of(p: &Params, k: &str) -> f64 {
-        match p[k] {
-            ParamValue::Float(x) => x,
-            ref v => panic!("{k} = {v:?}"),
-        }
-    }
+    use crate::sampler::testkit::{float_of, mixed_space};
+    use crate::study::space::test_util::{float, int, spec};
 
     fn int_of(p: &Params, k: &str) -> i64 {
         match p[k] {

@@ -89,8 +89,6 @@ use std::collections::HashMap;
 mod model;
 mod parzen;
 mod split;
-#[cfg(test)]
-mod testkit;
 mod truncnorm;
 
 pub use split::HISTORY_WINDOW;
@@ -284,8 +282,8 @@ impl Sampler for TpeSampler {
 
 #[cfg(test)]
 mod tests {
-    use super::testkit::*;
     use super::*;
+    use crate::sampler::testkit::*;
     use crate::study::space::test_util::{cat, float, int, spec};
 
     #[test]

@@ -299,9 +299,7 @@ fn log_sum_exp(v: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::tpe::testkit::{
-        close, f_of_value, mixed_objective, mixed_space, run, seeded,
-    };
+    use crate::sampler::testkit::{close, f_of_value, mixed_objective, mixed_space, run, seeded};
     use crate::sampler::tpe::TpeSampler;
     use crate::study::space::test_util::{cat, float, int, spec};
     use crate::study::{Direction, Distribution, ParamValue, Params, SearchSpace};

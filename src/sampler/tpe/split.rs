@@ -273,7 +273,7 @@ impl History {
 mod tests {
     use super::*;
     use crate::config::SamplerConfig;
-    use crate::sampler::tpe::testkit::{record, seeded, x_space, xp};
+    use crate::sampler::testkit::{record, seeded, x_space, xp};
     use crate::sampler::tpe::TpeSampler;
     use crate::sampler::{RandomSampler, Sampler};
     use crate::study::{Direction, Params, TrialRecord, TrialState};

@@ -150,7 +150,7 @@ pub(super) fn truncnorm_draw(mu: f64, sigma: f64, lo: f64, hi: f64, rng: &mut Ch
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::tpe::testkit::close;
+    use crate::sampler::testkit::close;
 
     #[test]
     fn normal_numerics_match_reference_values() {

@@ -1,25 +1,25 @@
-//! What the TPE unit tests share: settings, spaces, objectives and the sequential loop.
+//! What the samplers' unit tests share: spaces, objectives, the sequential loop, TPE's settings.
 
 use crate::config::SamplerConfig;
 use crate::sampler::Sampler;
 use crate::study::space::test_util::{cat, float, int, spec};
 use crate::study::{ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 
-pub(super) fn seeded(seed: u64) -> SamplerConfig {
+pub(crate) fn seeded(seed: u64) -> SamplerConfig {
     SamplerConfig {
         seed: Some(seed),
         ..SamplerConfig::default()
     }
 }
 
-pub(super) fn x_space() -> SearchSpace {
+pub(crate) fn x_space() -> SearchSpace {
     SearchSpace {
         params: vec![spec("x", float(-10.0, 10.0, None, false))],
     }
 }
 
 /// A value as a number: the float, the int, or the choice's index.
-pub(super) fn f_of_value(v: &ParamValue) -> f64 {
+pub(crate) fn f_of_value(v: &ParamValue) -> f64 {
     match *v {
         ParamValue::Float(x) => x,
         ParamValue::Int(i) => i as f64,
@@ -27,12 +27,20 @@ pub(super) fn f_of_value(v: &ParamValue) -> f64 {
     }
 }
 
+/// Param `k` of `p`, which must be a float.
+pub(crate) fn float_of(p: &Params, k: &str) -> f64 {
+    match p[k] {
+        ParamValue::Float(x) => x,
+        ref v => panic!("{k} = {v:?}"),
+    }
+}
+
 /// Param `k` of `p` as a number.
-pub(super) fn f_of(p: &Params, k: &str) -> f64 {
+pub(crate) fn f_of(p: &Params, k: &str) -> f64 {
     f_of_value(&p[k])
 }
 
-pub(super) fn record(
+pub(crate) fn record(
     number: i64,
     params: &Params,
     value: f64,
@@ -48,7 +56,7 @@ pub(super) fn record(
 }
 
 /// Sequential trials numbered from `start`: each proposal is observed, evaluated, told.
-pub(super) fn run(
+pub(crate) fn run(
     s: &mut dyn Sampler,
     space: &SearchSpace,
     start: i64,
@@ -66,16 +74,18 @@ pub(super) fn run(
         .collect()
 }
 
-pub(super) fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-pub(super) fn close(a: f64, b: f64, rel: f64) -> bool {
+pub(crate) fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * b.abs().max(1e-300)
 }
 
-pub(super) fn mixed_space() -> SearchSpace {
+/// Every kind of param a sampler meets: continuous, log, stepped (one with `high` off the grid),
+/// stepped log, categorical, and ones with a single legal value.
+pub(crate) fn mixed_space() -> SearchSpace {
     SearchSpace {
         params: vec![
             spec("f", float(-1.0, 2.5, None, false)),
@@ -95,7 +105,7 @@ pub(super) fn mixed_space() -> SearchSpace {
     }
 }
 
-pub(super) fn mixed_objective(p: &Params) -> (f64, Vec<f64>) {
+pub(crate) fn mixed_objective(p: &Params) -> (f64, Vec<f64>) {
     let v = (f_of(p, "f") - 1.0).powi(2)
         + (f_of(p, "lf").log10() + 3.0).powi(2)
         + f_of(p, "sf")
@@ -106,7 +116,7 @@ pub(super) fn mixed_objective(p: &Params) -> (f64, Vec<f64>) {
     (v, vec![])
 }
 
-pub(super) fn xp(x: f64) -> Params {
+pub(crate) fn xp(x: f64) -> Params {
     let mut p = Params::new();
     p.insert("x".into(), ParamValue::Float(x));
     p
