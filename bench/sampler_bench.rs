@@ -458,14 +458,6 @@ const SCENARIO_REFERENCE: &[(&str, &str)] = &[
         "6.4; port 6.3",
     ),
     ("unconstrained: x <= 5 among the last 20 of 50", "0 to 4"),
-    (
-        "constant liar: spread of 4 concurrent proposals",
-        "6.47; port 6.39",
-    ),
-    (
-        "no constant liar: spread of 4 concurrent proposals",
-        "2.14; port 1.85",
-    ),
     ("mixed5 mv=true: best of 100", "0.29; port 0.31 (80 seeds)"),
     (
         "mixed5 mv=true: median of the last 20 of 100",
@@ -492,38 +484,48 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// TPE as `[sampler]` builds it, with this multivariate and constant-liar choice.
-fn tpe(
-    space: &SearchSpace,
-    direction: Direction,
+/// TPE as `[sampler]` builds it (constant liar included), for one seed.
+struct Tpe<'a> {
+    base: &'a SamplerConfig,
     seed: u64,
-    base: &SamplerConfig,
-    multivariate: bool,
-    constant_liar: bool,
-) -> Box<dyn Sampler> {
-    let settings = SamplerConfig {
-        multivariate,
-        constant_liar,
-        ..base.clone()
-    };
-    sampler::build(SamplerKind::Tpe, space, Some(seed), direction, &settings)
-        .unwrap_or_else(|e| panic!("tpe: {e}"))
 }
 
-/// `n` sequential trials of default TPE (multivariate, constant liar): the params proposed.
-fn tpe_run(
-    space: &SearchSpace,
-    direction: Direction,
-    seed: u64,
-    base: &SamplerConfig,
-    n: u64,
-    f: &dyn Fn(&Params) -> (f64, Vec<f64>),
-) -> Vec<Params> {
-    let mut s = tpe(space, direction, seed, base, true, true);
-    drive(&mut *s, space, 0..n, f)
-        .into_iter()
-        .map(|st| st.params)
-        .collect()
+impl Tpe<'_> {
+    fn build(
+        &self,
+        space: &SearchSpace,
+        direction: Direction,
+        multivariate: bool,
+    ) -> Box<dyn Sampler> {
+        let settings = SamplerConfig {
+            multivariate,
+            ..self.base.clone()
+        };
+        sampler::build(
+            SamplerKind::Tpe,
+            space,
+            Some(self.seed),
+            direction,
+            &settings,
+        )
+        .unwrap_or_else(|e| panic!("tpe: {e}"))
+    }
+
+    /// `n` sequential trials.
+    fn run(
+        &self,
+        space: &SearchSpace,
+        direction: Direction,
+        multivariate: bool,
+        n: u64,
+        f: &dyn Fn(&Params) -> (f64, Vec<f64>),
+    ) -> Vec<Params> {
+        let mut s = self.build(space, direction, multivariate);
+        drive(&mut *s, space, 0..n, f)
+            .into_iter()
+            .map(|st| st.params)
+            .collect()
+    }
 }
 
 fn quadratic(p: &Params) -> (f64, Vec<f64>) {
@@ -552,45 +554,14 @@ fn mixed5(p: &Params) -> (f64, Vec<f64>) {
     (v, vec![])
 }
 
-/// Mean pairwise distance of 4 consecutive proposals made while 4 trials run near the best x,
-/// after 30 sequential trials on the quadratic.
-fn spread(base: &SamplerConfig, constant_liar: bool, seed: u64) -> f64 {
-    let space = SearchSpace {
-        params: vec![float("x", -10.0, 10.0, false)],
-    };
-    let mut s = tpe(&space, Direction::Minimize, seed, base, true, constant_liar);
-    let steps = drive(&mut *s, &space, 0..30, &quadratic);
-    let best = steps
-        .iter()
-        .map(|st| num(&st.params, "x"))
-        .min_by(|a, b| (a - 3.0).abs().total_cmp(&(b - 3.0).abs()))
-        .expect("30 trials");
-    for (i, dx) in [-0.1, 0.0, 0.1, 0.2].iter().enumerate() {
-        let mut p = Params::new();
-        p.insert(
-            "x".into(),
-            ParamValue::Float((best + dx).clamp(-10.0, 10.0)),
-        );
-        s.observe(30 + i as i64, &p);
-    }
-    let xs: Vec<f64> = (34..38)
-        .map(|k| {
-            let p = s.sample(&space, &Params::new(), k).expect("a proposal");
-            s.observe(k as i64, &p);
-            num(&p, "x")
-        })
-        .collect();
-    let mut total = 0.0;
-    for i in 0..4 {
-        for j in i + 1..4 {
-            total += (xs[i] - xs[j]).abs();
-        }
-    }
-    total / 6.0
+/// How many of `ps[from..]` satisfy `pred`, as a figure.
+fn count(ps: &[Params], from: usize, pred: impl Fn(&Params) -> bool) -> f64 {
+    ps[from..].iter().filter(|p| pred(p)).count() as f64
 }
 
 /// The figures of [`SCENARIO_REFERENCE`] for one seed, in its order.
 fn scenario_figures(base: &SamplerConfig, seed: u64) -> Vec<f64> {
+    let tpe = Tpe { base, seed };
     let min = Direction::Minimize;
     let x10 = SearchSpace {
         params: vec![float("x", -10.0, 10.0, false)],
@@ -599,17 +570,16 @@ fn scenario_figures(base: &SamplerConfig, seed: u64) -> Vec<f64> {
         |ps: &[Params]| median(ps[30..].iter().map(|p| (num(p, "x") - 3.0).abs()).collect());
     let mut out = Vec::new();
     for mv in [true, false] {
-        let mut s = tpe(&x10, min, seed, base, mv, true);
-        let ps: Vec<Params> = drive(&mut *s, &x10, 0..50, &quadratic)
-            .into_iter()
-            .map(|st| st.params)
-            .collect();
-        out.push(last20_err(&ps));
+        out.push(last20_err(&tpe.run(&x10, min, mv, 50, &quadratic)));
     }
-    let ps = tpe_run(&x10, Direction::Maximize, seed, base, 50, &|p| {
-        (-quadratic(p).0, vec![])
-    });
-    out.push(last20_err(&ps));
+    let max_quadratic = |p: &Params| (-quadratic(p).0, vec![]);
+    out.push(last20_err(&tpe.run(
+        &x10,
+        Direction::Maximize,
+        true,
+        50,
+        &max_quadratic,
+    )));
 
     // "c1" is best whatever x.
     let cat_space = SearchSpace {
@@ -619,73 +589,49 @@ fn scenario_figures(base: &SamplerConfig, seed: u64) -> Vec<f64> {
         ],
     };
     let fc = |p: &Params| {
-        let c = if p["c"] == ParamValue::Choice(1) {
-            0.0
-        } else {
-            1.0
-        };
-        (c + 0.3 * num(p, "x"), vec![])
+        let not_c1 = f64::from(u8::from(p["c"] != ParamValue::Choice(1)));
+        (not_c1 + 0.3 * num(p, "x"), vec![])
     };
     for mv in [true, false] {
-        let mut s = tpe(&cat_space, min, seed, base, mv, true);
-        let steps = drive(&mut *s, &cat_space, 0..50, &fc);
-        out.push(
-            steps[10..]
-                .iter()
-                .filter(|st| st.params["c"] == ParamValue::Choice(1))
-                .count() as f64,
-        );
+        let ps = tpe.run(&cat_space, min, mv, 50, &fc);
+        out.push(count(&ps, 10, |p| p["c"] == ParamValue::Choice(1)));
     }
 
     let log_space = SearchSpace {
         params: vec![float("lr", 1e-5, 1e-1, true)],
     };
-    let ps = tpe_run(&log_space, min, seed, base, 50, &|p| {
-        ((num(p, "lr").log10() + 3.0).powi(2), vec![])
-    });
-    out.push(median(
-        ps[30..]
-            .iter()
-            .map(|p| (num(p, "lr").log10() + 3.0).abs())
-            .collect(),
-    ));
+    let decades = |p: &Params| (num(p, "lr").log10() + 3.0).abs();
+    let ps = tpe.run(&log_space, min, true, 50, &|p| (decades(p).powi(2), vec![]));
+    out.push(median(ps[30..].iter().map(decades).collect()));
 
     // high is off the grid: the legal values are 2, 5, ..., 29.
     let int_space = SearchSpace {
         params: vec![int("n", 2, 31, 3, false)],
     };
-    let ps = tpe_run(&int_space, min, seed, base, 110, &|p| {
+    let ps = tpe.run(&int_space, min, true, 110, &|p| {
         ((num(p, "n") - 14.0).abs(), vec![])
     });
-    out.push(ps[60..].iter().filter(|p| num(p, "n") == 14.0).count() as f64);
+    out.push(count(&ps, 60, |p| num(p, "n") == 14.0));
 
     // Better the larger x, but x > 5 violates a constraint.
     let x_0_10 = SearchSpace {
         params: vec![float("x", 0.0, 10.0, false)],
     };
-    let ps = tpe_run(&x_0_10, min, seed, base, 50, &|p| {
+    let ps = tpe.run(&x_0_10, min, true, 50, &|p| {
         let x = num(p, "x");
         (-x, vec![if x > 5.0 { 1.0 } else { 0.0 }])
     });
-    out.push(ps[30..].iter().filter(|p| num(p, "x") <= 5.0).count() as f64);
-    out.push(
-        ps[30..]
-            .iter()
-            .filter(|p| (4.0..=5.0).contains(&num(p, "x")))
-            .count() as f64,
-    );
-    let ps = tpe_run(&x_0_10, min, seed, base, 50, &|p| (-num(p, "x"), vec![]));
-    out.push(ps[30..].iter().filter(|p| num(p, "x") <= 5.0).count() as f64);
-
-    out.push(spread(base, true, seed));
-    out.push(spread(base, false, seed));
+    out.push(count(&ps, 30, |p| num(p, "x") <= 5.0));
+    out.push(count(&ps, 30, |p| (4.0..=5.0).contains(&num(p, "x"))));
+    let ps = tpe.run(&x_0_10, min, true, 50, &|p| (-num(p, "x"), vec![]));
+    out.push(count(&ps, 30, |p| num(p, "x") <= 5.0));
 
     let space = mixed5_space();
     for mv in [true, false] {
-        let mut s = tpe(&space, min, seed, base, mv, true);
-        let values: Vec<f64> = drive(&mut *s, &space, 0..100, &mixed5)
+        let values: Vec<f64> = tpe
+            .run(&space, min, mv, 100, &mixed5)
             .iter()
-            .map(|st| st.value)
+            .map(|p| mixed5(p).0)
             .collect();
         out.push(values.iter().copied().fold(f64::INFINITY, f64::min));
         out.push(median(values[80..].to_vec()));
@@ -697,10 +643,13 @@ fn scenario_figures(base: &SamplerConfig, seed: u64) -> Vec<f64> {
 fn scenarios(args: &Args, out: &mut impl Write) {
     let mut figures: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for seed in args.seed0..args.seed0 + args.seeds {
-        for (i, v) in scenario_figures(&args.settings, seed)
-            .into_iter()
-            .enumerate()
-        {
+        let seed_figures = scenario_figures(&args.settings, seed);
+        assert_eq!(
+            seed_figures.len(),
+            SCENARIO_REFERENCE.len(),
+            "a figure per scenario"
+        );
+        for (i, v) in seed_figures.into_iter().enumerate() {
             figures.entry(i).or_default().push(v);
         }
     }
@@ -729,14 +678,11 @@ fn timing(args: &Args, out: &mut impl Write) {
     let trials = args.trials.unwrap_or(1000) as u64;
     let space = mixed5_space();
     for multivariate in [true, false] {
-        let mut s = tpe(
-            &space,
-            Direction::Minimize,
-            args.seed0,
-            &args.settings,
-            multivariate,
-            true,
-        );
+        let tpe = Tpe {
+            base: &args.settings,
+            seed: args.seed0,
+        };
+        let mut s = tpe.build(&space, Direction::Minimize, multivariate);
         let t = Instant::now();
         let steps = drive(&mut *s, &space, 0..trials, &mixed5);
         let total = t.elapsed().as_secs_f64() * 1e3;

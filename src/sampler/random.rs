@@ -5,7 +5,7 @@
 //! startup proposals are this sampler's.
 
 use super::Sampler;
-use crate::study::space::last_grid_index;
+use crate::study::space::{last_grid_index, last_int_index};
 use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -85,8 +85,7 @@ fn draw(dist: &Distribution, rng: &mut impl Rng) -> Option<ParamValue> {
             step,
             log,
         } => {
-            // i128 so that extreme bounds cannot overflow the span.
-            let n = ((high as i128 - low as i128) / step as i128) as u64;
+            let n = last_int_index(low, high, step);
             let k = if log {
                 // Optuna widens the range by half a unit on each side before going to log
                 // space, so the end points get their fair share after rounding.

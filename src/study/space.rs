@@ -68,6 +68,16 @@ pub fn grid_points(lens: &[u64]) -> u64 {
     lens.iter().fold(1, |total, &n| total.saturating_mul(n))
 }
 
+/// The index of the last point of the int grid `low + step * k` that does not pass `high`; 0
+/// for an empty or malformed range.
+pub fn last_int_index(low: i64, high: i64, step: i64) -> u64 {
+    if step <= 0 || high < low {
+        return 0;
+    }
+    // i128: high - low can overflow i64 for extreme bounds; the quotient fits in u64.
+    ((i128::from(high) - i128::from(low)) / i128::from(step)) as u64
+}
+
 /// The index of the last point of the float grid `low + step * k` that does not pass `high`.
 /// `round` absorbs the float error in `(high - low) / step`, but when `high` is off the grid
 /// rounding up would put that point past `high`; Optuna avoids this by lowering `high` to the
@@ -329,9 +339,7 @@ impl Distribution {
                 if step <= 0 || high < low {
                     return Some(0);
                 }
-                // i128: high - low can overflow i64 for extreme bounds.
-                let last = (i128::from(high) - i128::from(low)) / i128::from(step);
-                Some(u64::try_from(last).map_or(u64::MAX, |n| n.saturating_add(1)))
+                Some(last_int_index(low, high, step).saturating_add(1))
             }
             Distribution::Categorical { ref choices } => Some(choices.len() as u64),
         }

@@ -1,7 +1,7 @@
 //! How TPE models one param: its kernel domain in model space (the value, or its log), the grid
 //! of a stepped param, and the coordinate a trial's value becomes in the history.
 
-use crate::study::space::last_grid_index;
+use crate::study::space::{last_grid_index, last_int_index};
 use crate::study::{Distribution, ParamValue};
 
 /// How one param is modelled.
@@ -108,7 +108,7 @@ impl Model {
                 step,
                 log,
             } => {
-                let last = ((high as i128 - low as i128) / step as i128) as u64;
+                let last = last_int_index(low, high, step);
                 if last == 0 {
                     return Model::Single(ParamValue::Int(low));
                 }
