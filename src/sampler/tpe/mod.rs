@@ -4,7 +4,8 @@
 //! Components and Their Roles for Better Empirical Performance", and Optuna 5.0's
 //! `samplers/_tpe/{sampler,parzen_estimator,probability_distributions,_truncnorm}.py`. The
 //! tests check the Parzen estimator's log density against Optuna 5.0's to 1e-9, and the
-//! optimisation scenarios against Optuna 5.0 run on the same problems.
+//! optimisation scenarios on a few seeds against bounds taken from Optuna 5.0 run on the same
+//! problems; `bench/sampler_bench.rs --scenarios` sets them beside Optuna's over many seeds.
 //!
 //! This file is the sampler (startup, proposals, what a told trial becomes); the parts have
 //! their own: `model` (how one param is modelled), `split` (the history and its
