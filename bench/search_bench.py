@@ -11,7 +11,7 @@ Run with the test venv's Python (Optuna 5.0 from requirements-test.txt)::
 
 1. ``sampler``: six synthetic functions (2-D to 10-D, one mixed float/int/categorical), each
    minimized from ``--seeds`` seeds for ``--trials`` sequential trials by sweepd's random and TPE
-   samplers (driven directly by ``examples/sampler_bench.rs``, no daemon) and by Optuna's
+   samplers (driven directly by ``bench/sampler_bench.rs``, no daemon) and by Optuna's
    ``TPESampler`` and ``RandomSampler`` (ask/tell loop, in-memory storage). The functions are
    defined identically in Rust and here; the run first checks that both definitions agree.
 2. ``overhead``: the whole daemon (``target/release/sweepd run``) with persistent Python workers
@@ -53,7 +53,7 @@ machines or dates are not comparable.
 """
 
 # ----------------------------------------------------------------------------------------------
-# Test functions: the same definitions as examples/sampler_bench.rs (checked by `check_functions`).
+# Test functions: the same definitions as bench/sampler_bench.rs (checked by `check_functions`).
 
 BRANIN_B = 5.1 / (4.0 * math.pi * math.pi)
 BRANIN_C = 5.0 / math.pi
@@ -319,7 +319,7 @@ def target_dir(args):
 
 def tpe_is_placeholder():
     try:
-        return "PLACEHOLDER" in (ROOT / "src" / "tpe.rs").read_text()[:2000]
+        return "PLACEHOLDER" in (ROOT / "src" / "sampler" / "tpe" / "mod.rs").read_text()[:2000]
     except OSError:
         return False
 
@@ -498,7 +498,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("## Sampler quality: sweepd TPE vs Optuna TPE vs random")
     L.append("")
     if placeholder:
-        L.append("> **PLACEHOLDER TPE**: `src/tpe.rs` still held the random placeholder when this ran, "
+        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran, "
                  "so the sweepd-tpe rows are random sampling. Re-run `make bench` once TPE lands.")
         L.append("")
     L += machine_lines(info, load_end)
@@ -516,7 +516,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("- `sweepd-tpe`: `sweepd::sampler::build(Tpe, ...)` with the defaults of `[sampler]`: "
              "`n_startup_trials = 10`, `n_ei_candidates = 24`, `multivariate = true`, "
              "`constant_liar = true` (moot here: trials run one at a time), `seed = s`; driven by "
-             "`examples/sampler_bench.rs` through the calls the daemon makes (`sample` keyed by the "
+             "`bench/sampler_bench.rs` through the calls the daemon makes (`sample` keyed by the "
              "trial number, `observe`, `tell`).")
     L.append("- `optuna-tpe`: `optuna.samplers.TPESampler(seed=s, multivariate=True, constant_liar=True)`. "
              "These are Optuna %s's defaults (`multivariate=None` resolves to True for a "
@@ -527,7 +527,7 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("- Optuna runs use `study.ask(fixed_distributions=space)` / `study.tell` with in-memory "
              "storage.")
     L.append("")
-    L.append("**Functions** (all minimized; defined identically in `examples/sampler_bench.rs` and "
+    L.append("**Functions** (all minimized; defined identically in `bench/sampler_bench.rs` and "
              "`bench/search_bench.py`, checked before each run: same Optuna distributions, same values "
              "on 240 random points to a relative error of %.0e):" % max(max_err, 1e-16))
     L.append("")
@@ -1018,7 +1018,7 @@ def render_overhead_raw(raw):
 def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load_end):
     L = ["## Overhead: whole-daemon throughput vs Optuna with SQLite", ""]
     if info.get("placeholder_tpe"):
-        L.append("> **PLACEHOLDER TPE**: `src/tpe.rs` still held the random placeholder when this ran; "
+        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran; "
                  "the real TPE's per-trial cost is not included. Re-run `make bench` once TPE lands.")
         L.append("")
     L += machine_lines(info, load_end)
@@ -1193,7 +1193,7 @@ def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load
              "per commit, several commits per trial) behind its `_CachedStorage`. Both are what a "
              "user gets by default on this disk. Optuna's TPE fits its Parzen estimators to every "
              "finished trial, so its sampling cost grows linearly with the study; sweepd's keeps only "
-             "the newest 1000 trials in its \"above\" model past 1000 trials (`src/tpe.rs`) but still "
+             "the newest 1000 trials in its \"above\" model past 1000 trials (`src/sampler/tpe/split.rs`) but still "
              "scans every finished trial to pick the \"below\" ones.")
     ctx_per_trial = [r["daemon_ctx_switches"] / r["complete"] for r in runs + ([control] if control else [])
                      if r.get("daemon_ctx_switches") and r["complete"]]

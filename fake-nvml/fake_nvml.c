@@ -10,8 +10,11 @@
  * nvmlDeviceGetUtilizationRates and nvmlDeviceGetComputeRunningProcesses_v3.
  *
  * STATE: the text file named by $FAKE_NVML_STATE, re-read on every call, so a test changes the
- * "hardware" by changing the file. One directive per line; blank lines and lines starting
- * with '#' are ignored; SIZE is bytes, or a number with K, M, G or T (KiB .. TiB), e.g. "1.5G":
+ * "hardware" by changing the file. A test inside the process that loaded this library (sweepd's
+ * unit tests) may instead hand the text over with fake_nvml_set_state() below: no file, and no
+ * environment variable to set from a running, multithreaded process. One directive per line;
+ * blank lines and lines starting with '#' are ignored; SIZE is bytes, or a number with K, M, G
+ * or T (KiB .. TiB), e.g. "1.5G":
  *
  *   gpu <idx> <SIZE total> [name...]  a device; the count is 1 + the highest idx declared
  *   util <idx> <gpu%> <mem%>          utilization; without it the device says NOT_SUPPORTED
@@ -32,6 +35,7 @@
  * state file) or append whole lines, each with a single write(). Never truncate it and rewrite
  * it in place: a reader would see an empty or half-written machine.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -248,18 +252,36 @@ static const char *apply(struct state *s, char *line) {
     return NULL;
 }
 
-/* Reads $FAKE_NVML_STATE into s: NVML_SUCCESS, DRIVER_NOT_LOADED or UNKNOWN. */
-static nvmlReturn_t load_state(struct state *s) {
-    const char *path = getenv("FAKE_NVML_STATE");
+/* ---- state handed over in process, instead of the file ---- */
+
+static pthread_mutex_t given_lock = PTHREAD_MUTEX_INITIALIZER;
+static int given;          /* fake_nvml_set_state was called: $FAKE_NVML_STATE is not read */
+static char *given_state;  /* its text; NULL: no state, as without the file */
+
+/* Not NVML: sets the state text (copied) that every later call reads, in place of the file
+ * $FAKE_NVML_STATE names, from then on; NULL: no state (no driver). Returns 0, or -1 when out
+ * of memory (the previous state is kept). For tests in the process that loaded this library;
+ * they dlopen() it to find this symbol, and should keep it loaded (RTLD_NODELETE) so that the
+ * state outlives every nvmlShutdown and dlclose of other users. */
+int fake_nvml_set_state(const char *text) {
+    char *copy = NULL;
+    if (text && !(copy = strdup(text))) return -1;
+    pthread_mutex_lock(&given_lock);
+    free(given_state);
+    given_state = copy;
+    given = 1;
+    pthread_mutex_unlock(&given_lock);
+    return 0;
+}
+
+/* Parses the lines of f into s: NVML_SUCCESS or UNKNOWN (saying why, naming the state `name`). */
+static nvmlReturn_t parse_state(struct state *s, FILE *f, const char *name) {
     char line[MAX_LINE];
     const char *why = NULL;
     unsigned int lineno = 0;
     size_t n;
     int c;
-    FILE *f;
 
-    memset(s, 0, sizeof *s);
-    if (!path || !*path || !(f = fopen(path, "r"))) return NVML_ERROR_DRIVER_NOT_LOADED;
     while (!why && fgets(line, sizeof line, f)) {
         lineno++;
         n = strlen(line);
@@ -273,12 +295,43 @@ static nvmlReturn_t load_state(struct state *s) {
         why = apply(s, line);
     }
     if (!why && ferror(f)) why = "read error";
-    fclose(f);
     if (why) {
-        fprintf(stderr, "fake-nvml: %s:%u: %s\n", path, lineno, why);
+        fprintf(stderr, "fake-nvml: %s:%u: %s\n", name, lineno, why);
         return NVML_ERROR_UNKNOWN;
     }
     return NVML_SUCCESS;
+}
+
+/* Reads the state into s, from fake_nvml_set_state's text if it was called, else from the file
+ * $FAKE_NVML_STATE names: NVML_SUCCESS, DRIVER_NOT_LOADED or UNKNOWN. */
+static nvmlReturn_t load_state(struct state *s) {
+    const char *path;
+    nvmlReturn_t rc;
+    FILE *f;
+
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&given_lock);
+    if (given) {
+        if (!given_state) {
+            rc = NVML_ERROR_DRIVER_NOT_LOADED;
+        } else if (!*given_state) {
+            rc = NVML_SUCCESS; /* an empty machine; fmemopen may refuse a size of 0 */
+        } else if (!(f = fmemopen(given_state, strlen(given_state), "r"))) {
+            fprintf(stderr, "fake-nvml: fmemopen of the given state failed\n");
+            rc = NVML_ERROR_UNKNOWN;
+        } else {
+            rc = parse_state(s, f, "(fake_nvml_set_state)");
+            fclose(f);
+        }
+        pthread_mutex_unlock(&given_lock);
+        return rc;
+    }
+    pthread_mutex_unlock(&given_lock);
+    path = getenv("FAKE_NVML_STATE");
+    if (!path || !*path || !(f = fopen(path, "r"))) return NVML_ERROR_DRIVER_NOT_LOADED;
+    rc = parse_state(s, f, path);
+    fclose(f);
+    return rc;
 }
 
 static int pid_alive(unsigned int pid) {

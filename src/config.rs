@@ -26,7 +26,8 @@
 //!
 //! Loading has no side effects: it checks that directories and files exist but creates nothing.
 
-use crate::study::{Direction, Distribution, ParamSpec, SearchSpace};
+use crate::study::space::grid_points;
+use crate::study::{Direction, Distribution, ParamSpec, SearchSpace, MAX_GRID_POINTS};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1018,8 +1019,6 @@ const USIZE_MAX: i64 = if usize::BITS >= 64 {
     usize::MAX as i64
 };
 const U32_MAX: i64 = u32::MAX as i64;
-/// A grid larger than this is almost certainly a mistake (a step too small), not a plan.
-const MAX_GRID_POINTS: f64 = 1_000_000.0;
 /// Names Optuna and sweepd reserve for their own attributes.
 const RESERVED_PARAM_PREFIX: &str = "sweepd:";
 
@@ -2445,43 +2444,32 @@ impl Validator<'_> {
         space: &SearchSpace,
     ) {
         let names = raw_params.map_or(&[][..], |e| &e.0);
-        let mut points = 1.0_f64;
-        let mut finite = true;
-        for (spec, (name, _)) in space.params.iter().zip(names) {
-            // Counted here in f64 rather than with `Distribution::grid_len`, whose integer
-            // arithmetic overflows on absurd ranges; this is where absurd ranges get rejected.
-            let n = match &spec.dist {
-                Distribution::Float {
-                    low,
-                    high,
-                    step: Some(s),
-                    ..
-                } => ((high - low) / s).round() + 1.0,
-                Distribution::Float { step: None, .. } => {
+        match space.grid_lens() {
+            Err(continuous) => {
+                for i in continuous {
+                    let (Some(spec), Some((name, _))) = (space.params.get(i), names.get(i)) else {
+                        continue;
+                    };
                     self.at(
                         name,
                         &dotted(&["params", &spec.name]),
                         "the grid sampler needs a `step` for continuous params \
                          (and so cannot search a log-scale float)",
                     );
-                    finite = false;
-                    continue;
                 }
-                Distribution::Int {
-                    low, high, step, ..
-                } => ((i128::from(*high) - i128::from(*low)) / i128::from(*step) + 1) as f64,
-                Distribution::Categorical { choices } => choices.len() as f64,
-            };
-            points *= n;
-        }
-        if finite && points > MAX_GRID_POINTS {
-            let message = format!(
-                "the grid has {points:.0} points, more than the {MAX_GRID_POINTS:.0} allowed; \
-                 use larger steps, fewer params or the random sampler"
-            );
-            match raw_study.and_then(|s| s.sampler.as_ref()) {
-                Some(s) => self.at(s, "study.sampler", message),
-                None => self.at_key("study.sampler", message),
+            }
+            Ok(lens) => {
+                let points = grid_points(&lens);
+                if points > MAX_GRID_POINTS {
+                    let message = format!(
+                        "the grid has {points} points, more than the {MAX_GRID_POINTS} allowed; \
+                         use larger steps, fewer params or the random sampler"
+                    );
+                    match raw_study.and_then(|s| s.sampler.as_ref()) {
+                        Some(s) => self.at(s, "study.sampler", message),
+                        None => self.at_key("study.sampler", message),
+                    }
+                }
             }
         }
     }

@@ -6,7 +6,6 @@
 //! running it on a [`worker`] process. [`cli`] renders what the store holds.
 //! See `docs/architecture.md`.
 
-pub mod capacity;
 pub mod classify;
 pub mod cli;
 pub mod clock;
@@ -14,12 +13,10 @@ pub mod config;
 pub mod gpu;
 pub mod memory_model;
 pub mod metrics;
-pub mod monitor;
 pub mod progress;
 pub mod pruner;
 pub mod sampler;
 pub mod store;
 pub mod study;
 pub mod supervisor;
-pub mod tpe;
 pub mod worker;

@@ -18,13 +18,11 @@
 //! The `Core` also publishes a [`Progress`] snapshot for the terminal's live display
 //! (`progress`) whenever a trial starts or ends.
 
-use crate::capacity::{Capacity, Decision, MemoryModel};
 use crate::classify;
 use crate::clock;
 use crate::config::{Config, Devices, RetryConfig, WorkerMode};
-use crate::gpu::Gpu;
+use crate::gpu::{Capacity, Decision, Gpu, MemoryModel, Monitor};
 use crate::metrics::Metrics;
-use crate::monitor::Monitor;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler};

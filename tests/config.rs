@@ -715,7 +715,7 @@ fn exercise(c: &sweepd::config::Config) {
     ) else {
         return;
     };
-    let mut model = sweepd::capacity::MemoryModel::new(&c.space, c.gpu.trial_memory);
+    let mut model = sweepd::gpu::MemoryModel::new(&c.space, c.gpu.trial_memory);
     let mut pruner = sweepd::pruner::Pruner::new(c.pruner.clone(), c.study.direction);
     for number in 0..4 {
         let Some(params) = s.sample(&c.space, &Default::default(), number) else {

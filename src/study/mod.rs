@@ -9,7 +9,7 @@ pub mod space;
 mod tally;
 mod trial;
 
-pub use space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace};
+pub use space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace, MAX_GRID_POINTS};
 pub use tally::Tally;
 pub use trial::{
     Attempts, Claimed, Counts, DaemonCommand, DaemonState, Direction, Failure, FailureKind, Finish,

@@ -57,9 +57,55 @@ pub struct SearchSpace {
 /// A trial's parameters by name. A `BTreeMap` so that every rendering is in a stable order.
 pub type Params = BTreeMap<String, ParamValue>;
 
+/// The largest grid sweepd searches: config rejects a larger one and the grid sampler refuses
+/// it (it holds a permutation and a taken-set of its points in memory). A sweep larger than this
+/// is almost certainly a mistake (a float step far too small), not a plan.
+pub const MAX_GRID_POINTS: u64 = 1_000_000;
+
+/// The number of points of a grid whose params have `lens` values each ([`SearchSpace::grid_lens`]),
+/// saturating at `u64::MAX`.
+pub fn grid_points(lens: &[u64]) -> u64 {
+    lens.iter().fold(1, |total, &n| total.saturating_mul(n))
+}
+
+/// The index of the last point of the int grid `low + step * k` that does not pass `high`; 0
+/// for an empty or malformed range.
+pub fn last_int_index(low: i64, high: i64, step: i64) -> u64 {
+    if step <= 0 || high < low {
+        return 0;
+    }
+    // i128: high - low can overflow i64 for extreme bounds; the quotient fits in u64.
+    ((i128::from(high) - i128::from(low)) / i128::from(step)) as u64
+}
+
+/// The index of the last point of the float grid `low + step * k` that does not pass `high`.
+/// `round` absorbs the float error in `(high - low) / step`, but when `high` is off the grid
+/// rounding up would put that point past `high`; Optuna avoids this by lowering `high` to the
+/// grid, and stepping back one point here is the same thing.
+pub fn last_grid_index(low: f64, high: f64, step: f64) -> u64 {
+    let span = (high - low) / step;
+    let mut n = span.round();
+    if n > span + 1e-8 {
+        n -= 1.0;
+    }
+    n.max(0.0) as u64
+}
+
 impl SearchSpace {
     pub fn get(&self, name: &str) -> Option<&ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Each param's number of grid values ([`Distribution::grid_len`]), in order; or the
+    /// indices of the params that have no grid (continuous floats).
+    pub fn grid_lens(&self) -> Result<Vec<u64>, Vec<usize>> {
+        let lens: Vec<Option<u64>> = self.params.iter().map(|p| p.dist.grid_len()).collect();
+        let continuous: Vec<usize> = (0..lens.len()).filter(|&i| lens[i].is_none()).collect();
+        if continuous.is_empty() {
+            Ok(lens.into_iter().flatten().collect())
+        } else {
+            Err(continuous)
+        }
     }
 
     /// The params as the JSON object a worker receives (external form).
@@ -228,20 +274,74 @@ impl Distribution {
         }
     }
 
-    /// Number of distinct values, if finite (used by the grid sampler).
+    /// Why no sampler can draw from this distribution, if none can: bounds not finite or not in
+    /// order, a step that is not positive, a log scale over values that are not positive, no
+    /// choices. Config rejects all of these with a located message; the samplers check again so
+    /// that they stay total whatever built the space.
+    pub fn check(&self) -> Result<(), &'static str> {
+        match *self {
+            Distribution::Float {
+                low,
+                high,
+                step,
+                log,
+            } => {
+                if !low.is_finite() || !high.is_finite() || low > high {
+                    return Err("float bounds must be finite with low <= high");
+                }
+                if step.is_some_and(|s| !s.is_finite() || s <= 0.0) {
+                    return Err("float step must be positive");
+                }
+                if log && low <= 0.0 {
+                    return Err("log scale needs low > 0");
+                }
+            }
+            Distribution::Int {
+                low,
+                high,
+                step,
+                log,
+            } => {
+                if low > high {
+                    return Err("int bounds must have low <= high");
+                }
+                if step <= 0 {
+                    return Err("int step must be positive");
+                }
+                if log && low < 1 {
+                    return Err("log scale needs low >= 1");
+                }
+            }
+            Distribution::Categorical { ref choices } => {
+                if choices.is_empty() {
+                    return Err("categorical needs at least one choice");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of grid values: `None` for a continuous float, 0 for a malformed int range. It
+    /// saturates at `u64::MAX` instead of overflowing: config validation counts absurd ranges
+    /// with it to reject them.
     pub fn grid_len(&self) -> Option<u64> {
-        match self {
+        match *self {
             Distribution::Float {
                 low,
                 high,
                 step: Some(s),
                 ..
-            } => Some(((high - low) / s).round() as u64 + 1),
+            } => Some(last_grid_index(low, high, s).saturating_add(1)),
             Distribution::Float { step: None, .. } => None,
             Distribution::Int {
                 low, high, step, ..
-            } => Some(((high - low) / step) as u64 + 1),
-            Distribution::Categorical { choices } => Some(choices.len() as u64),
+            } => {
+                if step <= 0 || high < low {
+                    return Some(0);
+                }
+                Some(last_int_index(low, high, step).saturating_add(1))
+            }
+            Distribution::Categorical { ref choices } => Some(choices.len() as u64),
         }
     }
 
@@ -309,6 +409,7 @@ pub(crate) mod test_util {
 
 #[cfg(test)]
 mod tests {
+    use super::test_util::{float, int, spec};
     use super::*;
 
     fn cat() -> Distribution {
@@ -384,6 +485,81 @@ mod tests {
         assert_eq!(d.grid_len(), Some(5));
         assert_eq!(d.grid_value(4), Some(ParamValue::Int(10)));
         assert_eq!(d.grid_value(5), None);
+    }
+
+    #[test]
+    fn grid_len_counts_the_points_up_to_an_off_grid_high() {
+        // 0, 0.4, 0.8: rounding (1 - 0) / 0.4 = 2.5 up would count a point past high.
+        let d = float(0.0, 1.0, Some(0.4), false);
+        assert_eq!(d.grid_len(), Some(3));
+        assert_eq!(d.grid_value(2), Some(ParamValue::Float(0.8)));
+        assert_eq!(d.grid_value(3), None);
+    }
+
+    #[test]
+    fn grid_len_saturates_instead_of_overflowing() {
+        // high - low overflows i64 here; grid_len used to compute it in i64.
+        assert_eq!(int(i64::MIN, i64::MAX, 1, false).grid_len(), Some(u64::MAX));
+        let tiny_step = float(0.0, 1.0, Some(1e-300), false);
+        assert_eq!(tiny_step.grid_len(), Some(u64::MAX));
+        assert_eq!(grid_points(&[u64::MAX, 2]), u64::MAX);
+        assert_eq!(grid_points(&[3, 4]), 12);
+        assert_eq!(grid_points(&[]), 1);
+        assert_eq!(int(5, 1, 0, false).grid_len(), Some(0));
+    }
+
+    #[test]
+    fn grid_lens_names_the_continuous_params() {
+        let stepped = int(0, 4, 2, false);
+        let continuous = float(0.0, 1.0, None, false);
+        let space = |dists: Vec<Distribution>| SearchSpace {
+            params: dists
+                .into_iter()
+                .enumerate()
+                .map(|(i, dist)| spec(&format!("p{i}"), dist))
+                .collect(),
+        };
+        assert_eq!(
+            space(vec![stepped.clone(), cat()]).grid_lens(),
+            Ok(vec![3, 3])
+        );
+        assert_eq!(
+            space(vec![continuous.clone(), stepped, continuous]).grid_lens(),
+            Err(vec![0, 2])
+        );
+    }
+
+    #[test]
+    fn check_names_what_no_sampler_can_draw() {
+        let bad = [
+            (float(1.0, 0.0, None, false), "float bounds"),
+            (float(0.0, f64::INFINITY, None, false), "float bounds"),
+            (float(f64::NAN, 1.0, None, false), "float bounds"),
+            (float(0.0, 1.0, Some(0.0), false), "float step"),
+            (float(0.0, 1.0, Some(f64::NAN), false), "float step"),
+            (float(0.0, 1.0, None, true), "log scale needs low > 0"),
+            (int(2, 1, 1, false), "int bounds"),
+            (int(0, 4, -2, false), "int step"),
+            (int(0, 4, 1, true), "log scale needs low >= 1"),
+            (
+                Distribution::Categorical { choices: vec![] },
+                "at least one choice",
+            ),
+        ];
+        for (d, why) in bad {
+            let err = d.check().unwrap_err();
+            assert!(err.contains(why), "{d:?}: {err}");
+        }
+        for d in [
+            float(1e-5, 1e-1, None, true),
+            float(0.5, 0.5, None, false),
+            float(0.0, 1.0, Some(0.25), false),
+            int(1, 1, 1, true),
+            int(2, 11, 3, false),
+            cat(),
+        ] {
+            assert_eq!(d.check(), Ok(()), "{d:?}");
+        }
     }
 
     #[test]

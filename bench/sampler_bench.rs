@@ -9,18 +9,28 @@
 //!     [--trials 200] [--n-startup 10] [--n-ei 24] [--multivariate true] [--constant-liar true]
 //! cargo run --release --example sampler_bench -- --list    # the functions and their spaces
 //! cargo run --release --example sampler_bench -- --eval    # JSON lines {"func","params"} on stdin
+//! cargo run --release --example sampler_bench -- --scenarios [--seeds 20]   # TPE vs Optuna 5.0
+//! cargo run --release --example sampler_bench -- --timing [--trials 1000]   # TPE's cost
 //! ```
+//!
+//! `--scenarios` runs the problems of TPE's unit tests (`src/sampler/tpe/`), which check a few
+//! seeds each, over `--seeds` seeds, and prints each figure's mean, min and max next to what
+//! Optuna 5.0's `TPESampler(seed=s)` gave on the same problem with the same trial counts (run
+//! by hand; the figures are in [`SCENARIO_REFERENCE`]). `--timing` times `--trials` sequential
+//! rounds on a 5-param space, then one proposal with that much history, multivariate and not.
 //!
 //! Each trial goes through the same calls the daemon makes: `sample` (keyed by the trial number),
 //! `observe` (the trial is running), then `tell` with the COMPLETE record. The samplers are built
 //! with `sweepd::sampler::build`, the constructor the daemon uses.
 
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::f64::consts::PI;
 use std::io::{BufRead, Write};
+use std::ops::Range;
 use std::time::Instant;
 use sweepd::config::{SamplerConfig, SamplerKind};
-use sweepd::sampler;
+use sweepd::sampler::{self, Sampler};
 use sweepd::study::{
     Direction, Distribution, ParamSpec, ParamValue, Params, SearchSpace, TrialRecord, TrialState,
 };
@@ -259,7 +269,8 @@ struct Args {
     samplers: Vec<String>,
     seeds: u64,
     seed0: u64,
-    trials: usize,
+    /// `--trials`; each mode has its own default.
+    trials: Option<usize>,
     settings: SamplerConfig,
     mode: Mode,
 }
@@ -268,6 +279,8 @@ enum Mode {
     Run,
     List,
     Eval,
+    Scenarios,
+    Timing,
 }
 
 fn parse_bool(s: &str) -> bool {
@@ -283,7 +296,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: sampler_bench [--funcs all|a,b] [--samplers random,tpe] [--seeds N] [--seed0 S] \
          [--trials N] [--n-startup N] [--n-ei N] [--multivariate B] [--constant-liar B] \
-         | --list | --eval"
+         | --list | --eval | --scenarios [--seeds N] | --timing [--trials N]"
     );
     std::process::exit(2)
 }
@@ -294,7 +307,7 @@ fn parse_args() -> Args {
         samplers: vec!["random".into(), "tpe".into()],
         seeds: 20,
         seed0: 0,
-        trials: 200,
+        trials: None,
         settings: SamplerConfig::default(),
         mode: Mode::Run,
     };
@@ -310,18 +323,69 @@ fn parse_args() -> Args {
             "--samplers" => a.samplers = val().split(',').map(str::to_owned).collect(),
             "--seeds" => a.seeds = num(val()),
             "--seed0" => a.seed0 = num(val()),
-            "--trials" => a.trials = num(val()) as usize,
+            "--trials" => a.trials = Some(num(val()) as usize),
             "--n-startup" => a.settings.n_startup_trials = num(val()) as usize,
             "--n-ei" => a.settings.n_ei_candidates = num(val()) as usize,
             "--multivariate" => a.settings.multivariate = parse_bool(&val()),
             "--constant-liar" => a.settings.constant_liar = parse_bool(&val()),
             "--list" => a.mode = Mode::List,
             "--eval" => a.mode = Mode::Eval,
+            "--scenarios" => a.mode = Mode::Scenarios,
+            "--timing" => a.mode = Mode::Timing,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other}")),
         }
     }
     a
+}
+
+/// One trial of a sequential run: what was proposed, its value, and the seconds spent in
+/// `sample` + `observe` (ask) and in `tell`.
+struct Step {
+    params: Params,
+    value: f64,
+    ask_s: f64,
+    tell_s: f64,
+}
+
+/// Sequential trials `numbers`, through the calls the daemon makes: `sample` keyed by the trial
+/// number, `observe` (the trial is running), evaluate, then `tell` the COMPLETE record with the
+/// objective's value and constraint values.
+fn drive(
+    s: &mut dyn Sampler,
+    space: &SearchSpace,
+    numbers: Range<u64>,
+    f: &dyn Fn(&Params) -> (f64, Vec<f64>),
+) -> Vec<Step> {
+    let none = Params::new();
+    numbers
+        .map(|n| {
+            let t0 = Instant::now();
+            let params = s.sample(space, &none, n).expect("sampler proposed nothing");
+            s.observe(n as i64, &params);
+            let ask_s = t0.elapsed().as_secs_f64();
+            for spec in &space.params {
+                let v = params.get(&spec.name).expect("every param proposed");
+                assert!(spec.dist.contains(v), "{}: {v:?} out of domain", spec.name);
+            }
+            let (value, constraints) = f(&params);
+            let record = TrialRecord {
+                number: n as i64,
+                params,
+                state: TrialState::Complete,
+                value: Some(value),
+                constraints,
+            };
+            let t1 = Instant::now();
+            s.tell(&record);
+            Step {
+                params: record.params,
+                value,
+                ask_s,
+                tell_s: t1.elapsed().as_secs_f64(),
+            }
+        })
+        .collect()
 }
 
 /// One sequential run: `trials` ask/evaluate/tell rounds. Returns the best-so-far curve and the
@@ -335,39 +399,310 @@ fn run_one(
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut s = sampler::build(kind, &func.space, Some(seed), Direction::Minimize, settings)
         .unwrap_or_else(|e| panic!("{}: {e}", func.name));
-    let (mut curve, mut ask, mut tell) = (
-        Vec::with_capacity(trials),
-        Vec::with_capacity(trials),
-        Vec::with_capacity(trials),
-    );
+    let steps = drive(&mut *s, &func.space, 0..trials as u64, &|p| {
+        ((func.f)(p), Vec::new())
+    });
     let mut best = f64::INFINITY;
-    let none = Params::new();
-    for n in 0..trials {
-        let t0 = Instant::now();
-        let params = s
-            .sample(&func.space, &none, n as u64)
-            .expect("sampler proposed nothing");
-        s.observe(n as i64, &params);
-        ask.push(t0.elapsed().as_secs_f64());
-        for spec in &func.space.params {
-            let v = params.get(&spec.name).expect("every param proposed");
-            assert!(spec.dist.contains(v), "{}: {v:?} out of domain", spec.name);
-        }
-        let value = (func.f)(&params);
-        best = best.min(value);
-        curve.push(best);
-        let record = TrialRecord {
-            number: n as i64,
-            params,
-            state: TrialState::Complete,
-            value: Some(value),
-            constraints: Vec::new(),
-        };
-        let t1 = Instant::now();
-        s.tell(&record);
-        tell.push(t1.elapsed().as_secs_f64());
-    }
+    let curve = steps
+        .iter()
+        .map(|st| {
+            best = best.min(st.value);
+            best
+        })
+        .collect();
+    let ask = steps.iter().map(|st| st.ask_s).collect();
+    let tell = steps.iter().map(|st| st.tell_s).collect();
     (curve, ask, tell)
+}
+
+// ---- TPE scenarios and timing: what TPE's unit tests check at a few seeds, over many. ----
+
+/// Optuna 5.0's `TPESampler(seed=s)` on each scenario's problem, with the same trial counts,
+/// as mean (min to max) over 20 seeds (80 for `mixed5`), and what this port gave when they were
+/// last compared. Run by hand: the problems are the ones [`scenarios`] defines.
+const SCENARIO_REFERENCE: &[(&str, &str)] = &[
+    (
+        "quadratic mv=true: median |x-3| of the last 20 of 50",
+        "1.86 (1.47 to 2.20); port 1.87 (1.59 to 2.21)",
+    ),
+    (
+        "quadratic mv=false: median |x-3| of the last 20 of 50",
+        "1.86 (1.47 to 2.20)",
+    ),
+    (
+        "quadratic maximize: median |x-3| of the last 20 of 50",
+        "1.86 (1.47 to 2.20)",
+    ),
+    (
+        "categorical mv=true: c1 among the 40 after startup",
+        "23.5 (22 to 25); port 23.5",
+    ),
+    (
+        "categorical mv=false: c1 among the 40 after startup",
+        "28.7 (28 to 30); port 29.3",
+    ),
+    (
+        "log param: median decades from 1e-3, last 20 of 50",
+        "0.36 (0.27 to 0.47); port 0.37",
+    ),
+    (
+        "stepped int: at the optimum, last 50 of 110",
+        "25.5; port 25.3",
+    ),
+    (
+        "constrained: feasible among the last 20 of 50",
+        "11.5 (9 to 14); port 11.5",
+    ),
+    (
+        "constrained: in [4, 5] among the last 20 of 50",
+        "6.4; port 6.3",
+    ),
+    ("unconstrained: x <= 5 among the last 20 of 50", "0 to 4"),
+    ("mixed5 mv=true: best of 100", "0.29; port 0.31 (80 seeds)"),
+    (
+        "mixed5 mv=true: median of the last 20 of 100",
+        "0.70; port 0.78 (80 seeds)",
+    ),
+    ("mixed5 mv=false: best of 100", "0.15; port 0.16 (80 seeds)"),
+    (
+        "mixed5 mv=false: median of the last 20 of 100",
+        "0.87; port 0.80 (80 seeds)",
+    ),
+];
+
+/// A param's value as a number: the float, the int, or the choice's index.
+fn num(p: &Params, k: &str) -> f64 {
+    match p[k] {
+        ParamValue::Float(x) => x,
+        ParamValue::Int(i) => i as f64,
+        ParamValue::Choice(c) => c as f64,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// TPE as `[sampler]` builds it (constant liar included), for one seed.
+struct Tpe<'a> {
+    base: &'a SamplerConfig,
+    seed: u64,
+}
+
+impl Tpe<'_> {
+    fn build(
+        &self,
+        space: &SearchSpace,
+        direction: Direction,
+        multivariate: bool,
+    ) -> Box<dyn Sampler> {
+        let settings = SamplerConfig {
+            multivariate,
+            ..self.base.clone()
+        };
+        sampler::build(
+            SamplerKind::Tpe,
+            space,
+            Some(self.seed),
+            direction,
+            &settings,
+        )
+        .unwrap_or_else(|e| panic!("tpe: {e}"))
+    }
+
+    /// `n` sequential trials.
+    fn run(
+        &self,
+        space: &SearchSpace,
+        direction: Direction,
+        multivariate: bool,
+        n: u64,
+        f: &dyn Fn(&Params) -> (f64, Vec<f64>),
+    ) -> Vec<Params> {
+        let mut s = self.build(space, direction, multivariate);
+        drive(&mut *s, space, 0..n, f)
+            .into_iter()
+            .map(|st| st.params)
+            .collect()
+    }
+}
+
+fn quadratic(p: &Params) -> (f64, Vec<f64>) {
+    ((num(p, "x") - 3.0).powi(2), vec![])
+}
+
+/// The 5-param problem of `mixed5` and `--timing`.
+fn mixed5_space() -> SearchSpace {
+    SearchSpace {
+        params: vec![
+            float("lr", 1e-5, 1e-1, true),
+            float("dropout", 0.0, 0.5, false),
+            int("layers", 1, 8, 1, false),
+            int("width", 16, 1024, 1, true),
+            categorical("opt", &["c0", "c1", "c2"]),
+        ],
+    }
+}
+
+fn mixed5(p: &Params) -> (f64, Vec<f64>) {
+    let v = (num(p, "lr").log10() + 3.0).powi(2)
+        + (num(p, "dropout") - 0.2).powi(2)
+        + (num(p, "layers") - 4.0).abs()
+        + (num(p, "width").log2() - 8.0).abs()
+        + num(p, "opt");
+    (v, vec![])
+}
+
+/// How many of `ps[from..]` satisfy `pred`, as a figure.
+fn count(ps: &[Params], from: usize, pred: impl Fn(&Params) -> bool) -> f64 {
+    ps[from..].iter().filter(|p| pred(p)).count() as f64
+}
+
+/// The figures of [`SCENARIO_REFERENCE`] for one seed, in its order.
+fn scenario_figures(base: &SamplerConfig, seed: u64) -> Vec<f64> {
+    let tpe = Tpe { base, seed };
+    let min = Direction::Minimize;
+    let x10 = SearchSpace {
+        params: vec![float("x", -10.0, 10.0, false)],
+    };
+    let last20_err =
+        |ps: &[Params]| median(ps[30..].iter().map(|p| (num(p, "x") - 3.0).abs()).collect());
+    let mut out = Vec::new();
+    for mv in [true, false] {
+        out.push(last20_err(&tpe.run(&x10, min, mv, 50, &quadratic)));
+    }
+    let max_quadratic = |p: &Params| (-quadratic(p).0, vec![]);
+    out.push(last20_err(&tpe.run(
+        &x10,
+        Direction::Maximize,
+        true,
+        50,
+        &max_quadratic,
+    )));
+
+    // "c1" is best whatever x.
+    let cat_space = SearchSpace {
+        params: vec![
+            categorical("c", &["c0", "c1", "c2", "c3"]),
+            float("x", 0.0, 1.0, false),
+        ],
+    };
+    let fc = |p: &Params| {
+        let not_c1 = f64::from(u8::from(p["c"] != ParamValue::Choice(1)));
+        (not_c1 + 0.3 * num(p, "x"), vec![])
+    };
+    for mv in [true, false] {
+        let ps = tpe.run(&cat_space, min, mv, 50, &fc);
+        out.push(count(&ps, 10, |p| p["c"] == ParamValue::Choice(1)));
+    }
+
+    let log_space = SearchSpace {
+        params: vec![float("lr", 1e-5, 1e-1, true)],
+    };
+    let decades = |p: &Params| (num(p, "lr").log10() + 3.0).abs();
+    let ps = tpe.run(&log_space, min, true, 50, &|p| (decades(p).powi(2), vec![]));
+    out.push(median(ps[30..].iter().map(decades).collect()));
+
+    // high is off the grid: the legal values are 2, 5, ..., 29.
+    let int_space = SearchSpace {
+        params: vec![int("n", 2, 31, 3, false)],
+    };
+    let ps = tpe.run(&int_space, min, true, 110, &|p| {
+        ((num(p, "n") - 14.0).abs(), vec![])
+    });
+    out.push(count(&ps, 60, |p| num(p, "n") == 14.0));
+
+    // Better the larger x, but x > 5 violates a constraint.
+    let x_0_10 = SearchSpace {
+        params: vec![float("x", 0.0, 10.0, false)],
+    };
+    let ps = tpe.run(&x_0_10, min, true, 50, &|p| {
+        let x = num(p, "x");
+        (-x, vec![if x > 5.0 { 1.0 } else { 0.0 }])
+    });
+    out.push(count(&ps, 30, |p| num(p, "x") <= 5.0));
+    out.push(count(&ps, 30, |p| (4.0..=5.0).contains(&num(p, "x"))));
+    let ps = tpe.run(&x_0_10, min, true, 50, &|p| (-num(p, "x"), vec![]));
+    out.push(count(&ps, 30, |p| num(p, "x") <= 5.0));
+
+    let space = mixed5_space();
+    for mv in [true, false] {
+        let values: Vec<f64> = tpe
+            .run(&space, min, mv, 100, &mixed5)
+            .iter()
+            .map(|p| mixed5(p).0)
+            .collect();
+        out.push(values.iter().copied().fold(f64::INFINITY, f64::min));
+        out.push(median(values[80..].to_vec()));
+    }
+    out
+}
+
+/// `--scenarios`: each figure's mean, min and max over the seeds, next to Optuna 5.0's.
+fn scenarios(args: &Args, out: &mut impl Write) {
+    let mut figures: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for seed in args.seed0..args.seed0 + args.seeds {
+        let seed_figures = scenario_figures(&args.settings, seed);
+        assert_eq!(
+            seed_figures.len(),
+            SCENARIO_REFERENCE.len(),
+            "a figure per scenario"
+        );
+        for (i, v) in seed_figures.into_iter().enumerate() {
+            figures.entry(i).or_default().push(v);
+        }
+    }
+    writeln!(
+        out,
+        "{} seeds from {}; mean (min to max) | Optuna 5.0",
+        args.seeds, args.seed0
+    )
+    .unwrap();
+    for (i, (name, reference)) in SCENARIO_REFERENCE.iter().enumerate() {
+        let v = &figures[&i];
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        writeln!(
+            out,
+            "{name:55} {mean:7.3} ({lo:.3} to {hi:.3}) | {reference}"
+        )
+        .unwrap();
+    }
+}
+
+/// `--timing`: `trials` sequential rounds on the 5-param space, then 50 proposals with that
+/// much history, for multivariate TPE and independent TPE.
+fn timing(args: &Args, out: &mut impl Write) {
+    let trials = args.trials.unwrap_or(1000) as u64;
+    let space = mixed5_space();
+    for multivariate in [true, false] {
+        let tpe = Tpe {
+            base: &args.settings,
+            seed: args.seed0,
+        };
+        let mut s = tpe.build(&space, Direction::Minimize, multivariate);
+        let t = Instant::now();
+        let steps = drive(&mut *s, &space, 0..trials, &mixed5);
+        let total = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        for k in 0..50 {
+            s.sample(&space, &Params::new(), trials + k);
+        }
+        let last = t.elapsed().as_secs_f64() * 1e3 / 50.0;
+        let best = steps
+            .iter()
+            .map(|st| st.value)
+            .fold(f64::INFINITY, f64::min);
+        writeln!(
+            out,
+            "multivariate={multivariate}: {trials} rounds in {total:.0} ms = {:.2} ms/round; \
+             {last:.2} ms/sample at {trials} trials; best {best:.3}",
+            total / trials.max(1) as f64
+        )
+        .unwrap();
+    }
 }
 
 fn main() {
@@ -410,7 +745,10 @@ fn main() {
                 writeln!(out, "{}", json!({"value": (f.f)(&params)})).unwrap();
             }
         }
+        Mode::Scenarios => scenarios(&args, &mut out),
+        Mode::Timing => timing(&args, &mut out),
         Mode::Run => {
+            let trials = args.trials.unwrap_or(200);
             let chosen: Vec<&Func> = if args.funcs == ["all"] {
                 all.iter().collect()
             } else {
@@ -431,13 +769,12 @@ fn main() {
                         other => usage(&format!("unknown sampler {other}")),
                     };
                     for seed in args.seed0..args.seed0 + args.seeds {
-                        let (curve, ask, tell) =
-                            run_one(f, kind, seed, args.trials, &args.settings);
+                        let (curve, ask, tell) = run_one(f, kind, seed, trials, &args.settings);
                         let line = json!({
                             "func": f.name,
                             "sampler": format!("sweepd-{sname}"),
                             "seed": seed,
-                            "trials": args.trials,
+                            "trials": trials,
                             "curve": curve,
                             "ask_s": ask.iter().sum::<f64>(),
                             "ask_s_max": ask.iter().cloned().fold(0.0, f64::max),

@@ -192,14 +192,18 @@ fn describe(e: &NvmlError) -> String {
     }
 }
 
-/// The fake NVML (`fake-nvml/`) for unit tests anywhere in the crate. Its machine is the file
-/// named by $FAKE_NVML_STATE, which it re-reads on every call; the variable is process-wide, so
-/// it is set here once, to one file, and tests take turns through [`Fake`]: never set it, or
-/// write that file, elsewhere.
+/// The fake NVML (`fake-nvml/`) for unit tests anywhere in the crate. Integration tests hand
+/// the daemon they start a state file through `$FAKE_NVML_STATE`; here, inside the test binary,
+/// the state goes straight into the loaded library through its `fake_nvml_set_state`, which
+/// every later call reads instead of the file: no environment variable set from a running
+/// multithreaded process (`set_var` is unsound there), and no file left behind. The state is
+/// process-wide, so tests take turns through [`Fake`]: never call the setter elsewhere.
 #[cfg(test)]
 pub(crate) mod fake {
     use super::Gpu;
-    use std::path::{Path, PathBuf};
+    use std::ffi::{c_char, c_int, CStr, CString};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
     use std::sync::{Mutex, MutexGuard, OnceLock};
 
     /// The fake library build.rs made (empty when it found no C compiler).
@@ -212,9 +216,55 @@ pub(crate) mod fake {
         Path::new(lib)
     }
 
-    /// A turn at the fake: holds the lock while the test rewrites the state and reads.
+    type SetState = unsafe extern "C" fn(*const c_char) -> c_int;
+
+    /// The fake's `fake_nvml_set_state`, from the same library nvml-wrapper loads: dlopen of a
+    /// path already loaded returns that library, so both see one state. RTLD_NODELETE and a
+    /// handle never closed keep it loaded, and its state with it, when a `Gpu` is dropped.
+    fn setter() -> SetState {
+        static SETTER: OnceLock<SetState> = OnceLock::new();
+        *SETTER.get_or_init(|| {
+            let path = CString::new(lib().as_os_str().as_bytes()).expect("a path has no NUL");
+            // SAFETY: dlopen and dlsym get NUL-terminated strings; the symbol is the C function
+            // `int fake_nvml_set_state(const char *)` of fake-nvml/fake_nvml.c, whose type
+            // SetState spells.
+            unsafe {
+                let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NODELETE);
+                assert!(
+                    !handle.is_null(),
+                    "dlopen {}: {}",
+                    path.to_string_lossy(),
+                    dlerror()
+                );
+                let sym = libc::dlsym(handle, c"fake_nvml_set_state".as_ptr());
+                assert!(!sym.is_null(), "fake_nvml_set_state: {}", dlerror());
+                std::mem::transmute::<*mut libc::c_void, SetState>(sym)
+            }
+        })
+    }
+
+    fn dlerror() -> String {
+        // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+        let e = unsafe { libc::dlerror() };
+        if e.is_null() {
+            "unknown error".into()
+        } else {
+            // SAFETY: checked non-null above; copied before any other dl call.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        }
+    }
+
+    /// The fake's state: directives as in `fake-nvml/fake_nvml.c`; `None`: no driver.
+    fn set_state(state: Option<&str>) {
+        let text = state.map(|s| CString::new(s).expect("a fake NVML state has no NUL"));
+        let ptr = text.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+        // SAFETY: a NUL-terminated string (or NULL) that the fake copies before returning.
+        let rc = unsafe { setter()(ptr) };
+        assert_eq!(rc, 0, "fake_nvml_set_state: out of memory");
+    }
+
+    /// A turn at the fake: holds the lock while the test sets the state and reads.
     pub(crate) struct Fake {
-        path: &'static Path,
         _turn: MutexGuard<'static, ()>,
     }
 
@@ -222,34 +272,21 @@ pub(crate) mod fake {
         /// Waits for the turn, then sets the state (directives as in `fake-nvml/fake_nvml.c`).
         pub(crate) fn new(state: &str) -> Fake {
             static TURN: Mutex<()> = Mutex::new(());
-            static STATE: OnceLock<PathBuf> = OnceLock::new();
-            // A failed test poisons the lock; the next one rewrites the file anyway.
+            // A failed test poisons the lock; the next one sets the state anyway.
             let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-            let path = STATE.get_or_init(|| {
-                let dir = tempfile::Builder::new()
-                    .prefix("sweepd-fake-nvml-")
-                    .tempdir()
-                    .expect("temp dir")
-                    .keep();
-                let path = dir.join("state");
-                std::env::set_var("FAKE_NVML_STATE", &path);
-                path
-            });
-            let fake = Fake { path, _turn: turn };
+            let fake = Fake { _turn: turn };
             fake.set(state);
             fake
         }
 
-        /// Replaces the state as the fake asks writers to: write, then rename over.
+        /// Replaces the state; a reading in another thread sees the old one or the new one.
         pub(crate) fn set(&self, state: &str) {
-            let tmp = self.path.with_extension("tmp");
-            std::fs::write(&tmp, state).expect("write the fake NVML state");
-            std::fs::rename(&tmp, self.path).expect("rename the fake NVML state");
+            set_state(Some(state));
         }
 
-        /// No state file: the fake answers as a machine without a driver.
+        /// No state: the fake answers as a machine without a driver.
         pub(crate) fn remove(&self) {
-            let _ = std::fs::remove_file(self.path);
+            set_state(None);
         }
 
         pub(crate) fn open(&self) -> Gpu {

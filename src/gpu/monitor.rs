@@ -10,8 +10,8 @@
 //! that NVML still lists is killed (and logged), so no orphan keeps holding memory that sweepd
 //! would otherwise count as used forever.
 
-use crate::capacity::{DeviceView, RunningTrial};
-use crate::gpu::{DeviceReading, Gpu};
+use super::admission::{DeviceView, RunningTrial};
+use super::nvml::{DeviceReading, Gpu};
 use crate::store::MemorySample;
 use crate::worker;
 use std::collections::{HashMap, VecDeque};
