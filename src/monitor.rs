@@ -12,7 +12,7 @@
 
 use crate::capacity::{DeviceView, RunningTrial};
 use crate::gpu::{DeviceReading, Gpu};
-use crate::worker;
+use crate::process;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -108,7 +108,7 @@ impl Monitor {
             for p in &reading.processes {
                 let g = *pgrp
                     .entry(p.pid)
-                    .or_insert_with(|| worker::proc_stat(p.pid as i32).map(|s| s.pgrp));
+                    .or_insert_with(|| process::proc_stat(p.pid as i32).map(|s| s.pgrp));
                 let Some(g) = g else { continue };
                 if let Some(trial) = by_group.get(&(g, *device)) {
                     // Readings come from the driver (or a fake one): never trusted to add up.
@@ -228,7 +228,7 @@ impl Monitor {
             reading
                 .processes
                 .iter()
-                .filter(|p| worker::proc_stat(p.pid as i32).is_some_and(|s| s.pgrp == pgid))
+                .filter(|p| process::proc_stat(p.pid as i32).is_some_and(|s| s.pgrp == pgid))
                 .map(|p| p.used)
                 .sum(),
         )

@@ -25,6 +25,7 @@ use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::Gpu;
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
+use crate::process::{self, Event, Message, SpawnSpec, Worker};
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler};
@@ -35,7 +36,6 @@ use crate::store::{
 use crate::study::{
     Attempts, Claimed, Counts, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
 };
-use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -1153,7 +1153,7 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         .await?;
     let me = DaemonId {
         pid: std::process::id(),
-        pid_start: worker::proc_stat(std::process::id() as i32).map(|s| s.start_time),
+        pid_start: process::proc_stat(std::process::id() as i32).map(|s| s.start_time),
         host: hostname(),
     };
     store
@@ -1546,7 +1546,7 @@ async fn reap_previous_instance(
 ) -> Result<(), StoreError> {
     for (worker_id, pid, start) in store.unfinished_workers(study).await? {
         if let (Some(pid), Some(start)) = (pid, start) {
-            if worker::kill_stale_group(pid as i32, start as u64) {
+            if process::kill_stale_group(pid as i32, start as u64) {
                 warn!(
                     worker_id,
                     pid, "killed a worker left running by a previous instance"
@@ -2169,7 +2169,7 @@ async fn spawn_worker(
         argv: argv.clone(),
         env,
         cwd: sh.cfg().worker.cwd.clone(),
-        log_path: worker::log_path(&sh.cfg().worker.log_dir, id),
+        log_path: process::log_path(&sh.cfg().worker.log_dir, id),
         log_max_bytes: sh.cfg().worker.log_max_bytes,
         log_max_total: sh.cfg().worker.log_max_total,
     };
@@ -2183,7 +2183,7 @@ async fn spawn_worker(
             return Err(RunError::Spawn { argv, source });
         }
     };
-    let start = worker::proc_stat(w.pid as i32).map(|s| s.start_time);
+    let start = process::proc_stat(w.pid as i32).map(|s| s.start_time);
     sh.store
         .worker_spawned(id, w.pid, start, &w.log_path)
         .await?;
@@ -2223,7 +2223,7 @@ async fn start_persistent(
                 Event::Msg(_) => continue,
                 Event::Garbage(why) => break format!("sent garbage before `ready`: {why}"),
                 Event::Closed => break "closed its protocol channel before `ready`".to_owned(),
-                Event::Exited(status) => break format!("exited before `ready` ({})", worker::describe_exit(status)),
+                Event::Exited(status) => break format!("exited before `ready` ({})", process::describe_exit(status)),
             },
             _ = &mut deadline => break format!(
                 "sent no `ready` within startup_timeout ({})",
@@ -2256,7 +2256,7 @@ async fn start_oneshot(
         })
         .collect();
     let results = sh.cfg().worker.log_dir.join("results");
-    worker::create_private_dir(&results).map_err(|source| RunError::Spawn {
+    process::create_private_dir(&results).map_err(|source| RunError::Spawn {
         argv: sh.cfg().worker.command.clone(),
         source,
     })?;
@@ -2285,7 +2285,7 @@ async fn retire(
     why: &str,
 ) -> Result<(), RunError> {
     let pgid = w.pid as i32;
-    let mut pids: Vec<u32> = worker::group_members(pgid)
+    let mut pids: Vec<u32> = process::group_members(pgid)
         .into_iter()
         .map(|p| p as u32)
         .collect();
@@ -2365,7 +2365,7 @@ async fn retire(
     }
     let (code, signal) = w
         .exit_status()
-        .map(worker::code_and_signal)
+        .map(process::code_and_signal)
         .unwrap_or((None, None));
     if why != "study stopped" && why != "oneshot trial done" {
         sh.metrics.worker_restarted();
@@ -2468,7 +2468,7 @@ async fn run_trial(
                     let verdict = classify::classify_report(&classify::Report {
                         exc_type: &exc_type, message: &message, traceback: &traceback,
                     });
-                    let tail = if traceback.is_empty() { w.stderr_tail() } else { worker::clip(&traceback, 8000) };
+                    let tail = if traceback.is_empty() { w.stderr_tail() } else { process::clip(&traceback, 8000) };
                     let poisons = verdict.kind.poisons_context();
                     let kind = verdict.kind;
                     let o = judged(verdict, tail);
@@ -2505,7 +2505,7 @@ async fn run_trial(
                     break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Exited(status) => {
-                    let how = worker::describe_exit(status);
+                    let how = process::describe_exit(status);
                     let fate = Fate::Replace(format!("worker {how}"));
                     if let Some(o) = outcome.take() {
                         break (o, fate);
@@ -2520,7 +2520,7 @@ async fn run_trial(
                             _ => {}
                         }
                     }
-                    let (code, signal) = worker::code_and_signal(status);
+                    let (code, signal) = process::code_and_signal(status);
                     let tail = w.stderr_tail();
                     let report = last_report.as_ref().map(|(t, m, tb)| classify::Report {
                         exc_type: t, message: m, traceback: tb,
@@ -2633,7 +2633,7 @@ fn read_result_file(path: &PathBuf) -> Option<Outcome> {
         Some(_) => bad("the result file holds NaN".into()),
         None => bad(format!(
             "the result file holds a non-number: {}",
-            worker::clip(text, 200)
+            process::clip(text, 200)
         )),
     })
 }
