@@ -12,83 +12,33 @@
 //! size-capped, every wait is bounded by the caller, and a `Worker` dropped in any state kills
 //! its group.
 
+mod channel;
+mod output;
+mod procfs;
+mod spawn;
+
+pub use channel::{parse_line, Event, Message, CHANNEL_FD, MAX_LINE};
+pub use output::{create_private_dir, log_path};
+pub use procfs::{group_members, kill_stale_group, proc_stat, ProcStat};
+pub use spawn::SpawnSpec;
+
 use futures::StreamExt;
+use output::{open_log, pump, Output};
+use procfs::{signal_group, wait_group_gone};
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-/// The fd number the channel has in every worker (`SWEEPD_FD`).
-pub const CHANNEL_FD: i32 = 3;
-/// The longest protocol line accepted; a longer one is a protocol error.
-pub const MAX_LINE: usize = 1 << 20;
 /// How long a worker whose channel reached end of file has to exit before it counts as one that
 /// dropped its channel and lives on.
 const EXIT_AFTER_CLOSE: Duration = Duration::from_millis(500);
-/// Lines of stderr kept in memory to explain a failure.
-const TAIL_LINES: usize = 40;
-const TAIL_LINE_CHARS: usize = 2000;
-
-/// What to start.
-#[derive(Debug, Clone)]
-pub struct SpawnSpec {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: PathBuf,
-    pub log_path: PathBuf,
-    /// The log file rotates (to `.1`) past this size.
-    pub log_max_bytes: u64,
-    /// All files in the log directory together: the oldest are deleted past this.
-    pub log_max_total: u64,
-}
-
-/// A message from a worker (see docs/protocol.md).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    Ready,
-    Report {
-        trial_id: i64,
-        step: i64,
-        value: f64,
-    },
-    Result {
-        trial_id: i64,
-        value: Result<f64, String>,
-    },
-    Pruned {
-        trial_id: i64,
-    },
-    Error {
-        trial_id: i64,
-        exc_type: String,
-        message: String,
-        traceback: String,
-    },
-    Heartbeat,
-    /// A well-formed message of a type this version does not know: ignored.
-    Other(String),
-}
-
-/// What happened next on a worker.
-#[derive(Debug)]
-pub enum Event {
-    Msg(Message),
-    /// A line that is not a protocol message; the text says why.
-    Garbage(String),
-    /// The worker closed its end of the channel but its process has not exited (yet). Said
-    /// once; after it, only `Exited` follows. What it means is the caller's to decide: a
-    /// persistent worker that keeps running without a channel can never finish its trial.
-    Closed,
-    Exited(ExitStatus),
-}
 
 /// A running worker process and its end of the channel.
 pub struct Worker {
@@ -114,35 +64,7 @@ impl Worker {
             create_private_dir(dir)?;
         }
         let log = open_log(&spec.log_path)?;
-        let mut cmd = tokio::process::Command::new(&spec.argv[0]);
-        cmd.args(&spec.argv[1..])
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .env("SWEEPD_FD", CHANNEL_FD.to_string())
-            // systemd's notify socket is the daemon's, not its workers'.
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("WATCHDOG_PID")
-            .current_dir(&spec.cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let fd = theirs.as_raw_fd();
-        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if fd == CHANNEL_FD {
-                    // dup2 onto itself would keep close-on-exec set: clear it instead.
-                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(fd, CHANNEL_FD) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn()?;
+        let mut child = spawn::start(spec, &theirs)?;
         drop(theirs);
         let pid = child.id().expect("a just-spawned child has a pid");
         let output = Arc::new(Output::new(log, spec));
@@ -359,65 +281,6 @@ impl Drop for Worker {
     }
 }
 
-/// Parses one protocol line.
-pub fn parse_line(line: &str) -> Event {
-    let v: Value = match serde_json::from_str(line) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => return Event::Garbage(format!("not a JSON object: {}", clip(line, 200))),
-    };
-    let trial_id = v["trial_id"].as_i64();
-    let ty = v["type"].as_str().unwrap_or_default();
-    let need_id = |m: fn(i64) -> Message| match trial_id {
-        Some(id) => Event::Msg(m(id)),
-        None => Event::Garbage(format!("`{ty}` without trial_id: {}", clip(line, 200))),
-    };
-    match ty {
-        "ready" => Event::Msg(Message::Ready),
-        "heartbeat" => Event::Msg(Message::Heartbeat),
-        "pruned" => need_id(|trial_id| Message::Pruned { trial_id }),
-        "report" => match (trial_id, v["step"].as_i64(), number(&v["value"])) {
-            (Some(trial_id), Some(step), Ok(value)) => Event::Msg(Message::Report {
-                trial_id,
-                step,
-                value,
-            }),
-            _ => Event::Garbage(format!("malformed report: {}", clip(line, 200))),
-        },
-        "result" => match trial_id {
-            Some(trial_id) => Event::Msg(Message::Result {
-                trial_id,
-                value: number(&v["value"]),
-            }),
-            None => Event::Garbage(format!("result without trial_id: {}", clip(line, 200))),
-        },
-        "error" => match trial_id {
-            Some(trial_id) => Event::Msg(Message::Error {
-                trial_id,
-                exc_type: v["exc_type"].as_str().unwrap_or("Exception").to_owned(),
-                message: v["message"].as_str().unwrap_or_default().to_owned(),
-                traceback: v["traceback"].as_str().unwrap_or_default().to_owned(),
-            }),
-            None => Event::Garbage(format!("error without trial_id: {}", clip(line, 200))),
-        },
-        "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
-        other => Event::Msg(Message::Other(other.to_owned())),
-    }
-}
-
-/// A protocol number: JSON number, or "nan"/"inf"/"-inf" (JSON has no non-finite numbers).
-fn number(v: &Value) -> Result<f64, String> {
-    match v {
-        Value::Number(n) => n.as_f64().ok_or_else(|| n.to_string()),
-        Value::String(s) => match s.to_ascii_lowercase().as_str() {
-            "nan" => Ok(f64::NAN),
-            "inf" | "+inf" | "infinity" => Ok(f64::INFINITY),
-            "-inf" | "-infinity" => Ok(f64::NEG_INFINITY),
-            _ => Err(clip(s, 200)),
-        },
-        other => Err(clip(&other.to_string(), 200)),
-    }
-}
-
 pub fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
@@ -448,342 +311,9 @@ pub fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-fn signal_group(pgid: i32, sig: i32) {
-    // SAFETY: plain syscall; a gone group gives ESRCH, which is fine.
-    unsafe {
-        libc::killpg(pgid, sig);
-    }
-}
-
-async fn wait_group_gone(pgid: i32, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if group_members(pgid).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Live (non-zombie) processes whose process group is `pgid`, from /proc.
-pub fn group_members(pgid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            proc_stat(*pid).is_some_and(|st| st.pgrp == pgid && st.state != 'Z' && st.state != 'X')
-        })
-        .collect()
-}
-
-/// The fields of /proc/PID/stat sweepd needs.
-pub struct ProcStat {
-    pub state: char,
-    pub pgrp: i32,
-    /// Clock ticks after boot: with the pid, identifies a process across pid reuse.
-    pub start_time: u64,
-}
-
-pub fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // comm may hold spaces and parentheses: the fields start after the last ')'.
-    let rest = &text[text.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(ProcStat {
-        state: f.first()?.chars().next()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        start_time: f.get(19)?.parse().ok()?,
-    })
-}
-
-/// Kills the process group led by `pid` if, and only if, that pid is still the process that
-/// started at `start_time` (a pid reused by an unrelated process is left alone).
-pub fn kill_stale_group(pid: i32, start_time: u64) -> bool {
-    match proc_stat(pid) {
-        Some(st) if st.start_time == start_time && st.pgrp == pid => {
-            signal_group(pid, libc::SIGKILL);
-            true
-        }
-        _ => false,
-    }
-}
-
-/// The worker's log file and the tail of its stderr, shared with the pump tasks.
-struct Output {
-    inner: Mutex<OutputInner>,
-    /// Pipes (stdout, stderr) that reached end of file, and a wake-up when one does: a process
-    /// that wrote its CUDA error and died is classified only once that text is read.
-    closed: std::sync::atomic::AtomicUsize,
-    closed_changed: tokio::sync::Notify,
-}
-
-struct OutputInner {
-    file: std::fs::File,
-    path: PathBuf,
-    written: u64,
-    max_bytes: u64,
-    max_total: u64,
-    tail: VecDeque<String>,
-    partial: String,
-}
-
-impl Output {
-    fn new(file: std::fs::File, spec: &SpawnSpec) -> Output {
-        let written = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Output {
-            closed: std::sync::atomic::AtomicUsize::new(0),
-            closed_changed: tokio::sync::Notify::new(),
-            inner: Mutex::new(OutputInner {
-                file,
-                path: spec.log_path.clone(),
-                written,
-                max_bytes: spec.log_max_bytes,
-                max_total: spec.log_max_total,
-                tail: VecDeque::new(),
-                partial: String::new(),
-            }),
-        }
-    }
-
-    fn write(&self, bytes: &[u8], is_err: bool) {
-        let mut o = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if o.written >= o.max_bytes {
-            o.rotate();
-        }
-        // Logging is best effort: a full disk must not stop the trial.
-        let _ = o.file.write_all(bytes);
-        o.written += bytes.len() as u64;
-        if is_err {
-            let text = String::from_utf8_lossy(bytes);
-            for (i, piece) in text.split('\n').enumerate() {
-                if i > 0 {
-                    let line = std::mem::take(&mut o.partial);
-                    o.tail.push_back(line);
-                    if o.tail.len() > TAIL_LINES {
-                        o.tail.pop_front();
-                    }
-                }
-                if o.partial.len() < TAIL_LINE_CHARS {
-                    let room = TAIL_LINE_CHARS - o.partial.len();
-                    o.partial.push_str(&clip(piece, room));
-                }
-            }
-        }
-    }
-
-    fn mark(&self, text: &str) {
-        let mut o = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(o.file, "\n=== sweepd: {text} ===");
-    }
-
-    fn tail(&self) -> String {
-        let o = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut lines: Vec<&str> = o.tail.iter().map(String::as_str).collect();
-        if !o.partial.is_empty() {
-            lines.push(&o.partial);
-        }
-        lines.join("\n")
-    }
-}
-
-impl OutputInner {
-    /// `worker-N.log` becomes `worker-N.log.1` (replacing an older one) and a fresh file
-    /// starts; then the directory is trimmed to `max_total`, oldest files first.
-    fn rotate(&mut self) {
-        let rotated = self.path.with_extension("log.1");
-        let _ = std::fs::rename(&self.path, &rotated);
-        match open_log(&self.path) {
-            Ok(f) => {
-                self.file = f;
-                self.written = 0;
-                let _ = writeln!(
-                    self.file,
-                    "=== sweepd: log rotated, earlier output in {} ===",
-                    rotated.display()
-                );
-            }
-            // Keep writing to the renamed file rather than lose output.
-            Err(_) => self.written = 0,
-        }
-        if let Some(dir) = self.path.parent() {
-            trim_dir(dir, self.max_total, &self.path);
-        }
-    }
-}
-
-/// Creates `dir` (and missing parents) as 0750: what workers print, and their oneshot result
-/// files, are for the service's user and group only. An existing directory is left alone.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o750)
-        .create(dir)
-}
-
-/// Opens a worker log for appending, creating it as 0640 (less under a stricter umask): the
-/// process umask is left alone, since workers inherit it for their own files.
-fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o640)
-        .open(path)
-}
-
-/// Deletes the oldest worker log files in `dir` until they total at most `max_total`
-/// (never the file in use).
-fn trim_dir(dir: &Path, max_total: u64, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("worker-") {
-                return None;
-            }
-            let m = e.metadata().ok()?;
-            if !m.is_file() {
-                return None;
-            }
-            Some((m.modified().ok()?, m.len(), e.path()))
-        })
-        .collect();
-    let mut total: u64 = files.iter().map(|f| f.1).sum();
-    files.sort();
-    for (_, len, path) in files {
-        if total <= max_total {
-            break;
-        }
-        if path != keep && std::fs::remove_file(&path).is_ok() {
-            total -= len;
-        }
-    }
-}
-
-/// Copies a pipe into the log until EOF. Never blocks the worker: the pipe is always drained.
-async fn pump(mut pipe: Box<dyn AsyncRead + Send + Unpin>, output: Arc<Output>, is_err: bool) {
-    let mut buf = vec![0u8; 16 * 1024];
-    while let Ok(n) = pipe.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        output.write(&buf[..n], is_err);
-    }
-    output
-        .closed
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    output.closed_changed.notify_waiters();
-}
-
-/// The log file for a worker.
-pub fn log_path(dir: &Path, worker_id: i64) -> PathBuf {
-    dir.join(format!("worker-{worker_id}.log"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_each_message_kind() {
-        assert!(matches!(
-            parse_line(r#"{"type":"ready","pid":1,"protocol":1}"#),
-            Event::Msg(Message::Ready)
-        ));
-        match parse_line(r#"{"type":"report","trial_id":3,"step":2,"value":"nan"}"#) {
-            Event::Msg(Message::Report {
-                trial_id: 3,
-                step: 2,
-                value,
-            }) => assert!(value.is_nan()),
-            e => panic!("{e:?}"),
-        }
-        match parse_line(r#"{"type":"result","trial_id":3,"value":"abc"}"#) {
-            Event::Msg(Message::Result { value: Err(s), .. }) => assert_eq!(s, "abc"),
-            e => panic!("{e:?}"),
-        }
-        assert!(matches!(
-            parse_line(r#"{"type":"result","trial_id":3,"value":"-inf"}"#),
-            Event::Msg(Message::Result { value: Ok(v), .. }) if v == f64::NEG_INFINITY
-        ));
-        assert!(matches!(
-            parse_line(r#"{"type":"future_thing"}"#),
-            Event::Msg(Message::Other(_))
-        ));
-    }
-
-    #[test]
-    fn garbage_is_reported_not_fatal() {
-        assert!(matches!(parse_line("this is not json"), Event::Garbage(_)));
-        assert!(matches!(parse_line("[1,2]"), Event::Garbage(_)));
-        assert!(matches!(
-            parse_line(r#"{"type":"result"}"#),
-            Event::Garbage(_)
-        ));
-        assert!(matches!(
-            parse_line(r#"{"type":"report","trial_id":1}"#),
-            Event::Garbage(_)
-        ));
-    }
-
-    #[test]
-    fn proc_stat_reads_our_own_process() {
-        let me = std::process::id() as i32;
-        let st = proc_stat(me).expect("own stat");
-        assert_eq!(st.pgrp, nix::unistd::getpgrp().as_raw());
-        assert!(st.start_time > 0);
-    }
-
-    #[tokio::test]
-    async fn flooding_worker_logs_rotate_and_the_directory_stays_under_its_cap() {
-        let dir = tempfile::tempdir().unwrap();
-        // An old log of another worker, the first to go when the directory is over its cap.
-        let old = dir.path().join("worker-0.log");
-        std::fs::write(&old, vec![b'o'; 30_000]).unwrap();
-        let spec = SpawnSpec {
-            argv: vec![
-                "python3".into(),
-                "-c".into(),
-                "import sys\nfor i in range(300): sys.stdout.write('%05d' % i + 'x' * 995 + '\\n')"
-                    .into(),
-            ],
-            env: Vec::new(),
-            cwd: dir.path().to_owned(),
-            log_path: log_path(dir.path(), 1),
-            log_max_bytes: 16_000,
-            log_max_total: 40_000,
-        };
-        let mut w = Worker::spawn(1, &spec).unwrap();
-        while !matches!(w.next_event().await, Event::Exited(_)) {}
-        // Let the pump tasks drain the pipe.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let current = std::fs::read_to_string(log_path(dir.path(), 1)).unwrap();
-        assert!(
-            current.contains("00299"),
-            "the newest output is in the current file"
-        );
-        assert!(
-            dir.path().join("worker-1.log.1").exists(),
-            "rotated once at least"
-        );
-        assert!(
-            !old.exists(),
-            "the oldest file was deleted to respect the cap"
-        );
-        let total: u64 = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
-            .sum();
-        assert!(total <= 40_000 + 16_000 + 2_000, "total {total}");
-    }
 
     #[test]
     fn clip_respects_char_boundaries() {

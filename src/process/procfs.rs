@@ -1,0 +1,81 @@
+//! Processes as /proc shows them: a process's group and start time, the members of a group, and
+//! killing a group (a worker's, or one a previous daemon left behind) and waiting until it is gone.
+
+use std::time::Duration;
+
+pub(super) fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: plain syscall; a gone group gives ESRCH, which is fine.
+    unsafe {
+        libc::killpg(pgid, sig);
+    }
+}
+
+pub(super) async fn wait_group_gone(pgid: i32, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if group_members(pgid).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`, from /proc.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            proc_stat(*pid).is_some_and(|st| st.pgrp == pgid && st.state != 'Z' && st.state != 'X')
+        })
+        .collect()
+}
+
+/// The fields of /proc/PID/stat sweepd needs.
+pub struct ProcStat {
+    pub state: char,
+    pub pgrp: i32,
+    /// Clock ticks after boot: with the pid, identifies a process across pid reuse.
+    pub start_time: u64,
+}
+
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may hold spaces and parentheses: the fields start after the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: f.first()?.chars().next()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Kills the process group led by `pid` if, and only if, that pid is still the process that
+/// started at `start_time` (a pid reused by an unrelated process is left alone).
+pub fn kill_stale_group(pid: i32, start_time: u64) -> bool {
+    match proc_stat(pid) {
+        Some(st) if st.start_time == start_time && st.pgrp == pid => {
+            signal_group(pid, libc::SIGKILL);
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_reads_our_own_process() {
+        let me = std::process::id() as i32;
+        let st = proc_stat(me).expect("own stat");
+        assert_eq!(st.pgrp, nix::unistd::getpgrp().as_raw());
+        assert!(st.start_time > 0);
+    }
+}
