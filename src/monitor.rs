@@ -140,10 +140,7 @@ impl Monitor {
                 pid,
                 device, bytes, "killing a process of a retired worker that still holds GPU memory"
             );
-            // SAFETY: plain syscall on a pid we just saw in NVML's list, of a group we retired.
-            unsafe {
-                libc::kill(*pid as i32, libc::SIGKILL);
-            }
+            process::kill_pid(*pid);
         }
         report
     }

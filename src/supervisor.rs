@@ -2324,10 +2324,7 @@ async fn retire(
                 // release; what NVML still lists of the group is killed without a word.
                 Ok(left) if sh.kill_now.is_cancelled() => {
                     for p in &left {
-                        // SAFETY: plain syscall on pids of our own retired group.
-                        unsafe {
-                            libc::kill(*p as i32, libc::SIGKILL);
-                        }
+                        process::kill_pid(*p);
                     }
                     break;
                 }
@@ -2340,10 +2337,7 @@ async fn retire(
                         "NVML still lists processes of a retired worker; killing them"
                     );
                     for p in &left {
-                        // SAFETY: plain syscall on pids of our own retired group.
-                        unsafe {
-                            libc::kill(*p as i32, libc::SIGKILL);
-                        }
+                        process::kill_pid(*p);
                     }
                     sh.store
                         .event(

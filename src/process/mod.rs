@@ -19,16 +19,19 @@ mod spawn;
 
 pub use channel::{parse_line, Event, Message, CHANNEL_FD, MAX_LINE};
 pub use output::{create_private_dir, log_path};
-pub use procfs::{group_members, kill_stale_group, proc_stat, ProcStat};
+pub use procfs::{group_members, kill_pid, kill_stale_group, proc_stat, ProcStat};
 pub use spawn::SpawnSpec;
 
 use futures::StreamExt;
+use nix::sys::signal::Signal;
 use output::{open_log, pump, Output};
 use procfs::{signal_group, wait_group_gone};
 use serde_json::Value;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +48,7 @@ pub struct Worker {
     pub id: i64,
     pub pid: u32,
     pub log_path: PathBuf,
-    child: tokio::process::Child,
+    child: spawn::Child,
     reader: FramedRead<OwnedReadHalf, LinesCodec>,
     writer: OwnedWriteHalf,
     output: Arc<Output>,
@@ -64,21 +67,20 @@ impl Worker {
             create_private_dir(dir)?;
         }
         let log = open_log(&spec.log_path)?;
-        let mut child = spawn::start(spec, &theirs)?;
-        drop(theirs);
+        let mut child = spawn::start(spec, theirs)?;
         let pid = child.id().expect("a just-spawned child has a pid");
         let output = Arc::new(Output::new(log, spec));
         for (pipe, is_err) in [
             (
                 child
-                    .stdout
+                    .stdout()
                     .take()
                     .map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>),
                 false,
             ),
             (
                 child
-                    .stderr
+                    .stderr()
                     .take()
                     .map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>),
                 true,
@@ -127,13 +129,13 @@ impl Worker {
                 // on. A process that exits closes it a moment before its exit is seen.
                 None => {
                     self.channel_closed = true;
-                    match tokio::time::timeout(EXIT_AFTER_CLOSE, self.child.wait()).await {
+                    match tokio::time::timeout(EXIT_AFTER_CLOSE, self.wait_child()).await {
                         Ok(status) => self.exited(status).await,
                         Err(_) => Event::Closed,
                     }
                 }
             },
-            status = self.child.wait() => {
+            status = Box::into_pin(self.child.wait()) => {
                 let status = self.exited(status).await;
                 self.drain_after_exit().await;
                 self.pending.pop_front().unwrap_or(status)
@@ -145,14 +147,22 @@ impl Worker {
     /// is not an exit status: it is reported as a kill by an unknown signal rather than read as
     /// a clean exit 0.
     async fn exited(&mut self, status: std::io::Result<ExitStatus>) -> Event {
-        let status = status.unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL));
+        let status = status.unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32));
         self.exit = Some(status);
         self.settle_output().await;
         Event::Exited(status)
     }
 
+    /// The leader's exit, reaped by tokio. Never `try_wait` on this child: process-wrap's would
+    /// reap the leader behind tokio's back, and tokio's wait would then fail.
+    fn wait_child(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<ExitStatus>> + Send + '_>> {
+        Box::into_pin(self.child.wait())
+    }
+
     async fn wait_exit(&mut self) -> Event {
-        let status = self.child.wait().await;
+        let status = self.wait_child().await;
         self.exited(status).await
     }
 
@@ -234,7 +244,7 @@ impl Worker {
     /// Waits up to `grace` for the worker to exit on its own (after a `shutdown` message).
     pub async fn wait_for_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
         if self.exit.is_none() {
-            if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
+            if let Ok(status) = tokio::time::timeout(grace, self.wait_child()).await {
                 self.exited(status).await;
             }
         }
@@ -247,10 +257,10 @@ impl Worker {
         let pgid = self.pid as i32;
         let mut survivors = Vec::new();
         if !group_members(pgid).is_empty() || self.exit.is_none() {
-            signal_group(pgid, libc::SIGTERM);
+            signal_group(pgid, Signal::SIGTERM);
             if !wait_group_gone(pgid, grace).await {
                 survivors = group_members(pgid);
-                signal_group(pgid, libc::SIGKILL);
+                signal_group(pgid, Signal::SIGKILL);
                 wait_group_gone(pgid, Duration::from_secs(5)).await;
             }
         }
@@ -264,7 +274,7 @@ impl Worker {
         let pgid = self.pid as i32;
         let members = group_members(pgid);
         if !members.is_empty() || self.exit.is_none() {
-            signal_group(pgid, libc::SIGKILL);
+            signal_group(pgid, Signal::SIGKILL);
             wait_group_gone(pgid, Duration::from_secs(5)).await;
         }
         self.wait_for_exit(Duration::from_secs(5)).await;
@@ -274,10 +284,11 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Whatever path dropped us, leave no process of the group behind.
-        if self.exit.is_none() || !group_members(self.pid as i32).is_empty() {
-            signal_group(self.pid as i32, libc::SIGKILL);
-        }
+        // Whatever path dropped us, leave no process of the group behind: process-wrap's
+        // `start_kill` is a SIGKILL to the whole group. A group with no member left gives ESRCH,
+        // and zombies do not mind a signal, so no /proc scan decides it first. (process-wrap's
+        // `KillOnDrop` would not do: it is tokio's `kill_on_drop`, a SIGKILL to the leader alone.)
+        let _ = self.child.start_kill();
     }
 }
 

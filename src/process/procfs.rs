@@ -1,12 +1,21 @@
 //! Processes as /proc shows them: a process's group and start time, the members of a group, and
 //! killing a group (a worker's, or one a previous daemon left behind) and waiting until it is gone.
 
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
 use std::time::Duration;
 
-pub(super) fn signal_group(pgid: i32, sig: i32) {
-    // SAFETY: plain syscall; a gone group gives ESRCH, which is fine.
-    unsafe {
-        libc::killpg(pgid, sig);
+/// Sends `sig` to process group `pgid`. A group already gone gives ESRCH: nothing to do.
+pub(super) fn signal_group(pgid: i32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pgid), sig);
+}
+
+/// SIGKILLs one process (an orphan of a retired worker's group that NVML still lists). One
+/// already gone gives ESRCH: nothing to do. Only a real pid: 0 or one past `i32::MAX` would make
+/// kill(2) address a whole group, maybe ours.
+pub fn kill_pid(pid: u32) {
+    if let Ok(pid @ 1..) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 
@@ -60,7 +69,7 @@ pub fn proc_stat(pid: i32) -> Option<ProcStat> {
 pub fn kill_stale_group(pid: i32, start_time: u64) -> bool {
     match proc_stat(pid) {
         Some(st) if st.start_time == start_time && st.pgrp == pid => {
-            signal_group(pid, libc::SIGKILL);
+            signal_group(pid, Signal::SIGKILL);
             true
         }
         _ => false,
