@@ -22,7 +22,7 @@ pub use output::{create_private_dir, log_path};
 pub use procfs::{group_members, kill_pid, kill_stale_group, proc_stat, ProcStat};
 pub use spawn::SpawnSpec;
 
-use futures::StreamExt;
+use channel::Channel;
 use nix::sys::signal::Signal;
 use output::{open_log, pump, Output};
 use procfs::{signal_group, wait_group_gone};
@@ -35,9 +35,7 @@ use std::pin::Pin;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio::io::AsyncRead;
 
 /// How long a worker whose channel reached end of file has to exit before it counts as one that
 /// dropped its channel and lives on.
@@ -49,14 +47,11 @@ pub struct Worker {
     pub pid: u32,
     pub log_path: PathBuf,
     child: spawn::Child,
-    reader: FramedRead<OwnedReadHalf, LinesCodec>,
-    writer: OwnedWriteHalf,
+    channel: Channel,
     output: Arc<Output>,
     /// Events already read but not yet handed out (messages drained after the process exited).
     pending: VecDeque<Event>,
     exit: Option<ExitStatus>,
-    /// The channel reached end of file: nothing more can be read from it.
-    channel_closed: bool,
 }
 
 impl Worker {
@@ -90,19 +85,16 @@ impl Worker {
                 tokio::spawn(pump(pipe, output.clone(), is_err));
             }
         }
-        ours.set_nonblocking(true)?;
-        let (r, w) = tokio::net::UnixStream::from_std(ours)?.into_split();
+        let channel = Channel::new(ours)?;
         Ok(Worker {
             id,
             pid,
             log_path: spec.log_path.clone(),
             child,
-            reader: FramedRead::new(r, LinesCodec::new_with_max_length(MAX_LINE)),
-            writer: w,
+            channel,
             output,
             pending: VecDeque::new(),
             exit: None,
-            channel_closed: false,
         })
     }
 
@@ -115,25 +107,18 @@ impl Worker {
         if let Some(status) = self.exit {
             return Event::Exited(status);
         }
-        if self.channel_closed {
+        if self.channel.is_closed() {
             return self.wait_exit().await;
         }
         tokio::select! {
-            line = self.reader.next() => match line {
-                Some(Ok(line)) => parse_line(&line),
-                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
-                    Event::Garbage(format!("a protocol line longer than {MAX_LINE} bytes"))
-                }
-                Some(Err(e)) => Event::Garbage(e.to_string()),
+            event = self.channel.recv() => match event {
+                Some(event) => event,
                 // The worker closed its end: it is exiting, or it dropped the channel and lives
                 // on. A process that exits closes it a moment before its exit is seen.
-                None => {
-                    self.channel_closed = true;
-                    match tokio::time::timeout(EXIT_AFTER_CLOSE, self.wait_child()).await {
-                        Ok(status) => self.exited(status).await,
-                        Err(_) => Event::Closed,
-                    }
-                }
+                None => match tokio::time::timeout(EXIT_AFTER_CLOSE, self.wait_child()).await {
+                    Ok(status) => self.exited(status).await,
+                    Err(_) => Event::Closed,
+                },
             },
             status = Box::into_pin(self.child.wait()) => {
                 let status = self.exited(status).await;
@@ -186,37 +171,14 @@ impl Worker {
     /// grandchild may hold the channel open forever). Queued before the exit already recorded.
     async fn drain_after_exit(&mut self) {
         let exit = self.exit.map(Event::Exited);
-        let deadline = tokio::time::sleep(Duration::from_millis(300));
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                line = self.reader.next() => match line {
-                    Some(Ok(line)) => self.pending.push_back(parse_line(&line)),
-                    Some(Err(e)) => self.pending.push_back(Event::Garbage(e.to_string())),
-                    None => break,
-                },
-                _ = &mut deadline => break,
-            }
-        }
+        let left = self.channel.drain(Duration::from_millis(300)).await;
+        self.pending.extend(left);
         self.pending.extend(exit);
     }
 
     /// Sends one message. Bounded: a worker that stops reading must not wedge the supervisor.
     pub async fn send(&mut self, msg: &Value) -> std::io::Result<()> {
-        let mut line = msg.to_string();
-        line.push('\n');
-        match tokio::time::timeout(
-            Duration::from_secs(10),
-            self.writer.write_all(line.as_bytes()),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "worker does not read its channel",
-            )),
-        }
+        self.channel.send(msg).await
     }
 
     /// Writes a marker line into the worker's log (trial boundaries).
