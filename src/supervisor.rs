@@ -2285,7 +2285,8 @@ async fn retire(
     why: &str,
 ) -> Result<(), RunError> {
     let pgid = w.pid as i32;
-    let mut pids: Vec<u32> = process::group_members(pgid)
+    let mut pids: Vec<u32> = process::group_members_off_runtime(pgid)
+        .await
         .into_iter()
         .map(|p| p as u32)
         .collect();
@@ -2364,7 +2365,7 @@ async fn retire(
     if why != "study stopped" && why != "oneshot trial done" {
         sh.metrics.worker_restarted();
     }
-    w.mark(&format!("worker {} retired: {why}", w.id));
+    w.mark(&format!("worker {} retired: {why}", w.id)).await;
     sh.store.worker_exited(w.id, code, signal).await?;
     sh.store.event(Some(w.id), None, "exited", why).await?;
     Ok(())
@@ -2396,7 +2397,8 @@ async fn run_trial(
     w.mark(&format!(
         "trial {} (trial_id {}) start: {params}",
         c.number, c.trial_id
-    ));
+    ))
+    .await;
     let failed = |kind: FailureKind, reason: String, tail: Option<String>| Outcome::Failed {
         kind,
         reason,
@@ -2584,7 +2586,8 @@ async fn run_trial(
         "trial {} end after {:.2}s: {end}",
         c.number,
         started.elapsed().as_secs_f64()
-    ));
+    ))
+    .await;
     if let Outcome::Failed { kind, reason, .. } = &result {
         let _ = sh
             .store

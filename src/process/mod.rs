@@ -19,13 +19,14 @@ mod spawn;
 
 pub use channel::{parse_line, Event, Message, CHANNEL_FD, MAX_LINE};
 pub use output::{create_private_dir, log_path};
-pub use procfs::{group_members, kill_pid, kill_stale_group, proc_stat, ProcStat};
+pub use procfs::{
+    group_members, group_members_off_runtime, kill_pid, kill_stale_group, proc_stat, ProcStat,
+};
 pub use spawn::SpawnSpec;
 
 use channel::Channel;
 use nix::sys::signal::Signal;
 use output::{open_log, pump, Output};
-use procfs::{signal_group, wait_group_gone};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -40,6 +41,8 @@ use tokio::io::AsyncRead;
 /// How long a worker whose channel reached end of file has to exit before it counts as one that
 /// dropped its channel and lives on.
 const EXIT_AFTER_CLOSE: Duration = Duration::from_millis(500);
+/// How long the leader's exit may take to be seen once its group is gone.
+const EXIT_AFTER_KILL: Duration = Duration::from_secs(5);
 
 /// A running worker process and its end of the channel.
 pub struct Worker {
@@ -61,31 +64,20 @@ impl Worker {
         if let Some(dir) = spec.log_path.parent() {
             create_private_dir(dir)?;
         }
-        let log = open_log(&spec.log_path)?;
+        let output = Output::start(open_log(&spec.log_path)?, spec)?;
+        let channel = Channel::new(ours)?;
+        // Nothing after this may fail: a child without its Worker would have no one to kill it.
         let mut child = spawn::start(spec, theirs)?;
         let pid = child.id().expect("a just-spawned child has a pid");
-        let output = Arc::new(Output::new(log, spec));
-        for (pipe, is_err) in [
-            (
-                child
-                    .stdout()
-                    .take()
-                    .map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>),
-                false,
-            ),
-            (
-                child
-                    .stderr()
-                    .take()
-                    .map(|p| Box::new(p) as Box<dyn AsyncRead + Send + Unpin>),
-                true,
-            ),
-        ] {
+        let pipes: [(Option<Box<dyn AsyncRead + Send + Unpin>>, bool); 2] = [
+            (child.stdout().take().map(|p| Box::new(p) as _), false),
+            (child.stderr().take().map(|p| Box::new(p) as _), true),
+        ];
+        for (pipe, is_err) in pipes {
             if let Some(pipe) = pipe {
                 tokio::spawn(pump(pipe, output.clone(), is_err));
             }
         }
-        let channel = Channel::new(ours)?;
         Ok(Worker {
             id,
             pid,
@@ -134,7 +126,8 @@ impl Worker {
     async fn exited(&mut self, status: std::io::Result<ExitStatus>) -> Event {
         let status = status.unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32));
         self.exit = Some(status);
-        self.settle_output().await;
+        // What it wrote just before dying may still be in its pipes.
+        self.output.settled().await;
         Event::Exited(status)
     }
 
@@ -151,22 +144,6 @@ impl Worker {
         self.exited(status).await
     }
 
-    /// What a dead worker wrote just before dying may still be in its pipes: read it before
-    /// anyone classifies the death from the stderr tail (bounded: a forked child may keep the
-    /// pipes open).
-    async fn settle_output(&self) {
-        let pipes_closed = async {
-            loop {
-                let notified = self.output.closed_changed.notified();
-                if self.output.closed.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let _ = tokio::time::timeout(Duration::from_millis(500), pipes_closed).await;
-    }
-
     /// Messages sent just before exiting are still in the socket: read them, briefly (a forked
     /// grandchild may hold the channel open forever). Queued before the exit already recorded.
     async fn drain_after_exit(&mut self) {
@@ -181,17 +158,16 @@ impl Worker {
         self.channel.send(msg).await
     }
 
-    /// Writes a marker line into the worker's log (trial boundaries).
-    pub fn mark(&self, text: &str) {
-        self.output.mark(text);
+    /// Writes a marker line into the worker's log (trial boundaries), after all it has printed so
+    /// far, and waits (bounded) until it is written.
+    pub async fn mark(&self, text: &str) {
+        self.output.mark(text).await;
     }
 
     /// Forgets the stderr kept so far: called at each trial start, so that a trial's failure is
     /// classified from what it wrote, not from a traceback an earlier trial printed.
     pub fn reset_tail(&self) {
-        let mut o = self.output.inner.lock().unwrap_or_else(|p| p.into_inner());
-        o.tail.clear();
-        o.partial.clear();
+        self.output.reset_tail();
     }
 
     /// The last lines the worker wrote to stderr.
@@ -216,31 +192,22 @@ impl Worker {
     /// Ends the whole process group: SIGTERM, then SIGKILL after `grace`, and waits until no
     /// member is left (bounded). Returns the pids that were still alive at SIGKILL time.
     pub async fn kill_group(&mut self, grace: Duration) -> Vec<i32> {
-        let pgid = self.pid as i32;
-        let mut survivors = Vec::new();
-        if !group_members(pgid).is_empty() || self.exit.is_none() {
-            signal_group(pgid, Signal::SIGTERM);
-            if !wait_group_gone(pgid, grace).await {
-                survivors = group_members(pgid);
-                signal_group(pgid, Signal::SIGKILL);
-                wait_group_gone(pgid, Duration::from_secs(5)).await;
-            }
-        }
-        self.wait_for_exit(Duration::from_secs(5)).await;
+        let survivors = procfs::end_group(self.pgid(), Some(grace), self.exit.is_some()).await;
+        self.wait_for_exit(EXIT_AFTER_KILL).await;
         survivors
     }
 
     /// Ends the whole process group with SIGKILL, no grace (sweepd was told to stop now), and
     /// waits until no member is left (bounded). Returns the pids alive at SIGKILL time.
     pub async fn kill_group_now(&mut self) -> Vec<i32> {
-        let pgid = self.pid as i32;
-        let members = group_members(pgid);
-        if !members.is_empty() || self.exit.is_none() {
-            signal_group(pgid, Signal::SIGKILL);
-            wait_group_gone(pgid, Duration::from_secs(5)).await;
-        }
-        self.wait_for_exit(Duration::from_secs(5)).await;
+        let members = procfs::end_group(self.pgid(), None, self.exit.is_some()).await;
+        self.wait_for_exit(EXIT_AFTER_KILL).await;
         members
+    }
+
+    /// The worker leads its own group.
+    fn pgid(&self) -> i32 {
+        self.pid as i32
     }
 }
 

@@ -19,16 +19,54 @@ pub fn kill_pid(pid: u32) {
     }
 }
 
-pub(super) async fn wait_group_gone(pgid: i32, limit: Duration) -> bool {
+/// How often a group being ended is looked for in /proc.
+const POLL: Duration = Duration::from_millis(20);
+/// How long a group gets to vanish after SIGKILL before the wait gives up.
+const AFTER_SIGKILL: Duration = Duration::from_secs(5);
+
+/// Ends process group `pgid`: with a `grace`, SIGTERM and, if members are left when it is over,
+/// SIGKILL; without one, SIGKILL at once. Then waits (bounded) until /proc shows no member.
+/// Returns the pids alive at SIGKILL time (none if the group went on SIGTERM).
+///
+/// `leader_reaped`: the leader's exit was seen, so an empty group is done with; until then the
+/// group is signalled even if /proc shows no member yet.
+pub(super) async fn end_group(pgid: i32, grace: Option<Duration>, leader_reaped: bool) -> Vec<i32> {
+    let mut members = group_members_off_runtime(pgid).await;
+    if members.is_empty() && leader_reaped {
+        return members;
+    }
+    if let Some(grace) = grace {
+        signal_group(pgid, Signal::SIGTERM);
+        if wait_group_gone(pgid, grace).await {
+            return Vec::new();
+        }
+        members = group_members_off_runtime(pgid).await;
+    }
+    signal_group(pgid, Signal::SIGKILL);
+    wait_group_gone(pgid, AFTER_SIGKILL).await;
+    members
+}
+
+async fn wait_group_gone(pgid: i32, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if group_members(pgid).is_empty() {
+        if group_members_off_runtime(pgid).await.is_empty() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`group_members`], scanned on a blocking thread: it reads every /proc/PID/stat, which is no
+/// work for the runtime's one thread. Scanned here if the runtime has no thread left to give
+/// (it is shutting down): an empty answer would read as "the group is gone".
+pub async fn group_members_off_runtime(pgid: i32) -> Vec<i32> {
+    match tokio::task::spawn_blocking(move || group_members(pgid)).await {
+        Ok(members) => members,
+        Err(_) => group_members(pgid),
     }
 }
 
