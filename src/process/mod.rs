@@ -120,11 +120,9 @@ impl Worker {
         }
     }
 
-    /// Records the exit seen by `child.wait()`. An error there (the child was reaped elsewhere)
-    /// is not an exit status: it is reported as a kill by an unknown signal rather than read as
-    /// a clean exit 0.
-    async fn exited(&mut self, status: std::io::Result<ExitStatus>) -> Event {
-        let status = status.unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32));
+    /// Records the exit seen by `child.wait()`.
+    async fn exited(&mut self, waited: std::io::Result<ExitStatus>) -> Event {
+        let status = exit_status_of_wait(waited);
         self.exit = Some(status);
         // What it wrote just before dying may still be in its pipes.
         self.output.settled().await;
@@ -221,6 +219,14 @@ impl Drop for Worker {
     }
 }
 
+/// The status a wait on the leader stands for. A wait that failed (the child was reaped
+/// elsewhere) has no status to give: the worker is gone and nobody saw how, which is read as a
+/// kill by SIGKILL, never as the clean exit 0 a defaulted status would say.
+fn exit_status_of_wait(waited: std::io::Result<ExitStatus>) -> ExitStatus {
+    waited.unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32))
+}
+
+/// `s` cut to at most `max` bytes (on a char boundary), with an ellipsis if it was cut.
 pub fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
@@ -258,5 +264,64 @@ mod tests {
     #[test]
     fn clip_respects_char_boundaries() {
         assert_eq!(clip("ééé", 3), "é…");
+    }
+
+    #[test]
+    fn a_failed_wait_reads_as_killed_by_sigkill_never_as_exit_0() {
+        let reaped_elsewhere = || std::io::Error::from_raw_os_error(nix::libc::ECHILD);
+        let cases = [
+            (Ok(ExitStatus::from_raw(0)), "exit code 0"),
+            (Ok(ExitStatus::from_raw(3 << 8)), "exit code 3"),
+            (
+                Ok(ExitStatus::from_raw(15)),
+                "killed by signal 15 (SIGTERM)",
+            ),
+            (Err(reaped_elsewhere()), "killed by signal 9 (SIGKILL)"),
+        ];
+        for (waited, want) in cases {
+            let status = exit_status_of_wait(waited);
+            assert_eq!(describe_exit(status), want);
+        }
+        assert!(!exit_status_of_wait(Err(reaped_elsewhere())).success());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_worker_leaves_no_process_of_its_group_even_one_ignoring_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = SpawnSpec {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "trap '' TERM; sleep 60 & sleep 60 & wait".into(),
+            ],
+            env: Vec::new(),
+            cwd: dir.path().to_owned(),
+            log_path: log_path(dir.path(), 1),
+            log_max_bytes: 1 << 20,
+            log_max_total: 1 << 20,
+        };
+        let w = Worker::spawn(1, &spec).unwrap();
+        let pgid = w.pid as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let before = loop {
+            let members = group_members(pgid);
+            if members.len() >= 3 || std::time::Instant::now() > deadline {
+                break members;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(before.len(), 3, "the shell and its two sleeps: {before:?}");
+        drop(w);
+        let alive =
+            |pid: &i32| proc_stat(*pid).is_some_and(|st| st.state != 'Z' && st.state != 'X');
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while (before.iter().any(alive) || !group_members(pgid).is_empty())
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left: Vec<i32> = before.iter().copied().filter(alive).collect();
+        assert!(left.is_empty(), "still alive after the drop: {left:?}");
+        assert!(group_members(pgid).is_empty());
     }
 }
