@@ -1,16 +1,19 @@
-//! Worker processes: spawning, the protocol channel, output capture and group kills.
+//! Worker processes: a `Worker` from its start to its end.
 //!
 //! A worker is the user's program, started as argv (never through a shell) in a process group
 //! of its own, so that the processes it forks (DataLoader children, a stray `subprocess`) can
 //! be found and killed with it. It talks to sweepd over a Unix socket inherited as fd 3
 //! (`SWEEPD_FD`), never over stdout: the user's prints go to a per-worker log file and cannot
-//! corrupt the protocol. The protocol itself is documented in `docs/protocol.md`. Log files
-//! are created 0640 in directories created 0750 (what a program prints is its owner's
-//! business), without touching the umask the worker inherits.
+//! corrupt the protocol.
+//!
+//! The parts, each in its file: `spawn.rs` starts the process, `channel.rs` is the protocol and
+//! sweepd's end of the socket, `output.rs` captures stdout and stderr (log, rotation, stderr
+//! tail), `procfs.rs` reads /proc and ends process groups. This file ties them into the
+//! lifecycle: the next event (message, garbage, channel closed, exit), sends, and the kills.
 //!
 //! Nothing a worker does may take the daemon down: lines are length-bounded, the log file is
-//! size-capped, every wait is bounded by the caller, and a `Worker` dropped in any state kills
-//! its group.
+//! size-capped and written off the async runtime, every wait is bounded, and a `Worker` dropped
+//! in any state kills its group.
 
 mod channel;
 mod output;
