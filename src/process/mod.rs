@@ -69,7 +69,8 @@ impl Worker {
         }
         let output = Output::start(open_log(&spec.log_path)?, spec)?;
         let channel = Channel::new(ours)?;
-        // Nothing after this may fail: a child without its Worker would have no one to kill it.
+        // All that can fail is done by now: a child without its Worker would have no one to
+        // kill it.
         let mut child = spawn::start(spec, theirs)?;
         let pid = child.id().expect("a just-spawned child has a pid");
         let pipes: [(Option<Box<dyn AsyncRead + Send + Unpin>>, bool); 2] = [

@@ -5,9 +5,12 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::time::Duration;
 
-/// Sends `sig` to process group `pgid`. A group already gone gives ESRCH: nothing to do.
+/// Sends `sig` to process group `pgid`. A group already gone gives ESRCH: nothing to do. Never
+/// group 0, which killpg(2) reads as our own.
 pub(super) fn signal_group(pgid: i32, sig: Signal) {
-    let _ = killpg(Pid::from_raw(pgid), sig);
+    if pgid > 0 {
+        let _ = killpg(Pid::from_raw(pgid), sig);
+    }
 }
 
 /// SIGKILLs one process (an orphan of a retired worker's group that NVML still lists). One
