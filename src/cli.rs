@@ -709,7 +709,7 @@ fn print_gpus(rows: &[crate::store::GpuRow]) {
 }
 
 fn worker_clip(s: &str, n: usize) -> String {
-    crate::worker::clip(s, n)
+    crate::process::clip(s, n)
 }
 
 fn value_text(v: &Value) -> String {

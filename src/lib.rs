@@ -3,7 +3,7 @@
 //! Data flow: [`config`] turns `supervisor.toml` into a validated `Config`; [`supervisor`]
 //! opens the [`store`] (Optuna's schema in SQLite), then runs `max_par` slots, each asking the
 //! study for a trial (WAITING ones first, else a [`sampler`] proposal over the [`space`]) and
-//! running it on a [`worker`] process. [`cli`] renders what the store holds.
+//! running it on a worker [`process`]. [`cli`] renders what the store holds.
 //! See `docs/architecture.md`.
 
 pub mod classify;
@@ -13,10 +13,10 @@ pub mod config;
 pub mod gpu;
 pub mod memory_model;
 pub mod metrics;
+pub mod process;
 pub mod progress;
 pub mod pruner;
 pub mod sampler;
 pub mod store;
 pub mod study;
 pub mod supervisor;
-pub mod worker;

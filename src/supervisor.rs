@@ -23,6 +23,7 @@ use crate::clock;
 use crate::config::{Config, Devices, RetryConfig, WorkerMode};
 use crate::gpu::{Capacity, Decision, Gpu, MemoryModel, Monitor};
 use crate::metrics::Metrics;
+use crate::process::{self, Event, Message, SpawnSpec, Worker};
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{self, Sampler};
@@ -34,7 +35,6 @@ use crate::study::{
     Claimed, Counts, DaemonCommand, DaemonState, Failure, FailureKind, Finish, Params, Tally,
     TrialRecord, TrialState, WorkerState,
 };
-use crate::worker::{self, Event, Message, SpawnSpec, Worker};
 use policy::{Breaker, Fate, SameError, Signature, WorkerHealth};
 use serde_json::json;
 use std::collections::HashMap;
@@ -969,7 +969,7 @@ pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
     holder.state != DaemonState::Stopped
         && if h.host == me.host {
             h.pid != me.pid
-                && worker::proc_stat(h.pid as i32)
+                && process::proc_stat(h.pid as i32)
                     .is_some_and(|s| Some(s.start_time) == h.pid_start)
         } else {
             heartbeat_fresh(&holder.heartbeat_at)
@@ -992,7 +992,7 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         .await?;
     let me = DaemonId {
         pid: std::process::id(),
-        pid_start: worker::proc_stat(std::process::id() as i32).map(|s| s.start_time),
+        pid_start: process::proc_stat(std::process::id() as i32).map(|s| s.start_time),
         host: hostname(),
     };
     store
@@ -1387,7 +1387,7 @@ async fn reap_previous_instance(
 ) -> Result<(), StoreError> {
     for (worker_id, pid, start) in store.unfinished_workers(study).await? {
         if let (Some(pid), Some(start)) = (pid, start) {
-            if worker::kill_stale_group(pid as i32, start as u64) {
+            if process::kill_stale_group(pid as i32, start as u64) {
                 warn!(
                     worker_id,
                     pid, "killed a worker left running by a previous instance"
@@ -1961,7 +1961,7 @@ async fn spawn_worker(
         argv: argv.clone(),
         env,
         cwd: cfg.worker.cwd.clone(),
-        log_path: worker::log_path(&cfg.worker.log_dir, id),
+        log_path: process::log_path(&cfg.worker.log_dir, id),
         log_max_bytes: cfg.worker.log_max_bytes,
         log_max_total: cfg.worker.log_max_total,
     };
@@ -1975,7 +1975,7 @@ async fn spawn_worker(
             return Err(RunError::Spawn { argv, source });
         }
     };
-    let start = worker::proc_stat(w.pid as i32).map(|s| s.start_time);
+    let start = process::proc_stat(w.pid as i32).map(|s| s.start_time);
     sh.store
         .worker_spawned(id, w.pid, start, &w.log_path)
         .await?;
@@ -2015,7 +2015,7 @@ async fn start_persistent(
                 Event::Msg(_) => continue,
                 Event::Garbage(why) => break format!("sent garbage before `ready`: {why}"),
                 Event::Closed => break "closed its protocol channel before `ready`".to_owned(),
-                Event::Exited(status) => break format!("exited before `ready` ({})", worker::describe_exit(status)),
+                Event::Exited(status) => break format!("exited before `ready` ({})", process::describe_exit(status)),
             },
             _ = &mut deadline => break format!(
                 "sent no `ready` within startup_timeout ({})",
@@ -2048,7 +2048,7 @@ async fn start_oneshot(
         })
         .collect();
     let results = sh.cfg().worker.log_dir.join("results");
-    worker::create_private_dir(&results).map_err(|source| RunError::Spawn {
+    process::create_private_dir(&results).map_err(|source| RunError::Spawn {
         argv: sh.cfg().worker.command.clone(),
         source,
     })?;
@@ -2077,7 +2077,8 @@ async fn retire(
     why: &str,
 ) -> Result<(), RunError> {
     let pgid = w.pid as i32;
-    let mut pids: Vec<u32> = worker::group_members(pgid)
+    let mut pids: Vec<u32> = process::group_members_off_runtime(pgid)
+        .await
         .into_iter()
         .map(|p| p as u32)
         .collect();
@@ -2116,10 +2117,7 @@ async fn retire(
                 // release; what NVML still lists of the group is killed without a word.
                 Ok(left) if sh.kill_now.is_cancelled() => {
                     for p in &left {
-                        // SAFETY: plain syscall on pids of our own retired group.
-                        unsafe {
-                            libc::kill(*p as i32, libc::SIGKILL);
-                        }
+                        process::kill_pid(*p);
                     }
                     break;
                 }
@@ -2132,10 +2130,7 @@ async fn retire(
                         "NVML still lists processes of a retired worker; killing them"
                     );
                     for p in &left {
-                        // SAFETY: plain syscall on pids of our own retired group.
-                        unsafe {
-                            libc::kill(*p as i32, libc::SIGKILL);
-                        }
+                        process::kill_pid(*p);
                     }
                     sh.store
                         .event(
@@ -2157,12 +2152,12 @@ async fn retire(
     }
     let (code, signal) = w
         .exit_status()
-        .map(worker::code_and_signal)
+        .map(process::code_and_signal)
         .unwrap_or((None, None));
     if why != "study stopped" && why != "oneshot trial done" {
         sh.metrics.worker_restarted();
     }
-    w.mark(&format!("worker {} retired: {why}", w.id));
+    w.mark(&format!("worker {} retired: {why}", w.id)).await;
     sh.store.worker_exited(w.id, code, signal).await?;
     sh.store.event(Some(w.id), None, "exited", why).await?;
     Ok(())
@@ -2196,7 +2191,8 @@ async fn run_trial(
     w.mark(&format!(
         "trial {} (trial_id {}) start: {params}",
         c.number, c.trial_id
-    ));
+    ))
+    .await;
     let failed = |kind: FailureKind, reason: String, tail: Option<String>| Outcome::Failed {
         kind,
         reason,
@@ -2262,7 +2258,7 @@ async fn run_trial(
                     let verdict = classify::classify_report(&classify::Report {
                         exc_type: &exc_type, message: &message, traceback: &traceback,
                     });
-                    let tail = if traceback.is_empty() { w.stderr_tail() } else { worker::clip(&traceback, 8000) };
+                    let tail = if traceback.is_empty() { w.stderr_tail() } else { process::clip(&traceback, 8000) };
                     let poisons = verdict.kind.poisons_context();
                     let kind = verdict.kind;
                     let o = judged(verdict, tail);
@@ -2299,7 +2295,7 @@ async fn run_trial(
                     break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 Event::Exited(status) => {
-                    let how = worker::describe_exit(status);
+                    let how = process::describe_exit(status);
                     let fate = Fate::Replace(format!("worker {how}"));
                     if let Some(o) = outcome.take() {
                         break (o, fate);
@@ -2314,7 +2310,7 @@ async fn run_trial(
                             _ => {}
                         }
                     }
-                    let (code, signal) = worker::code_and_signal(status);
+                    let (code, signal) = process::code_and_signal(status);
                     let tail = w.stderr_tail();
                     let report = last_report.as_ref().map(|(t, m, tb)| classify::Report {
                         exc_type: t, message: m, traceback: tb,
@@ -2384,7 +2380,8 @@ async fn run_trial(
         "trial {} end after {:.2}s: {end}",
         c.number,
         started.elapsed().as_secs_f64()
-    ));
+    ))
+    .await;
     if let Outcome::Failed { kind, reason, .. } = &result {
         let _ = sh
             .store
@@ -2427,7 +2424,7 @@ fn read_result_file(path: &PathBuf) -> Option<Outcome> {
         Some(_) => bad("the result file holds NaN".into()),
         None => bad(format!(
             "the result file holds a non-number: {}",
-            worker::clip(text, 200)
+            process::clip(text, 200)
         )),
     })
 }

@@ -186,7 +186,11 @@ fn oom_is_retried_then_a_trial_too_large_alone_is_infeasible() {
     // `constraints` attribute says so (samplers avoid the region).
     let infeasible: Vec<&&Value> = big
         .iter()
-        .filter(|t| t["fail_reason"].as_str().unwrap().contains("infeasible"))
+        .filter(|t| {
+            t["fail_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("infeasible"))
+        })
         .collect();
     assert!(!infeasible.is_empty(), "{big:?}");
     for t in infeasible {

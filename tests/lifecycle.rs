@@ -58,7 +58,7 @@ fn sigterm_past_the_grace_kills_the_workers_and_reenqueues_their_trials() {
     assert_eq!(sweep.count("FAIL"), 2);
     assert_eq!(sweep.count("WAITING"), 2);
     for (pgid, _) in recorded(record.path()) {
-        let left = sweepd::worker::group_members(pgid);
+        let left = sweepd::process::group_members(pgid);
         assert!(left.is_empty(), "group {pgid} survived: {left:?}");
     }
     // The next run takes the re-enqueued trials first, with their params.
@@ -111,11 +111,11 @@ fn a_second_ctrl_c_kills_the_workers_at_once_and_loses_nothing() {
     wait_until(LIMIT, "each worker has forked its child", || {
         groups
             .iter()
-            .all(|g| sweepd::worker::group_members(*g).len() == 2)
+            .all(|g| sweepd::process::group_members(*g).len() == 2)
     });
     let before: Vec<i32> = groups
         .iter()
-        .flat_map(|g| sweepd::worker::group_members(*g))
+        .flat_map(|g| sweepd::process::group_members(*g))
         .collect();
     sigint(&child);
     // Two signals sent back to back may be taken as one: the second goes once the first is.

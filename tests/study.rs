@@ -317,7 +317,7 @@ fn trial_timeout_kills_the_whole_process_group() {
     let pids: Vec<i32> = recorded(record.path()).iter().map(|(p, _)| *p).collect();
     assert!(!pids.is_empty());
     for pgid in pids {
-        let members = sweepd::worker::group_members(pgid);
+        let members = sweepd::process::group_members(pgid);
         assert!(members.is_empty(), "group {pgid} still has {members:?}");
     }
 }

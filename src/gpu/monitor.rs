@@ -12,8 +12,8 @@
 
 use super::admission::{DeviceView, RunningTrial};
 use super::nvml::{DeviceReading, Gpu};
+use crate::process;
 use crate::store::MemorySample;
-use crate::worker;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,7 +101,7 @@ impl Monitor {
             for p in &reading.processes {
                 let g = *pgrp
                     .entry(p.pid)
-                    .or_insert_with(|| worker::proc_stat(p.pid as i32).map(|s| s.pgrp));
+                    .or_insert_with(|| process::proc_stat(p.pid as i32).map(|s| s.pgrp));
                 let Some(g) = g else { continue };
                 if let Some(trial) = by_group.get(&(g, *device)) {
                     // Readings come from the driver (or a fake one): never trusted to add up.
@@ -133,10 +133,7 @@ impl Monitor {
                 pid,
                 device, bytes, "killing a process of a retired worker that still holds GPU memory"
             );
-            // SAFETY: plain syscall on a pid we just saw in NVML's list, of a group we retired.
-            unsafe {
-                libc::kill(*pid as i32, libc::SIGKILL);
-            }
+            process::kill_pid(*pid);
         }
         report
     }
@@ -221,7 +218,7 @@ impl Monitor {
             reading
                 .processes
                 .iter()
-                .filter(|p| worker::proc_stat(p.pid as i32).is_some_and(|s| s.pgrp == pgid))
+                .filter(|p| process::proc_stat(p.pid as i32).is_some_and(|s| s.pgrp == pgid))
                 .map(|p| p.used)
                 .sum(),
         )

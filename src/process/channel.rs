@@ -1,0 +1,275 @@
+//! The protocol channel: sweepd's end of the worker's socket (JSON lines each way), what a worker
+//! may say (`Message`), and what sweepd makes of each line (`Event`). The wire format is
+//! documented in `docs/protocol.md`; every line is bounded ([`MAX_LINE`]) and anything that is not
+//! a protocol message becomes [`Event::Garbage`] for the caller to judge, never an error that
+//! stops the daemon. Nothing a worker does (or fails to do) with its end can wedge sweepd's:
+//! reads end at end of file, sends are bounded in time.
+
+use super::clip;
+use futures::StreamExt;
+use serde_json::Value;
+use std::process::ExitStatus;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+/// The fd number the channel has in every worker (`SWEEPD_FD`).
+pub const CHANNEL_FD: i32 = 3;
+/// The longest protocol line accepted; a longer one is a protocol error.
+pub const MAX_LINE: usize = 1 << 20;
+/// How long a send may wait for a worker that does not read its channel.
+const SEND_LIMIT: Duration = Duration::from_secs(10);
+
+/// A message from a worker (see docs/protocol.md).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Ready,
+    Report {
+        trial_id: i64,
+        step: i64,
+        value: f64,
+    },
+    Result {
+        trial_id: i64,
+        value: Result<f64, String>,
+    },
+    Pruned {
+        trial_id: i64,
+    },
+    Error {
+        trial_id: i64,
+        exc_type: String,
+        message: String,
+        traceback: String,
+    },
+    Heartbeat,
+    /// A well-formed message of a type this version does not know: ignored.
+    Other(String),
+}
+
+/// What happened next on a worker.
+#[derive(Debug)]
+pub enum Event {
+    Msg(Message),
+    /// A line that is not a protocol message; the text says why.
+    Garbage(String),
+    /// The worker closed its end of the channel but its process has not exited (yet). Said
+    /// once; after it, only `Exited` follows. What it means is the caller's to decide: a
+    /// persistent worker that keeps running without a channel can never finish its trial.
+    Closed,
+    Exited(ExitStatus),
+}
+
+/// sweepd's end of a worker's channel.
+pub(super) struct Channel {
+    reader: FramedRead<OwnedReadHalf, LinesCodec>,
+    writer: OwnedWriteHalf,
+    /// Reading reached its end (end of file): nothing more can be read.
+    closed: bool,
+}
+
+impl Channel {
+    pub(super) fn new(ours: std::os::unix::net::UnixStream) -> std::io::Result<Channel> {
+        ours.set_nonblocking(true)?;
+        let (r, w) = tokio::net::UnixStream::from_std(ours)?.into_split();
+        Ok(Channel {
+            reader: FramedRead::new(r, LinesCodec::new_with_max_length(MAX_LINE)),
+            writer: w,
+            closed: false,
+        })
+    }
+
+    /// The next line as an event; `None` once the worker has closed its end, and from then on.
+    /// (A line past [`MAX_LINE`] comes as garbage, and the codec reads nothing after it: the same
+    /// `None` follows.) Cancel-safe: dropping the future loses no line.
+    pub(super) async fn recv(&mut self) -> Option<Event> {
+        if self.closed {
+            return None;
+        }
+        match self.reader.next().await {
+            Some(Ok(line)) => Some(parse_line(&line)),
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Some(Event::Garbage(format!(
+                "a protocol line longer than {MAX_LINE} bytes"
+            ))),
+            Some(Err(e)) => Some(Event::Garbage(e.to_string())),
+            None => {
+                self.closed = true;
+                None
+            }
+        }
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// What is still in the socket, read for at most `limit` (a forked grandchild may hold the
+    /// channel open forever).
+    pub(super) async fn drain(&mut self, limit: Duration) -> Vec<Event> {
+        let mut events = Vec::new();
+        let _ = tokio::time::timeout(limit, async {
+            while let Some(event) = self.recv().await {
+                events.push(event);
+            }
+        })
+        .await;
+        events
+    }
+
+    /// Sends one message. Bounded: a worker that stops reading must not wedge the supervisor.
+    pub(super) async fn send(&mut self, msg: &Value) -> std::io::Result<()> {
+        let mut line = msg.to_string();
+        line.push('\n');
+        match tokio::time::timeout(SEND_LIMIT, self.writer.write_all(line.as_bytes())).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "worker does not read its channel",
+            )),
+        }
+    }
+}
+
+/// Parses one protocol line.
+pub fn parse_line(line: &str) -> Event {
+    let v: Value = match serde_json::from_str(line) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return Event::Garbage(format!("not a JSON object: {}", clip(line, 200))),
+    };
+    let trial_id = v["trial_id"].as_i64();
+    let ty = v["type"].as_str().unwrap_or_default();
+    let need_id = |m: fn(i64) -> Message| match trial_id {
+        Some(id) => Event::Msg(m(id)),
+        None => Event::Garbage(format!("`{ty}` without trial_id: {}", clip(line, 200))),
+    };
+    match ty {
+        "ready" => Event::Msg(Message::Ready),
+        "heartbeat" => Event::Msg(Message::Heartbeat),
+        "pruned" => need_id(|trial_id| Message::Pruned { trial_id }),
+        "report" => match (trial_id, v["step"].as_i64(), number(&v["value"])) {
+            (Some(trial_id), Some(step), Ok(value)) => Event::Msg(Message::Report {
+                trial_id,
+                step,
+                value,
+            }),
+            _ => Event::Garbage(format!("malformed report: {}", clip(line, 200))),
+        },
+        "result" => match trial_id {
+            Some(trial_id) => Event::Msg(Message::Result {
+                trial_id,
+                value: number(&v["value"]),
+            }),
+            None => Event::Garbage(format!("result without trial_id: {}", clip(line, 200))),
+        },
+        "error" => match trial_id {
+            Some(trial_id) => Event::Msg(Message::Error {
+                trial_id,
+                exc_type: v["exc_type"].as_str().unwrap_or("Exception").to_owned(),
+                message: v["message"].as_str().unwrap_or_default().to_owned(),
+                traceback: v["traceback"].as_str().unwrap_or_default().to_owned(),
+            }),
+            None => Event::Garbage(format!("error without trial_id: {}", clip(line, 200))),
+        },
+        "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
+        other => Event::Msg(Message::Other(other.to_owned())),
+    }
+}
+
+/// A protocol number: JSON number, or "nan"/"inf"/"-inf" (JSON has no non-finite numbers).
+fn number(v: &Value) -> Result<f64, String> {
+    match v {
+        Value::Number(n) => n.as_f64().ok_or_else(|| n.to_string()),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "nan" => Ok(f64::NAN),
+            "inf" | "+inf" | "infinity" => Ok(f64::INFINITY),
+            "-inf" | "-infinity" => Ok(f64::NEG_INFINITY),
+            _ => Err(clip(s, 200)),
+        },
+        other => Err(clip(&other.to_string(), 200)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_message_kind() {
+        assert!(matches!(
+            parse_line(r#"{"type":"ready","pid":1,"protocol":1}"#),
+            Event::Msg(Message::Ready)
+        ));
+        match parse_line(r#"{"type":"report","trial_id":3,"step":2,"value":"nan"}"#) {
+            Event::Msg(Message::Report {
+                trial_id: 3,
+                step: 2,
+                value,
+            }) => assert!(value.is_nan()),
+            e => panic!("{e:?}"),
+        }
+        match parse_line(r#"{"type":"result","trial_id":3,"value":"abc"}"#) {
+            Event::Msg(Message::Result { value: Err(s), .. }) => assert_eq!(s, "abc"),
+            e => panic!("{e:?}"),
+        }
+        assert!(matches!(
+            parse_line(r#"{"type":"result","trial_id":3,"value":"-inf"}"#),
+            Event::Msg(Message::Result { value: Ok(v), .. }) if v == f64::NEG_INFINITY
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"future_thing"}"#),
+            Event::Msg(Message::Other(_))
+        ));
+    }
+
+    #[test]
+    fn garbage_is_reported_not_fatal() {
+        assert!(matches!(parse_line("this is not json"), Event::Garbage(_)));
+        assert!(matches!(parse_line("[1,2]"), Event::Garbage(_)));
+        assert!(matches!(
+            parse_line(r#"{"type":"result"}"#),
+            Event::Garbage(_)
+        ));
+        assert!(matches!(
+            parse_line(r#"{"type":"report","trial_id":1}"#),
+            Event::Garbage(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_closed_channel_says_so_once_the_lines_before_it_are_read_and_stays_closed() {
+        use std::io::Write;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ch = Channel::new(ours).unwrap();
+        writeln!(theirs, "{{\"type\":\"heartbeat\"}}\nnot json").unwrap();
+        drop(theirs);
+        let e = ch.recv().await;
+        assert!(matches!(e, Some(Event::Msg(Message::Heartbeat))), "{e:?}");
+        assert!(matches!(ch.recv().await, Some(Event::Garbage(_))));
+        assert!(!ch.is_closed());
+        assert!(ch.recv().await.is_none());
+        assert!(ch.is_closed());
+        assert!(ch.recv().await.is_none());
+        assert!(ch.drain(Duration::from_millis(50)).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_line_past_max_line_is_garbage_and_ends_the_reading() {
+        use std::io::Write;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ch = Channel::new(ours).unwrap();
+        // More than a socket buffer holds: written from a thread while the channel reads.
+        let writer = std::thread::spawn(move || {
+            let long = "x".repeat(MAX_LINE + 1);
+            let _ = writeln!(theirs, "{long}\n{{\"type\":\"ready\"}}");
+        });
+        match ch.recv().await {
+            Some(Event::Garbage(why)) => assert!(why.contains("longer than"), "{why}"),
+            e => panic!("{e:?}"),
+        }
+        // The codec gives up on the stream after that error: what follows is never read.
+        assert!(ch.recv().await.is_none());
+        drop(ch);
+        writer.join().unwrap();
+    }
+}
