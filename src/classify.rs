@@ -27,6 +27,7 @@
 //!    or `interrupted`), then `worker_died` for any other exit.
 
 use crate::study::FailureKind;
+use crate::units::{allocator_unit, format_allocator_size, parse_allocator_size};
 use std::fmt;
 
 /// What the worker said (protocol `error` message), if anything.
@@ -276,7 +277,8 @@ pub fn classify_exit(exit: &Exit, stderr_tail: &str, report: Option<&Report>) ->
 /// "(GPU 0; 15.78 GiB total capacity; ... 7.88 MiB free; ...)" form, cudaMallocAsync's
 /// "Requested / Device limit / Free (according to CUDA)" lines and JAX's "trying to allocate N
 /// bytes". Units: bytes/B, KiB, MiB, GiB, TiB (KB/MB/GB/TB are read as binary too, as the GPU
-/// allocators that print them mean). `None` when no figure is found.
+/// allocators that print them mean: [`crate::units::parse_allocator_size`]). `None` when no
+/// figure is found.
 pub fn oom_figures(text: &str) -> Option<OomFigures> {
     let tried = size_after(text, "Tried to allocate")
         .or_else(|| size_after(text, "tried to allocate"))
@@ -773,18 +775,20 @@ fn exit_code_hint(code: i32) -> String {
 fn figures_words(f: &OomFigures) -> String {
     let mut parts = Vec::new();
     if let Some(t) = f.tried {
-        parts.push(format!("tried to allocate {}", fmt_bytes(t)));
+        parts.push(format!("tried to allocate {}", format_allocator_size(t)));
     }
     match (f.free, f.total) {
-        (Some(free), Some(total)) => {
-            parts.push(format!("{} free of {}", fmt_bytes(free), fmt_bytes(total)))
-        }
-        (Some(free), None) => parts.push(format!("{} free", fmt_bytes(free))),
-        (None, Some(total)) => parts.push(format!("{} total", fmt_bytes(total))),
+        (Some(free), Some(total)) => parts.push(format!(
+            "{} free of {}",
+            format_allocator_size(free),
+            format_allocator_size(total)
+        )),
+        (Some(free), None) => parts.push(format!("{} free", format_allocator_size(free))),
+        (None, Some(total)) => parts.push(format!("{} total", format_allocator_size(total))),
         (None, None) => {}
     }
     if let Some(r) = f.reserved_unallocated {
-        let mut s = format!("{} reserved but unallocated", fmt_bytes(r));
+        let mut s = format!("{} reserved but unallocated", format_allocator_size(r));
         // The request would have fit in the cached memory: fragmentation.
         if f.tried.is_some_and(|t| t > 0 && r >= t) {
             s.push_str(" (fragmentation: try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)");
@@ -794,26 +798,10 @@ fn figures_words(f: &OomFigures) -> String {
     parts.join(", ")
 }
 
-/// Bytes in the largest binary unit that keeps the number at least 1, two decimals, as
-/// PyTorch writes them.
-fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} bytes");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
-}
-
 /// The size written right after `needle` ("Tried to allocate 7.45 GiB").
 fn size_after(text: &str, needle: &str) -> Option<u64> {
     let p = text.find(needle)?;
-    parse_size(&text[p + needle.len()..])
+    parse_allocator_size(&text[p + needle.len()..])
 }
 
 /// The size written right before `needle` ("15.78 GiB total capacity").
@@ -821,14 +809,14 @@ fn size_before(text: &str, needle: &str) -> Option<u64> {
     let p = text.find(needle)?;
     let mut toks = text[..p].split_whitespace().rev();
     let last = toks.next()?;
-    let unit_bytes = unit_multiplier(last);
+    let unit_bytes = allocator_unit(last);
     match unit_bytes {
         Some(_) => {
             let num = toks.next()?;
-            parse_size(&format!("{num} {last}"))
+            parse_allocator_size(&format!("{num} {last}"))
         }
         // "1.00GiB" in one token.
-        None => parse_size(last),
+        None => parse_allocator_size(last),
     }
 }
 
@@ -837,43 +825,7 @@ fn labelled_size(text: &str, label: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let rest = l.trim_start().strip_prefix(label)?;
         let rest = rest.trim_start().strip_prefix(':')?;
-        parse_size(rest)
-    })
-}
-
-/// "7.45 GiB", "17179869184 bytes", "1.00GiB" at the start of `s` (after blanks).
-fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim_start();
-    let end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let num = s[..end].trim_end_matches('.');
-    if num.is_empty() || !num.starts_with(|c: char| c.is_ascii_digit()) {
-        return None;
-    }
-    let value: f64 = num.parse().ok()?;
-    let rest = s[end..].trim_start();
-    let unit: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect();
-    let mult = unit_multiplier(&unit)?;
-    let bytes = (value * mult as f64).round();
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return None;
-    }
-    Some(bytes as u64)
-}
-
-fn unit_multiplier(unit: &str) -> Option<u64> {
-    let unit = unit.trim_end_matches(['.', ',', ';', ')']);
-    Some(match unit {
-        "B" | "bytes" | "byte" => 1,
-        "KiB" | "KB" | "kB" => 1 << 10,
-        "MiB" | "MB" => 1 << 20,
-        "GiB" | "GB" => 1 << 30,
-        "TiB" | "TB" => 1 << 40,
-        _ => return None,
+        parse_allocator_size(rest)
     })
 }
 

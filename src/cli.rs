@@ -6,10 +6,11 @@
 //! 4 another daemon already runs the study, 5 the study was deleted from the database while
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
-use crate::config::{Config, ConfigError, SamplerKind, WorkerMode};
+use crate::config::{Config, ConfigError, Overrides, SamplerKind, WorkerMode};
 use crate::store::{time, Store, StoreError, TrialView};
 use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
+use crate::units;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -184,17 +185,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             par,
             log_format,
         } => {
-            let mut config = Config::load(&cfg.config)?;
-            if let Some(par) = par {
-                // The bound `[worker] max_par` has in the file: each slot is a task and a worker.
-                if !(1..=crate::config::MAX_PAR).contains(&par) {
-                    return Err(CliError::Usage(format!(
-                        "--par must be between 1 and {} (got {par})",
-                        crate::config::MAX_PAR
-                    )));
-                }
-                config.worker.max_par = par;
-            }
+            let config = Config::load_with(&cfg.config, &Overrides { max_par: par })?;
             let display = wants_display(log_format).then(crate::progress::Display::new);
             init_logging(log_format, display.as_ref().map(|d| d.log_writer()));
             let control = supervisor::Control {
@@ -413,7 +404,7 @@ async fn forward_signals(control: supervisor::Control, grace: std::time::Duratio
     };
     tracing::info!(
         "{first}: stopping; running trials get shutdown_grace ({}) to finish; {again}",
-        humantime::format_duration(grace)
+        units::format_duration(grace)
     );
     control.shutdown.cancel();
     let second = tokio::select! {
@@ -437,7 +428,7 @@ fn print_check(config: &Config, as_json: bool) {
             json!({"name": p.name, "distribution": serde_json::from_str::<Value>(&p.dist.optuna_json()).expect("valid JSON")})
         })
         .collect();
-    let dur = |d: Option<std::time::Duration>| d.map(|d| humantime::format_duration(d).to_string());
+    let dur = |d: Option<std::time::Duration>| d.map(|d| units::format_duration(d).to_string());
     let resolved = json!({
         "config": config.path,
         "study": {
@@ -508,9 +499,9 @@ fn final_env(config: &Config) -> std::collections::BTreeMap<String, String> {
 
 fn budget_text(config: &Config) -> String {
     match (config.study.n_trials, config.study.timeout) {
-        (Some(n), Some(t)) => format!("{n} trials or {}", humantime::format_duration(t)),
+        (Some(n), Some(t)) => format!("{n} trials or {}", units::format_duration(t)),
         (Some(n), None) => format!("{n} trials"),
-        (None, Some(t)) => humantime::format_duration(t).to_string(),
+        (None, Some(t)) => units::format_duration(t).to_string(),
         (None, None) => "none (runs until stopped)".into(),
     }
 }
@@ -675,7 +666,7 @@ fn heartbeat_fresh(d: &crate::store::DaemonView) -> bool {
 }
 
 fn mib(v: Option<u64>) -> String {
-    v.map_or("-".into(), |b| format!("{}", b >> 20))
+    v.map_or("-".into(), |b| units::whole_mib(b).to_string())
 }
 
 fn print_gpus(rows: &[crate::store::GpuRow]) {
@@ -695,7 +686,7 @@ fn print_gpus(rows: &[crate::store::GpuRow]) {
             r.running,
             r.par_estimate.map_or("-".into(), |p| p.to_string()),
             r.expected_peak
-                .map_or("-".into(), |e| format!("{} MiB", e >> 20)),
+                .map_or("-".into(), |e| format!("{} MiB", units::whole_mib(e))),
             r.error
                 .as_deref()
                 .map(|e| format!("NVML error: {e}"))

@@ -20,3 +20,4 @@ pub mod sampler;
 pub mod store;
 pub mod study;
 pub mod supervisor;
+pub mod units;

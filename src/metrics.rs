@@ -66,7 +66,11 @@ impl Metrics {
             // 0.1 s .. ~1.8 days
             duration: Histogram::new(exponential_buckets(0.1, 4.0, 13)),
             // 64 MiB .. 256 GiB
-            peak: Histogram::new(exponential_buckets(64.0 * 1048576.0, 2.0, 13)),
+            peak: Histogram::new(exponential_buckets(
+                64.0 * crate::units::MIB as f64,
+                2.0,
+                13,
+            )),
             failures: Family::default(),
             restarts: Counter::default(),
             registry: Registry::default(),

@@ -20,7 +20,7 @@
 
 use crate::classify;
 use crate::clock;
-use crate::config::{Config, Devices, RetryConfig, WorkerMode};
+use crate::config::{Config, Devices, Overrides, WorkerMode};
 use crate::gpu::{Capacity, Decision, Gpu, MemoryModel, Monitor};
 use crate::metrics::Metrics;
 use crate::process::{self, Event, Message, SpawnSpec, Worker};
@@ -35,6 +35,7 @@ use crate::study::{
     Claimed, Counts, DaemonCommand, DaemonState, Failure, FailureKind, Finish, Params, Tally,
     TrialRecord, TrialState, WorkerState,
 };
+use crate::units;
 use policy::{Breaker, Fate, SameError, Signature, WorkerHealth};
 use serde_json::json;
 use std::collections::HashMap;
@@ -715,10 +716,7 @@ impl Core {
         let peak = memory.as_ref().map(|m| m.peak).filter(|p| *p > 0);
         let mut attrs: Vec<(&'static str, serde_json::Value)> = Vec::new();
         if let Some(p) = peak {
-            attrs.push((
-                "sweepd:peak_memory_mib",
-                json!((p as f64 / 1048576.0).round()),
-            ));
+            attrs.push(("sweepd:peak_memory_mib", json!(units::to_mib(p))));
         }
         let now = Instant::now();
         let mut constraints = Vec::new();
@@ -859,7 +857,7 @@ impl Core {
                     warn!(
                         "circuit breaker: {} consecutive failures on {on}; quarantined for {}",
                         self.config.retry.breaker_threshold,
-                        humantime::format_duration(wait)
+                        units::format_duration(wait)
                     );
                     let _ = self
                         .store
@@ -1308,27 +1306,19 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
 /// of a valid one, the keys that can change safely are applied and the others reported.
 async fn reload(sh: &Shared) {
     let old = sh.cfg();
-    let new = match Config::load(&old.path) {
+    // The command line (--par, PAR=N) wins over the file, across reloads too.
+    let overrides = Overrides {
+        max_par: sh.par_override,
+    };
+    let new = match Config::load_with(&old.path, &overrides) {
         Ok(c) => c,
         Err(e) => {
             error!("reload rejected, keeping the running config:\n{e}");
             return;
         }
     };
-    let mut new = new;
-    if let Some(par) = sh.par_override {
-        // The command line (--par, PAR=N) wins over the file, across reloads too.
-        new.worker.max_par = par;
-    }
-    let mut needs_restart = old.reload_diff(&new);
-    // Admission's OOM back-off is set up once; changing it needs a restart.
-    if old.retry.oom_admission_factor != new.retry.oom_admission_factor {
-        needs_restart.push("retry.oom_admission_factor".into());
-    }
-    if old.retry.oom_recovery != new.retry.oom_recovery {
-        needs_restart.push("retry.oom_recovery".into());
-    }
-    let applied = Arc::new(apply_live(&old, &new));
+    let needs_restart = old.reload_diff(&new);
+    let applied = Arc::new(old.apply_live(&new));
     if applied == old {
         info!("reload: nothing that can change live has changed");
     } else {
@@ -1355,28 +1345,6 @@ async fn reload(sh: &Shared) {
     }
     *sh.config.write().unwrap_or_else(|p| p.into_inner()) = applied;
     sh.changed.notify_waiters();
-}
-
-/// The running config with the keys that may change live taken from `new`: parallelism,
-/// headroom, budgets, retry limits and what future workers get.
-fn apply_live(old: &Config, new: &Config) -> Config {
-    let mut c = old.clone();
-    c.worker.max_par = new.worker.max_par;
-    c.gpu.headroom = new.gpu.headroom;
-    c.study.n_trials = new.study.n_trials;
-    c.study.timeout = new.study.timeout;
-    c.retry = RetryConfig {
-        oom_admission_factor: old.retry.oom_admission_factor,
-        oom_recovery: old.retry.oom_recovery,
-        ..new.retry.clone()
-    };
-    c.worker.env = new.worker.env.clone();
-    c.worker.allocator = new.worker.allocator.clone();
-    c.worker.trial_timeout = new.worker.trial_timeout;
-    c.worker.heartbeat_timeout = new.worker.heartbeat_timeout;
-    c.worker.recycle_after = new.worker.recycle_after;
-    c.worker.recycle_on_growth = new.worker.recycle_on_growth;
-    c
 }
 
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the
@@ -2019,7 +1987,7 @@ async fn start_persistent(
             },
             _ = &mut deadline => break format!(
                 "sent no `ready` within startup_timeout ({})",
-                humantime::format_duration(sh.cfg().worker.startup_timeout)
+                units::format_duration(sh.cfg().worker.startup_timeout)
             ),
             _ = sh.shutdown.cancelled() => break "the study is stopping".to_owned(),
         }
@@ -2329,14 +2297,14 @@ async fn run_trial(
                     break (o, Fate::Replace("oneshot worker did not exit after its result".into()));
                 }
                 let limit = cfg.worker.trial_timeout.unwrap_or(far);
-                let why = format!("trial exceeded trial_timeout ({})", humantime::format_duration(limit));
+                let why = format!("trial exceeded trial_timeout ({})", units::format_duration(limit));
                 w.kill_group(KILL_GRACE).await;
                 break (failed(FailureKind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
             _ = &mut heartbeat, if outcome.is_none() => {
                 let why = format!(
                     "hang: no protocol traffic for heartbeat_timeout ({})",
-                    humantime::format_duration(heartbeat_limit)
+                    units::format_duration(heartbeat_limit)
                 );
                 w.kill_group(KILL_GRACE).await;
                 break (failed(FailureKind::Hang, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
@@ -2346,7 +2314,7 @@ async fn run_trial(
                 // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
                 // of the loop kills the trial.
                 if !sh.abandon.is_cancelled() {
-                    info!(trial = c.number, "shutting down: giving the running trial {}", humantime::format_duration(cfg.worker.shutdown_grace));
+                    info!(trial = c.number, "shutting down: giving the running trial {}", units::format_duration(cfg.worker.shutdown_grace));
                     grace.as_mut().reset(clock::deadline(cfg.worker.shutdown_grace));
                 }
             }

@@ -329,14 +329,19 @@ fn status_and_run_agree_on_when_a_daemon_on_another_host_is_gone() {
 // 3. SIGHUP
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn sighup_applies_max_par_and_budget_and_rejects_a_bad_file() {
-    let cfg = Cfg {
+/// A study of trials that take a second each, one at a time, with a budget far off.
+fn one_second_trials() -> Cfg {
+    Cfg {
         n_trials: Some(200),
         max_par: 1,
         ..Cfg::default()
     }
-    .env("SWEEPD_TEST_SLEEP", "1.0");
+    .env("SWEEPD_TEST_SLEEP", "1.0")
+}
+
+#[test]
+fn sighup_applies_max_par_and_budget_and_rejects_a_bad_file() {
+    let cfg = one_second_trials();
     let sweep = Sweep::new(&cfg);
     let mut child = sweep.spawn_run();
     wait_until(LIMIT, "one trial running", || running(&sweep) == 1);
@@ -401,6 +406,38 @@ fn sighup_applies_max_par_and_budget_and_rejects_a_bad_file() {
         "no trial past the budget"
     );
     assert_eq!(sweep.count("COMPLETE") as u64, n_new);
+}
+
+#[test]
+fn sighup_keeps_the_command_lines_par_over_the_files_max_par() {
+    let cfg = one_second_trials();
+    let sweep = Sweep::new(&cfg);
+    let mut child = sweep.spawn_run_with(&["--par", "2"]);
+    wait_until(LIMIT, "two trials running at once", || running(&sweep) == 2);
+
+    // A reload of a file that still says max_par = 1, with a smaller budget (a live key).
+    let n_new = finished(&sweep) as u64 + 6;
+    let smaller = Cfg {
+        n_trials: Some(n_new),
+        ..cfg.clone()
+    };
+    std::fs::write(&sweep.config, smaller.to_toml()).unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    wait_until(LIMIT, "the reload to be applied", || {
+        sweep
+            .daemon_stderr()
+            .contains("reload: applied the new config")
+    });
+    let err = sweep.daemon_stderr();
+    let applied = err
+        .lines()
+        .find(|l| l.contains("reload: applied the new config"))
+        .unwrap();
+    assert!(applied.contains("max_par=2"), "{applied}");
+    assert!(!err.contains("need a restart"), "{err}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}", sweep.daemon_stderr());
+    assert_eq!(finished(&sweep) as u64, n_new, "{:?}", sweep.trials());
 }
 
 // ---------------------------------------------------------------------------------------------

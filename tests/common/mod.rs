@@ -223,13 +223,20 @@ impl Sweep {
 
     /// `sweepd run` in the background; its stderr goes to `sweepd.stderr` in the study dir.
     pub fn spawn_run(&self) -> Child {
+        self.spawn_run_with(&[])
+    }
+
+    /// [`Sweep::spawn_run`] with `extra` arguments (`--par 2`).
+    pub fn spawn_run_with(&self, extra: &[&str]) -> Child {
+        let mut args = vec!["run"];
+        args.extend_from_slice(extra);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.path("sweepd.stderr"))
             .expect("stderr file");
         let child = self
-            .sweepd(&["run"])
+            .sweepd(&args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,700 @@
+//! Validation: the raw structs into the [`Config`](super::Config) types, collecting every
+//! problem, each with its file, line, column and dotted key, instead of stopping at the first.
+//!
+//! Here: the [`Validator`] (how problems are reported and located), the readers every table
+//! shares (bounded integers, sizes, durations, keywords), the bounds themselves (one list, which
+//! docs/configuration.md mirrors), and the small tables `[study]`, `[storage]`, `[sampler]`,
+//! `[pruner]` and `[metrics]`. `[worker]` and `[gpu]`/`[retry]` have a file each below this one;
+//! the search space is `config::params`.
+
+mod gpu;
+mod worker;
+
+use super::raw::{line_col, KeyIndex, RawMetrics, RawPruner, RawSampler, RawStorage, RawStudy};
+use super::{
+    ConfigError, MetricsConfig, Problem, PrunerConfig, SamplerConfig, SamplerKind, StorageConfig,
+    StudyConfig,
+};
+use crate::study::Direction;
+use crate::units::{format_duration, format_size, parse_config_size, parse_duration, KIB};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+pub(crate) const DIRECTIONS: &str = "\"minimize\", \"maximize\"";
+pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\"";
+pub(crate) const MODES: &str = "\"persistent\", \"oneshot\"";
+pub(crate) const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
+pub(crate) const DEFAULT_STORAGE_URL: &str = "sqlite://sweepd.db";
+/// The most trials `[worker] max_par` (or `sweepd run --par`) and `[gpu] max_par_per_device`
+/// allow at once.
+pub(crate) const MAX_PAR: usize = 1024;
+pub(crate) const MAX_PAR_LIMIT: i64 = MAX_PAR as i64;
+pub(crate) const PRESETS: &str = "\"default\", \"none\"";
+pub(crate) const PRUNERS: &str = "\"none\", \"median\", \"asha\"";
+/// The keys PyTorch documents for `PYTORCH_CUDA_ALLOC_CONF`; older releases abort at startup on
+/// any other.
+pub(crate) const PYTORCH_ALLOC_KEYS: [&str; 10] = [
+    "backend",
+    "max_split_size_mb",
+    "roundup_power2_divisions",
+    "max_non_split_rounding_mb",
+    "garbage_collection_threshold",
+    "expandable_segments",
+    "pinned_use_cuda_host_register",
+    "pinned_num_register_threads",
+    "release_lock_on_cudamalloc",
+    "pinned_use_background_threads",
+];
+pub(crate) const MIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const MIN_LOG_MAX_BYTES: u64 = 4 * KIB;
+
+// Upper bounds. Every duration and size has one, so that no value the file can hold makes the
+// daemon's timer or byte arithmetic overflow (a panic at `run` after `check` said ok), and so
+// that a typo of a few orders of magnitude is caught rather than waited out. Each is far above
+// any real use; docs/configuration.md lists them.
+pub(crate) const DAY: Duration = Duration::from_secs(86_400);
+/// humantime's year (365.25 days), so that `"1y"` is exactly this and prints as "1year".
+pub(crate) const YEAR: Duration = Duration::from_secs(31_557_600);
+/// `[study] timeout`: a study may legitimately run for months.
+pub(crate) const MAX_STUDY_TIMEOUT: Duration = Duration::from_secs(10 * 31_557_600);
+pub(crate) const MAX_TRIAL_TIMEOUT: Duration = YEAR;
+/// Time between two messages of one trial (an epoch without a report).
+pub(crate) const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(7 * 86_400);
+pub(crate) const MAX_STARTUP_TIMEOUT: Duration = DAY;
+pub(crate) const MAX_SHUTDOWN_GRACE: Duration = DAY;
+/// The loop that polls the GPUs also feeds the systemd watchdog (`WatchdogSec=60s` in the
+/// shipped unit): a longer interval would get the daemon killed as hung.
+pub(crate) const MAX_POLL_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BREAKER_BACKOFF: Duration = DAY;
+pub(crate) const MAX_OOM_RECOVERY: Duration = DAY;
+/// Every size (`[gpu] headroom`, `trial_memory`, `[worker] recycle_on_growth`, log sizes):
+/// 1 PiB, a thousand times the largest GPU and still far from overflowing a sum of
+/// `max_par` of them.
+pub(crate) const MAX_SIZE: u64 = 1 << 50;
+/// `studies.study_name` and `trial_params.param_name` are VARCHAR(512) in Optuna's schema.
+pub(crate) const MAX_NAME_CHARS: usize = 512;
+/// One string choice of a categorical param.
+pub(crate) const MAX_CHOICE_BYTES: usize = 4 * KIB as usize;
+/// The params of one trial as JSON, at their longest: they travel in one protocol line (at most
+/// 1 MiB) and, for a oneshot worker, in one environment variable (the kernel's limit for one
+/// is 128 KiB) beside `--name=value` arguments.
+pub(crate) const MAX_PARAMS_JSON_BYTES: usize = 64 * KIB as usize;
+/// One param's `distribution_json` (every choice of a categorical): Optuna's `trial_params` holds
+/// it for every trial, and sweepd parses it back for each on every start.
+pub(crate) const MAX_DISTRIBUTION_JSON_BYTES: usize = 1 << 20;
+/// One argument of `[worker] command`, one `[worker.env]` entry (`NAME=value`) or the
+/// allocator setting: well under the kernel's 128 KiB limit for one string passed to exec.
+pub(crate) const MAX_EXEC_STRING_BYTES: usize = 64 * KIB as usize;
+/// `[sampler] n_ei_candidates`: TPE draws and scores this many candidates per proposal (Optuna's
+/// default is 24); far more only costs time and memory.
+pub(crate) const MAX_EI_CANDIDATES: i64 = 100_000;
+/// The largest integer a `usize` setting may take, as the `i64` TOML reads.
+pub(crate) const USIZE_MAX: i64 = if usize::BITS >= 64 {
+    i64::MAX
+} else {
+    usize::MAX as i64
+};
+pub(crate) const U32_MAX: i64 = u32::MAX as i64;
+/// Names Optuna and sweepd reserve for their own attributes.
+pub(crate) const RESERVED_PARAM_PREFIX: &str = "sweepd:";
+
+pub(crate) struct Validator<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) text: &'a str,
+    /// Built on first use: only problems without a value span need it.
+    pub(crate) index: Option<KeyIndex>,
+    pub(crate) problems: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    pub(crate) fn into_error(self) -> ConfigError {
+        ConfigError {
+            problems: self.problems,
+        }
+    }
+
+    pub(crate) fn report(
+        &mut self,
+        span: Option<Range<usize>>,
+        key: Option<String>,
+        message: String,
+    ) {
+        let (line, column) = match span {
+            Some(s) => {
+                let (l, c) = line_col(self.text, s.start);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
+        self.problems.push(Problem {
+            file: Some(self.file.to_path_buf()),
+            line,
+            column,
+            key,
+            message,
+        });
+    }
+
+    /// Reports a problem about the value `at`, under the dotted `key`.
+    pub(crate) fn at<T>(&mut self, at: &Spanned<T>, key: &str, message: impl Into<String>) {
+        self.report(Some(at.span()), Some(key.to_owned()), message.into());
+    }
+
+    /// Reports a problem about a key that has no value to point at (a missing key, a default):
+    /// it points at the nearest enclosing key the file does have, if any.
+    pub(crate) fn at_key(&mut self, key: &str, message: impl Into<String>) {
+        let text = self.text;
+        let index = self.index.get_or_insert_with(|| KeyIndex::build(text));
+        let span = index.nearest_ancestor(key);
+        self.report(span, Some(key.to_owned()), message.into());
+    }
+
+    pub(crate) fn missing(&mut self, key: &str) {
+        self.at_key(key, "missing required key");
+    }
+
+    /// A toml syntax or serde error: one problem, naming the key its span falls on.
+    pub(crate) fn toml_error(&mut self, e: &toml::de::Error) {
+        let span = e.span();
+        let key = span.as_ref().and_then(|s| {
+            let index = KeyIndex::build(self.text);
+            index.key_at(self.text, s.clone()).map(str::to_owned)
+        });
+        let mut message = e.message().trim_end().to_owned();
+        // toml hands a datetime to serde as a map with a private key; say what the user wrote.
+        let at_datetime = span
+            .as_ref()
+            .and_then(|s| self.text.get(s.clone()))
+            .is_some_and(|t| t.trim().parse::<toml::value::Datetime>().is_ok());
+        if at_datetime {
+            message = if message.contains("$__toml_private_datetime") {
+                "invalid type: datetime, expected a table".to_owned()
+            } else {
+                message.replace("invalid type: map", "invalid type: datetime")
+            };
+        }
+        self.report(span, key, message);
+    }
+}
+
+impl Validator<'_> {
+    pub(crate) fn study(&mut self, raw: Option<&RawStudy>) -> Option<StudyConfig> {
+        let Some(raw) = raw else {
+            self.at_key("study", "missing required table [study]");
+            return None;
+        };
+        let before = self.problems.len();
+        let name = match &raw.name {
+            None => {
+                self.missing("study.name");
+                String::new()
+            }
+            Some(n) if n.get_ref().trim().is_empty() => {
+                self.at(n, "study.name", "must not be empty");
+                String::new()
+            }
+            Some(n) => {
+                // The name reaches every worker's environment (SWEEPD_STUDY) and Optuna's
+                // `studies` table.
+                if let Err(message) = check_name(n.get_ref()) {
+                    self.at(n, "study.name", message);
+                }
+                n.get_ref().clone()
+            }
+        };
+        let direction = self
+            .choice(
+                raw.direction.as_ref(),
+                "study.direction",
+                DIRECTIONS,
+                |s| match s {
+                    "minimize" => Some(Direction::Minimize),
+                    "maximize" => Some(Direction::Maximize),
+                    _ => None,
+                },
+            )
+            .unwrap_or(Direction::Minimize);
+        let sampler = self
+            .choice(
+                raw.sampler.as_ref(),
+                "study.sampler",
+                SAMPLERS,
+                |s| match s {
+                    "random" => Some(SamplerKind::Random),
+                    "grid" => Some(SamplerKind::Grid),
+                    "tpe" => Some(SamplerKind::Tpe),
+                    _ => None,
+                },
+            )
+            .unwrap_or(SamplerKind::Random);
+        let n_trials = raw.n_trials.as_ref().and_then(|n| {
+            let v = *n.get_ref();
+            if v < 1 {
+                self.at(n, "study.n_trials", format!("must be at least 1 (got {v})"));
+                None
+            } else {
+                Some(v as u64)
+            }
+        });
+        let timeout = self.duration(raw.timeout.as_ref(), "study.timeout", MAX_STUDY_TIMEOUT);
+        let seed = raw.seed.as_ref().and_then(|s| {
+            let v = *s.get_ref();
+            if v < 0 {
+                self.at(s, "study.seed", format!("must not be negative (got {v})"));
+                None
+            } else {
+                Some(v as u64)
+            }
+        });
+        (self.problems.len() == before).then_some(StudyConfig {
+            name,
+            direction,
+            n_trials,
+            timeout,
+            sampler,
+            seed,
+        })
+    }
+
+    pub(crate) fn storage(
+        &mut self,
+        raw: Option<&RawStorage>,
+        base_dir: &Path,
+    ) -> Option<StorageConfig> {
+        let written = raw.and_then(|r| r.url.as_ref());
+        let url = written.map_or(DEFAULT_STORAGE_URL, |u| u.get_ref().as_str());
+        let report = |v: &mut Self, message: String| match written {
+            Some(u) => v.at(u, "storage.url", message),
+            None => v.at_key("storage.url", message),
+        };
+        let Some(rest) = url.strip_prefix("sqlite://") else {
+            report(
+                self,
+                format!(
+                    "unsupported storage URL `{url}`: only sqlite:// URLs are supported yet \
+                     (e.g. \"sqlite://sweepd.db\", relative to the config file's directory)"
+                ),
+            );
+            return None;
+        };
+        if rest.is_empty() {
+            report(self, format!("storage URL `{url}` names no database file"));
+            return None;
+        }
+        if let Err(message) = check_path(rest) {
+            report(self, format!("the database path {message}"));
+            return None;
+        }
+        let path = resolve(base_dir, Path::new(rest));
+        if let Some(dir) = path.parent() {
+            if !dir.is_dir() {
+                report(
+                    self,
+                    format!(
+                        "directory {} for the database does not exist",
+                        dir.display()
+                    ),
+                );
+                return None;
+            }
+        }
+        if path.is_dir() {
+            report(
+                self,
+                format!("{} is a directory, not a database file", path.display()),
+            );
+            return None;
+        }
+        Some(StorageConfig {
+            url: url.to_owned(),
+            path,
+        })
+    }
+
+    pub(crate) fn sampler(&mut self, raw: Option<&RawSampler>) -> SamplerConfig {
+        let d = SamplerConfig::default();
+        let Some(raw) = raw else {
+            return d;
+        };
+        SamplerConfig {
+            n_startup_trials: self.int(
+                raw.n_startup_trials.as_ref(),
+                "sampler.n_startup_trials",
+                0..=USIZE_MAX,
+                d.n_startup_trials,
+            ),
+            n_ei_candidates: self.int(
+                raw.n_ei_candidates.as_ref(),
+                "sampler.n_ei_candidates",
+                1..=MAX_EI_CANDIDATES,
+                d.n_ei_candidates,
+            ),
+            multivariate: raw
+                .multivariate
+                .as_ref()
+                .map_or(d.multivariate, |b| *b.get_ref()),
+            constant_liar: raw
+                .constant_liar
+                .as_ref()
+                .map_or(d.constant_liar, |b| *b.get_ref()),
+            seed: raw
+                .seed
+                .as_ref()
+                .map(|s| self.int(Some(s), "sampler.seed", 0..=i64::MAX, 0)),
+        }
+    }
+
+    pub(crate) fn pruner(&mut self, raw: Option<&RawPruner>) -> PrunerConfig {
+        let Some(raw) = raw else {
+            return PrunerConfig::None;
+        };
+        /// Which pruner type each setting belongs to.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Kind {
+            None,
+            Median,
+            Asha,
+        }
+        let written = self.choice(raw.kind.as_ref(), "pruner.type", PRUNERS, |s| match s {
+            "none" => Some(Kind::None),
+            "median" => Some(Kind::Median),
+            "asha" => Some(Kind::Asha),
+            _ => None,
+        });
+        let kind = match (&raw.kind, written) {
+            (None, _) => Kind::None,
+            (Some(_), Some(k)) => k,
+            // Unknown type: which settings apply cannot be told.
+            (Some(_), None) => return PrunerConfig::None,
+        };
+        let fields = [
+            ("n_startup_trials", &raw.n_startup_trials, Kind::Median),
+            ("n_warmup_steps", &raw.n_warmup_steps, Kind::Median),
+            ("interval_steps", &raw.interval_steps, Kind::Median),
+            ("min_resource", &raw.min_resource, Kind::Asha),
+            ("reduction_factor", &raw.reduction_factor, Kind::Asha),
+            (
+                "min_early_stopping_rate",
+                &raw.min_early_stopping_rate,
+                Kind::Asha,
+            ),
+        ];
+        let (type_name, hint) = match kind {
+            Kind::None if raw.kind.is_none() => ("none", " (the default); set `type`"),
+            Kind::None => ("none", ""),
+            Kind::Median => ("median", ""),
+            Kind::Asha => ("asha", ""),
+        };
+        for (name, value, owner) in fields {
+            if let Some(v) = value {
+                if owner != kind {
+                    let owner = if owner == Kind::Median {
+                        "median"
+                    } else {
+                        "asha"
+                    };
+                    self.at(
+                        v,
+                        &format!("pruner.{name}"),
+                        format!(
+                            "`{name}` is a setting of pruner type {owner:?} and does not apply \
+                             to type {type_name:?}{hint}"
+                        ),
+                    );
+                }
+            }
+        }
+        match kind {
+            Kind::None => PrunerConfig::None,
+            Kind::Median => PrunerConfig::Median {
+                n_startup_trials: self.int(
+                    raw.n_startup_trials.as_ref(),
+                    "pruner.n_startup_trials",
+                    0..=USIZE_MAX,
+                    5,
+                ),
+                n_warmup_steps: self.int(
+                    raw.n_warmup_steps.as_ref(),
+                    "pruner.n_warmup_steps",
+                    0..=i64::MAX,
+                    0,
+                ),
+                interval_steps: self.int(
+                    raw.interval_steps.as_ref(),
+                    "pruner.interval_steps",
+                    1..=i64::MAX,
+                    1,
+                ),
+            },
+            Kind::Asha => PrunerConfig::Asha {
+                min_resource: self.int(
+                    raw.min_resource.as_ref(),
+                    "pruner.min_resource",
+                    1..=i64::MAX,
+                    1,
+                ),
+                reduction_factor: self.int(
+                    raw.reduction_factor.as_ref(),
+                    "pruner.reduction_factor",
+                    2..=U32_MAX,
+                    3,
+                ),
+                min_early_stopping_rate: self.int(
+                    raw.min_early_stopping_rate.as_ref(),
+                    "pruner.min_early_stopping_rate",
+                    0..=U32_MAX,
+                    0,
+                ),
+            },
+        }
+    }
+
+    pub(crate) fn metrics(&mut self, raw: Option<&RawMetrics>) -> MetricsConfig {
+        let Some(raw) = raw else {
+            return MetricsConfig::default();
+        };
+        let allow_remote = raw.allow_remote.as_ref().is_some_and(|b| *b.get_ref());
+        let listen = raw.listen.as_ref().and_then(|l| {
+            const KEY: &str = "metrics.listen";
+            let Ok(addr) = l.get_ref().trim().parse::<SocketAddr>() else {
+                self.at(
+                    l,
+                    KEY,
+                    format!(
+                        "invalid address {:?}: write an IP address and port, e.g. \
+                         \"127.0.0.1:9464\" (host names are not resolved)",
+                        l.get_ref()
+                    ),
+                );
+                return None;
+            };
+            if addr.port() == 0 {
+                self.at(
+                    l,
+                    KEY,
+                    "must name a port other than 0, e.g. \"127.0.0.1:9464\"",
+                );
+                return None;
+            }
+            if !allow_remote && !is_loopback(&addr) {
+                self.at(
+                    l,
+                    KEY,
+                    format!(
+                        "{addr} is not a loopback address, and the metrics endpoint has no \
+                         authentication; set `allow_remote = true` in [metrics] to serve it \
+                         beyond this machine"
+                    ),
+                );
+                return None;
+            }
+            Some(addr)
+        });
+        MetricsConfig {
+            listen,
+            allow_remote,
+        }
+    }
+
+    /// An integer setting within `range`, or `default` if absent (or invalid, after reporting).
+    pub(crate) fn int<T: TryFrom<i64>>(
+        &mut self,
+        raw: Option<&Spanned<i64>>,
+        key: &str,
+        range: std::ops::RangeInclusive<i64>,
+        default: T,
+    ) -> T {
+        let Some(r) = raw else {
+            return default;
+        };
+        let v = *r.get_ref();
+        if range.contains(&v) {
+            if let Ok(t) = T::try_from(v) {
+                return t;
+            }
+        }
+        let (min, max) = (*range.start(), *range.end());
+        // A maximum that is only the type's limit is named only when it was exceeded.
+        let type_limit = [i64::MAX, U32_MAX, USIZE_MAX].contains(&max);
+        let message = if !type_limit {
+            format!("must be between {min} and {max} (got {v})")
+        } else if v > max {
+            format!("must be at most {max} (got {v})")
+        } else if min == 0 {
+            format!("must not be negative (got {v})")
+        } else {
+            format!("must be at least {min} (got {v})")
+        };
+        self.at(r, key, message);
+        default
+    }
+
+    /// A size in bytes, at most [`MAX_SIZE`]: a TOML integer or a string with a unit (see
+    /// [`parse_config_size`]).
+    pub(crate) fn size(&mut self, raw: &Spanned<toml::Value>, key: &str) -> Option<u64> {
+        let result = match raw.get_ref() {
+            toml::Value::Integer(i) => {
+                u64::try_from(*i).map_err(|_| format!("must not be negative (got {i})"))
+            }
+            toml::Value::String(s) => parse_config_size(s),
+            other => Err(format!(
+                "must be a size: an integer number of bytes or a string such as \"6GiB\", \
+                 not {}",
+                other.type_str()
+            )),
+        }
+        .and_then(|v| {
+            if v > MAX_SIZE {
+                Err(format!(
+                    "{} is too large: at most {}",
+                    raw.get_ref(),
+                    format_size(MAX_SIZE)
+                ))
+            } else {
+                Ok(v)
+            }
+        });
+        result.map_err(|message| self.at(raw, key, message)).ok()
+    }
+
+    /// An optional size of at least `min` bytes: `None` if it was written but is invalid
+    /// (reported), `Some(None)` if absent.
+    pub(crate) fn size_at_least(
+        &mut self,
+        raw: Option<&Spanned<toml::Value>>,
+        key: &str,
+        min: u64,
+    ) -> Option<Option<u64>> {
+        let Some(r) = raw else {
+            return Some(None);
+        };
+        let v = self.size(r, key)?;
+        if v < min {
+            let message = if min == 1 {
+                "must be greater than zero".to_owned()
+            } else {
+                format!(
+                    "must be at least {} (got {})",
+                    format_size(min),
+                    format_size(v)
+                )
+            };
+            self.at(r, key, message);
+            return None;
+        }
+        Some(Some(v))
+    }
+
+    /// A keyword setting: the parsed value, or `None` (and a problem) if it is not one of `allowed`.
+    pub(crate) fn choice<T>(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        key: &str,
+        allowed: &str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let raw = raw?;
+        let parsed = parse(raw.get_ref());
+        if parsed.is_none() {
+            self.at(
+                raw,
+                key,
+                format!(
+                    "unknown value {:?}; expected one of {allowed}",
+                    raw.get_ref()
+                ),
+            );
+        }
+        parsed
+    }
+
+    /// A duration greater than zero and at most `max`.
+    pub(crate) fn duration(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        key: &str,
+        max: Duration,
+    ) -> Option<Duration> {
+        let raw = raw?;
+        match parse_duration(raw.get_ref()) {
+            Ok(d) if d.is_zero() => {
+                self.at(raw, key, "must be greater than zero");
+                None
+            }
+            Ok(d) if d > max => {
+                self.at(
+                    raw,
+                    key,
+                    format!(
+                        "{:?} is too long: at most {}",
+                        raw.get_ref(),
+                        format_duration(max)
+                    ),
+                );
+                None
+            }
+            Ok(d) => Some(d),
+            Err(message) => {
+                self.at(raw, key, message);
+                None
+            }
+        }
+    }
+}
+
+/// A study or param name: no NUL byte (it cannot reach a worker's argv or environment) and at
+/// most [`MAX_NAME_CHARS`] characters (Optuna's column is VARCHAR(512)). The message completes
+/// "the name ...".
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    if name.contains('\0') {
+        return Err("may not contain NUL bytes (it is passed to every worker)".to_owned());
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "is too long: at most {MAX_NAME_CHARS} characters (Optuna's limit), got {chars}"
+        ));
+    }
+    Ok(())
+}
+
+/// A path written in the file: a NUL byte cannot reach the operating system.
+pub(crate) fn check_path(p: &str) -> Result<(), String> {
+    if p.contains('\0') {
+        return Err("may not contain NUL bytes".to_owned());
+    }
+    Ok(())
+}
+
+pub(crate) fn float_value(v: &toml::Value) -> Result<f64, String> {
+    let x = match v {
+        toml::Value::Float(f) => *f,
+        toml::Value::Integer(i) => *i as f64,
+        other => return Err(format!("must be a number, not {}", other.type_str())),
+    };
+    if x.is_finite() {
+        Ok(x)
+    } else {
+        Err(format!("must be finite (got {x})"))
+    }
+}
+
+pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
+    match addr {
+        SocketAddr::V4(a) => a.ip().is_loopback(),
+        SocketAddr::V6(a) => {
+            a.ip().is_loopback() || a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// `p` against `base` unless absolute, without `.` components; `..` is kept, since resolving it
+/// lexically is wrong across symlinks and resolving it on disk would require the path to exist.
+pub(crate) fn resolve(base: &Path, p: &Path) -> PathBuf {
+    let joined = base.join(p);
+    // `base` is absolute, so this only normalizes and never consults the current directory.
+    std::path::absolute(&joined).unwrap_or(joined)
+}
