@@ -1,0 +1,819 @@
+//! `Core`: the study's one decision point, behind the supervisor's lock.
+//!
+//! Slots ask it what to run next and hand back how their trial ended; nothing else decides a
+//! start or writes an outcome, so the budget, the sampler, GPU admission and the circuit
+//! breaker never disagree. Choosing (`plan`, `choose`, `admit`) writes nothing; a start or a
+//! finish is one store transaction (`next`, `finish`, `finish_then_next`), and its accounting
+//! (`finish_begin` decides, `finish_end` books it to the budget, breaker, memory model, pruner
+//! and sampler) goes through the pure rules in `policy`.
+
+use super::policy::{self, Breaker, SameError, Signature};
+use super::RunError;
+use crate::classify;
+use crate::config::Config;
+use crate::gpu::{Capacity, Decision, MemoryModel, Monitor};
+use crate::progress::{Progress, Tracker};
+use crate::pruner::Pruner;
+use crate::sampler::Sampler;
+use crate::store::{DaemonId, StartCtx, StartOp, Started, Store, Waiting};
+use crate::study::{Claimed, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState};
+use crate::units;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::{info, warn};
+
+/// The GPU side of the decision: readings, admission and the memory model.
+pub(super) struct GpuCtl {
+    pub(super) monitor: Arc<Monitor>,
+    pub(super) capacity: Capacity,
+    pub(super) model: MemoryModel,
+    /// The estimate for the trial at the head of the admission line, for `sweepd gpus`.
+    pub(super) next_expected: Option<u64>,
+    /// Devices whose readings are failing (logged once, when they start failing).
+    pub(super) failing: std::collections::HashSet<u32>,
+}
+
+/// A trial chosen but not yet admitted: kept until a device has room, so that a large trial
+/// is not dropped in favour of small ones.
+pub(super) enum Candidate {
+    Waiting(Waiting, Params),
+    New(Params),
+}
+
+impl Candidate {
+    pub(super) fn params(&self) -> &Params {
+        match self {
+            Candidate::Waiting(_, p) | Candidate::New(p) => p,
+        }
+    }
+}
+
+/// The study's decision point: what runs next, and the record of how things ended.
+pub(super) struct Core {
+    pub(super) store: Store,
+    pub(super) study: crate::store::Study,
+    pub(super) config: Arc<Config>,
+    pub(super) sampler: Box<dyn Sampler>,
+    pub(super) pruner: Pruner,
+    /// The study's trials as the budget counts them, whoever runs them; refreshed from the
+    /// database (cheaply: only what changed) in every start's transaction.
+    pub(super) tally: Tally,
+    /// This daemon, recorded on every trial it starts.
+    pub(super) me: DaemonId,
+    /// Trials this instance has RUNNING.
+    pub(super) running: u64,
+    /// Running trials per device, for infeasibility (an OOM alone on a device).
+    pub(super) running_on: HashMap<u32, usize>,
+    /// The sampler has nothing left to propose (grid exhausted).
+    pub(super) exhausted: bool,
+    pub(super) started: Instant,
+    /// The number the next new trial will most likely get: the seed key of a new proposal,
+    /// kept here rather than asked of the database for every trial.
+    pub(super) next_key: u64,
+    /// Candidates in line for admission, with how many trials started ahead of each.
+    pub(super) pending: std::collections::VecDeque<(Candidate, u32)>,
+    pub(super) gpu: Option<GpuCtl>,
+    pub(super) breaker: Breaker,
+    /// The best value so far, for the status line.
+    pub(super) best: Option<f64>,
+    /// Params found infeasible (OOM alone on a device): proposals resembling them are redrawn,
+    /// whatever the sampler.
+    pub(super) infeasible: Vec<Params>,
+    /// Stops the study when its trials can only fail.
+    pub(super) same_error: SameError,
+    /// Set when the study must stop with this error (taken by the slot that recorded it).
+    pub(super) fatal: Option<RunError>,
+    /// The study is stopping for an error: no trial starts any more.
+    pub(super) halted: bool,
+    /// What the terminal's progress display shows, published as it changes.
+    pub(super) progress: Tracker,
+}
+
+/// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
+/// it runs.
+pub(super) struct Plan {
+    pub(super) candidate: Candidate,
+    pub(super) k: usize,
+    pub(super) device: Option<u32>,
+    pub(super) expected: Option<u64>,
+}
+
+impl Plan {
+    /// What the store writes to start it.
+    pub(super) fn op(&self) -> StartOp<'_> {
+        match &self.candidate {
+            Candidate::Waiting(w, params) => StartOp::Claim(w, params),
+            Candidate::New(params) => StartOp::New(params),
+        }
+    }
+}
+
+/// What `Core::plan` decided.
+pub(super) enum Planned {
+    Start(Plan),
+    Wait,
+    Done,
+}
+
+/// A finish as written (not yet synced), for the slot to report once it is durable.
+pub(super) struct Finished {
+    pub(super) how: Finish,
+    /// The trial's measured memory peak, for the metrics.
+    pub(super) peak: Option<u64>,
+    /// The slot's next trial, started in the same commit.
+    pub(super) next: Option<Next>,
+}
+
+/// A finish decided by `Core::finish_begin`: what to write, and what its accounting needs.
+pub(super) struct Finishing {
+    pub(super) trial_id: i64,
+    pub(super) number: i64,
+    pub(super) params: Params,
+    pub(super) how: Finish,
+    pub(super) attrs: Vec<(&'static str, serde_json::Value)>,
+    pub(super) device: Option<u32>,
+    pub(super) peak: Option<u64>,
+    pub(super) constraints: Vec<f64>,
+}
+
+impl Finishing {
+    /// Whether it spends the budget: every final outcome but a failure that is retried.
+    pub(super) fn spends(&self) -> bool {
+        !matches!(&self.how, Finish::Fail(f) if f.retry)
+    }
+}
+
+/// What a slot is told to do next.
+pub(super) enum Next {
+    Run(Claimed, Option<u32>),
+    /// Nothing to start now, but something may come (a running trial may fail and be retried,
+    /// a device may free memory, someone may enqueue a trial): ask again after the next change.
+    Wait,
+    Done,
+}
+
+/// How a trial ended, before the retry policy turns it into a [`Finish`].
+pub(super) enum Outcome {
+    Complete(f64),
+    Pruned,
+    Failed {
+        kind: FailureKind,
+        reason: String,
+        tail: Option<String>,
+        /// For a user error: its type and where the user's code raised it.
+        error: Option<classify::UserError>,
+    },
+}
+
+impl Core {
+    /// Sends the progress display a fresh snapshot (cheap: it goes nowhere without one).
+    pub(super) fn publish(&self) {
+        let gpus = match &self.gpu {
+            Some(g) => g
+                .monitor
+                .devices
+                .iter()
+                .map(|d| (*d, self.running_on.get(d).copied().unwrap_or(0)))
+                .collect(),
+            None => Default::default(),
+        };
+        self.progress.publish(Progress {
+            started: Some(self.started),
+            finished: self.tally.finished,
+            budget: self.config.study.n_trials,
+            timeout: self.config.study.timeout,
+            running: self.running,
+            max_par: self.config.worker.max_par,
+            gpus,
+            paused: self
+                .breaker
+                .paused(&self.devices(), Instant::now())
+                .is_some(),
+            ..Progress::default()
+        });
+    }
+
+    pub(super) fn devices(&self) -> Vec<Option<u32>> {
+        match &self.gpu {
+            Some(g) => g.monitor.devices.iter().map(|d| Some(*d)).collect(),
+            None => vec![None],
+        }
+    }
+
+    /// The next trial to run, started in the database: `Next::Run`, or why none can start now.
+    pub(super) async fn next(
+        &mut self,
+        hint: Option<u32>,
+        stopping: bool,
+    ) -> Result<Next, RunError> {
+        loop {
+            let plan = match self.plan(hint, stopping).await? {
+                Planned::Start(plan) => plan,
+                Planned::Wait => return Ok(Next::Wait),
+                Planned::Done => return Ok(Next::Done),
+            };
+            let ctx = StartCtx {
+                study: &self.study,
+                owner: &self.me,
+                budget: self.config.study.n_trials,
+                tally: &mut self.tally,
+            };
+            let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
+            if let Some(next) = self.started(plan, started) {
+                return Ok(next);
+            }
+        }
+    }
+
+    /// Chooses the next trial to start and where, without writing anything: the budget, the
+    /// breaker, the line of candidates and GPU admission (see `next`).
+    pub(super) async fn plan(
+        &mut self,
+        hint: Option<u32>,
+        stopping: bool,
+    ) -> Result<Planned, RunError> {
+        loop {
+            if stopping || self.halted {
+                return Ok(Planned::Done);
+            }
+            if let Some(t) = self.config.study.timeout {
+                if self.started.elapsed() >= t {
+                    return Ok(Planned::Done);
+                }
+            }
+            if let Some(n) = self.config.study.n_trials {
+                if !self.tally.room(Some(n)) {
+                    // Others (Optuna scripts) may have finished trials since: look before
+                    // deciding between done and waiting for the running ones.
+                    self.store
+                        .refresh_tally(&self.study, &mut self.tally)
+                        .await?;
+                    if self.tally.finished >= n {
+                        return Ok(Planned::Done);
+                    }
+                    if !self.tally.room(Some(n)) {
+                        return Ok(Planned::Wait);
+                    }
+                }
+            }
+            let now = Instant::now();
+            if self.breaker.paused(&self.devices(), now).is_some() {
+                return Ok(Planned::Wait);
+            }
+            // Candidates in line. One that fits may start before those ahead of it that do
+            // not (a small trial past a large one waiting for room), until the head has been
+            // passed MAX_PASSES times: then only the head may start, so it cannot starve.
+            if self.pending.is_empty() {
+                match self.choose().await? {
+                    Some(c) => self.pending.push_back((c, 0)),
+                    None if self.exhausted => {
+                        return Ok(if self.running > 0 {
+                            Planned::Wait
+                        } else {
+                            Planned::Done
+                        });
+                    }
+                    None => continue,
+                }
+            }
+            let head_passes = self.pending[0].1;
+            let tries = policy::admissible(head_passes, self.pending.len());
+            let mut chosen = None;
+            for k in 0..tries {
+                let params = self.pending[k].0.params().clone();
+                if let Ok(placement) = self.admit(&params, hint, now) {
+                    chosen = Some((k, placement));
+                    break;
+                }
+            }
+            let Some((k, placement)) = chosen else {
+                if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
+                    // Look one candidate further: it may fit where those in line do not.
+                    if let Some(c) = self.choose().await? {
+                        self.pending.push_back((c, 0));
+                        continue;
+                    }
+                }
+                return Ok(Planned::Wait);
+            };
+            let (candidate, _) = self.pending.remove(k).expect("admitted index");
+            if k > 0 {
+                self.pending[0].1 += 1;
+            }
+            if let (Some(g), Some((head, _))) = (&mut self.gpu, self.pending.front()) {
+                g.next_expected = Some(g.model.expected(head.params()));
+            }
+            let (device, expected) = match placement {
+                Some((d, e)) => (Some(d), Some(e)),
+                None => (None, None),
+            };
+            return Ok(Planned::Start(Plan {
+                candidate,
+                k,
+                device,
+                expected,
+            }));
+        }
+    }
+
+    /// Bookkeeping once the store tried to start `plan`: the trial to run, or `None` to plan
+    /// again (another process claimed it, or the budget filled up meanwhile).
+    pub(super) fn started(&mut self, plan: Plan, started: Started) -> Option<Next> {
+        let Plan {
+            candidate,
+            k,
+            device,
+            expected,
+        } = plan;
+        let claimed = match started {
+            Started::Yes(c) => c,
+            Started::Taken => return None,
+            Started::NoRoom => {
+                // Kept for later, where it stood in line.
+                let k = k.min(self.pending.len());
+                self.pending.insert(k, (candidate, 0));
+                return None;
+            }
+        };
+        self.sampler.observe(claimed.number, &claimed.params);
+        self.next_key = self.next_key.max(claimed.number as u64 + 1);
+        self.running += 1;
+        if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
+            info!(
+                trial = claimed.number,
+                gpu = d,
+                "admitted: expected peak {}",
+                g.model.explain(&claimed.params)
+            );
+            g.monitor.track(claimed.trial_id, d, e);
+            *self.running_on.entry(d).or_default() += 1;
+        }
+        self.publish();
+        Some(Next::Run(claimed, device))
+    }
+
+    /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some((device,
+    /// expected peak)))` when a device has room, or why each device waits.
+    pub(super) fn admit(
+        &mut self,
+        params: &Params,
+        hint: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<(u32, u64)>, Vec<Decision>> {
+        let Some(g) = &mut self.gpu else {
+            return Ok(None);
+        };
+        let e = g.model.expected(params);
+        let (views, running, errors) = g.monitor.views();
+        // Said once when a device's readings fail, not on every poll.
+        for (device, why) in &errors {
+            if g.failing.insert(*device) {
+                warn!(
+                    device,
+                    "no admission on this device: NVML reading failed: {why}"
+                );
+            }
+        }
+        g.failing.retain(|d| errors.iter().any(|(e, _)| e == d));
+        let usable: Vec<_> = views
+            .into_iter()
+            .filter(|v| self.breaker.quarantined(Some(v.index), now).is_none())
+            .collect();
+        if self
+            .pending
+            .front()
+            .is_some_and(|(head, _)| head.params() == params)
+        {
+            g.next_expected = Some(e);
+        }
+        // The slot's own device first: its worker need not move.
+        let on_hint = hint
+            .and_then(|h| usable.iter().find(|v| v.index == h))
+            .map(|v| g.capacity.decide(v, &running, e, now))
+            .filter(|d| d.admitted)
+            .map(|d| d.device);
+        match on_hint {
+            Some(d) => Ok(Some((d, e))),
+            None => g
+                .capacity
+                .place(&usable, &running, e, now)
+                .map(|d| Some((d, e))),
+        }
+    }
+
+    /// The next candidate: the oldest WAITING trial (retries, `study.enqueue_trial`) before a
+    /// new sample. `None` with `exhausted` set when the sampler has nothing left; `None`
+    /// without it when a WAITING trial was failed for bad params (look again).
+    pub(super) async fn choose(&mut self) -> Result<Option<Candidate>, RunError> {
+        let space = &self.config.space;
+        let queued: Vec<i64> = self
+            .pending
+            .iter()
+            .filter_map(|(c, _)| match c {
+                Candidate::Waiting(w, _) => Some(w.trial_id),
+                Candidate::New(_) => None,
+            })
+            .collect();
+        if let Some(w) = self.store.peek_waiting(&self.study, space, &queued).await? {
+            let complete = space.params.iter().all(|p| w.fixed.contains_key(&p.name));
+            let params = match &w.problem {
+                Some(p) => Err(p.clone()),
+                None if complete => Ok(w.fixed.clone()),
+                None => self
+                    .sampler
+                    .sample(space, &w.fixed, w.number as u64)
+                    .ok_or_else(|| "the sampler has no values left for this trial".to_owned()),
+            };
+            return match params {
+                Ok(p) => Ok(Some(Candidate::Waiting(w, p))),
+                Err(why) => {
+                    // The enqueued params cannot run here: FAIL that trial, look further.
+                    let start = StartCtx {
+                        study: &self.study,
+                        owner: &self.me,
+                        budget: self.config.study.n_trials,
+                        tally: &mut self.tally,
+                    };
+                    if let Started::Yes(c) = self
+                        .store
+                        .start(space, StartOp::Claim(&w, &w.fixed), start)
+                        .await?
+                    {
+                        let failure = Failure {
+                            kind: FailureKind::UserError,
+                            reason: why,
+                            stderr_tail: None,
+                            retry: false,
+                        };
+                        if self
+                            .store
+                            .finish(&self.study, c.trial_id, &Finish::Fail(failure), &[])
+                            .await?
+                            .is_some()
+                        {
+                            self.tally.finished_own(c.trial_id, true);
+                            self.progress.failed(FailureKind::UserError.as_str());
+                        }
+                    }
+                    Ok(None)
+                }
+            };
+        }
+        if self.exhausted {
+            return Ok(None);
+        }
+        // New candidates in line are not numbered yet: give each its own seed key, or a
+        // seeded sampler would propose the same params twice.
+        let queued_new = self
+            .pending
+            .iter()
+            .filter(|(c, _)| matches!(c, Candidate::New(_)))
+            .count() as u64;
+        let key = self.next_key + queued_new;
+        let mut proposal = self.sampler.sample(space, &Params::new(), key);
+        for attempt in 1..=policy::MAX_REDRAWS {
+            match &proposal {
+                Some(p)
+                    if self
+                        .infeasible
+                        .iter()
+                        .any(|bad| policy::resembles(space, p, bad)) =>
+                {
+                    // A distinct seed key per redraw keeps seeded runs reproducible.
+                    proposal =
+                        self.sampler
+                            .sample(space, &Params::new(), key + attempt * (1 << 40));
+                }
+                _ => break,
+            }
+        }
+        match proposal {
+            Some(p) => Ok(Some(Candidate::New(p))),
+            None => {
+                info!("the sampler has proposed every point of the search space");
+                self.exhausted = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// An intermediate value: recorded, and answered with the pruner's decision.
+    pub(super) async fn report(&mut self, c: &Claimed, step: i64, value: f64) -> bool {
+        if let Err(e) = self.store.report(c.trial_id, step, value).await {
+            warn!("could not record an intermediate value: {e}");
+        }
+        self.pruner.report(c.number, step, value)
+    }
+
+    /// Turns an outcome into a recorded finish: the retry policy, OOM feedback into admission
+    /// and the memory model, the circuit breaker, the sampler and the pruner.
+    pub(super) async fn finish(
+        &mut self,
+        c: &Claimed,
+        device: Option<u32>,
+        outcome: Outcome,
+        fresh_worker: bool,
+    ) -> Result<Finished, RunError> {
+        let f = self.finish_begin(c, device, outcome, fresh_worker);
+        self.finish_written(c, f).await
+    }
+
+    /// Writes a decided finish in a commit of its own, then accounts for it.
+    pub(super) async fn finish_written(
+        &mut self,
+        c: &Claimed,
+        f: Finishing,
+    ) -> Result<Finished, RunError> {
+        let written = self
+            .store
+            .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+            .await?;
+        if written.is_some() {
+            self.finish_end(&f).await?;
+        } // else someone else finished it: nothing to count twice
+        Ok(Finished {
+            how: f.how,
+            peak: f.peak,
+            next: None,
+        })
+    }
+
+    /// `finish`, then the slot's next trial started in the same durable commit when one can
+    /// start now (`None`: ask `next` as usual). The finish is accounted for before the next is
+    /// chosen, so the sampler has learnt from it.
+    pub(super) async fn finish_then_next(
+        &mut self,
+        c: &Claimed,
+        device: Option<u32>,
+        outcome: Outcome,
+        fresh_worker: bool,
+        hint: Option<u32>,
+    ) -> Result<Finished, RunError> {
+        let f = self.finish_begin(c, device, outcome, fresh_worker);
+        // A failure retried creates its copy in the finish's own commit: the next choice must
+        // see it (retries run first), so that finish is written alone and `next` chooses.
+        if !f.spends() {
+            return self.finish_written(c, f).await;
+        }
+        self.finish_end(&f).await?;
+        let plan = self.plan(hint, false).await?;
+        let Planned::Start(plan) = plan else {
+            if self
+                .store
+                .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+                .await?
+                .is_none()
+            {
+                self.finished_elsewhere(&f);
+            }
+            return Ok(Finished {
+                how: f.how,
+                peak: f.peak,
+                next: None,
+            });
+        };
+        let ctx = StartCtx {
+            study: &self.study,
+            owner: &self.me,
+            budget: self.config.study.n_trials,
+            tally: &mut self.tally,
+        };
+        let (written, started) = self
+            .store
+            .finish_and_start(
+                &self.study,
+                c.trial_id,
+                &f.how,
+                &f.attrs,
+                &self.config.space,
+                plan.op(),
+                ctx,
+            )
+            .await?;
+        if written.is_none() {
+            self.finished_elsewhere(&f);
+        }
+        let next = self.started(plan, started);
+        Ok(Finished {
+            how: f.how,
+            peak: f.peak,
+            next,
+        })
+    }
+
+    /// A finish accounted for before it was written found the trial no longer RUNNING: another
+    /// process ended it (a host that took over this one's trials), so it spends nothing here.
+    pub(super) fn finished_elsewhere(&mut self, f: &Finishing) {
+        warn!(
+            trial = f.number,
+            "the trial was already ended by another process; its result here is not recorded"
+        );
+        if f.spends() {
+            self.tally.unspend();
+        }
+    }
+
+    /// The decisions of a finish, before anything is written: retry policy, infeasibility, OOM
+    /// feedback, the same-error stop.
+    pub(super) fn finish_begin(
+        &mut self,
+        c: &Claimed,
+        device: Option<u32>,
+        outcome: Outcome,
+        fresh_worker: bool,
+    ) -> Finishing {
+        self.running = self.running.saturating_sub(1);
+        let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
+        if let Some(d) = device {
+            if let Some(n) = self.running_on.get_mut(&d) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        let memory = match (&self.gpu, device) {
+            (Some(g), Some(_)) => g.monitor.untrack(c.trial_id),
+            _ => None,
+        };
+        let peak = memory.as_ref().map(|m| m.peak).filter(|p| *p > 0);
+        let mut attrs: Vec<(&'static str, serde_json::Value)> = Vec::new();
+        if let Some(p) = peak {
+            attrs.push(("sweepd:peak_memory_mib", json!(units::to_mib(p))));
+        }
+        let now = Instant::now();
+        let mut constraints = Vec::new();
+        let how = match outcome {
+            Outcome::Complete(v) => Finish::Complete(v),
+            Outcome::Pruned => Finish::Pruned,
+            Outcome::Failed {
+                kind,
+                reason,
+                tail,
+                error,
+            } => {
+                // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
+                // no other sweepd trial on the device: these params do not fit this card.
+                let infeasible = policy::infeasible(kind, alone, fresh_worker);
+                // An OOM that turned into a device-side assert still says the trial needs more.
+                if policy::oom_like(kind, &reason) {
+                    if let (Some(g), Some(d)) = (&mut self.gpu, device) {
+                        g.capacity.record_oom(d, now);
+                        let total = g
+                            .monitor
+                            .views()
+                            .0
+                            .iter()
+                            .find(|v| v.index == d)
+                            .map_or(u64::MAX, |v| v.total);
+                        g.model.record_oom(&c.params, peak.unwrap_or(0), total);
+                    }
+                }
+                let signature = Signature::of(kind, &reason, error.as_ref());
+                let (retry, reason) = if infeasible {
+                    constraints.push(1.0);
+                    self.infeasible.push(c.params.clone());
+                    attrs.push(("constraints", json!([1.0])));
+                    (
+                        false,
+                        format!("{reason} (infeasible: out of memory while alone on the device)"),
+                    )
+                } else if let Some(sig) = &signature {
+                    if self.same_error.stopped_for(sig) {
+                        (true, reason)
+                    } else if self.same_error.failure(c.trial_id, sig) {
+                        self.halted = true;
+                        self.fatal = Some(RunError::SameError(policy::same_error_message(
+                            self.same_error.streak.len(),
+                            &reason,
+                            sig,
+                        )));
+                        (true, reason)
+                    } else {
+                        (
+                            policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                            reason,
+                        )
+                    }
+                } else {
+                    (
+                        policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                        reason,
+                    )
+                };
+                Finish::Fail(Failure {
+                    kind,
+                    reason,
+                    stderr_tail: tail,
+                    retry,
+                })
+            }
+        };
+        Finishing {
+            trial_id: c.trial_id,
+            number: c.number,
+            params: c.params.clone(),
+            how,
+            attrs,
+            device,
+            peak,
+            constraints,
+        }
+    }
+
+    /// The accounting of a finish once written (or about to be, in the same commit as the next
+    /// start): budget, best value, breaker, memory model, pruner and sampler. (The metrics are
+    /// the slot's to update, once the finish is durable.)
+    pub(super) async fn finish_end(&mut self, f: &Finishing) -> Result<(), RunError> {
+        let Finishing {
+            trial_id,
+            number,
+            params,
+            how,
+            device,
+            peak,
+            ..
+        } = f;
+        let (trial_id, number, device, peak) = (*trial_id, *number, *device, *peak);
+        let now = Instant::now();
+        let (state, value) = match &how {
+            Finish::Complete(v) => (TrialState::Complete, Some(*v)),
+            Finish::Pruned => (TrialState::Pruned, None),
+            Finish::Fail(_) => (TrialState::Fail, None),
+        };
+        self.tally.finished_own(trial_id, f.spends());
+        if self.fatal.is_some() {
+            // The earlier trials of the streak were recorded as final failures: re-enqueue
+            // them too, so that none of the streak spends the budget.
+            let earlier: Vec<i64> = self
+                .same_error
+                .streak
+                .iter()
+                .copied()
+                .filter(|id| *id != trial_id)
+                .collect();
+            for id in earlier {
+                if self.store.requeue_failed(&self.study, id).await?.is_some() {
+                    self.tally.unspend();
+                }
+            }
+        }
+        match &how {
+            Finish::Complete(v) => self.progress.completed(number, *v),
+            Finish::Fail(f) => self.progress.failed(f.kind.as_str()),
+            Finish::Pruned => {}
+        }
+        if let Some(v) = value.filter(|_| state == TrialState::Complete) {
+            if self
+                .best
+                .is_none_or(|b| self.config.study.direction.better(v, b))
+            {
+                self.best = Some(v);
+            }
+        }
+        match &how {
+            // The breaker is for faults that may clear by themselves (a device, a driver, the
+            // memory others use); an error in the objective is the same error next time.
+            Finish::Fail(f) if f.kind.may_clear() => {
+                if let Some(wait) = self.breaker.failure(device, now) {
+                    let on = device.map_or("the CPU".into(), |d| format!("gpu{d}"));
+                    warn!(
+                        "circuit breaker: {} consecutive failures on {on}; quarantined for {}",
+                        self.config.retry.breaker_threshold,
+                        units::format_duration(wait)
+                    );
+                    let _ = self
+                        .store
+                        .event(
+                            None,
+                            Some(trial_id),
+                            "quarantined",
+                            &format!("{on} for {wait:?}"),
+                        )
+                        .await;
+                    if let Some(why) = self.breaker.paused(&self.devices(), now) {
+                        warn!("{why}");
+                    }
+                }
+            }
+            Finish::Fail(_) => {}
+            _ => {
+                self.breaker.success(device);
+                self.same_error.success();
+            }
+        }
+        if let (Some(g), Some(p)) = (&mut self.gpu, peak) {
+            if state != TrialState::Fail {
+                g.model.record(params, p);
+            }
+        }
+        self.pruner.finish(number, state == TrialState::Complete);
+        self.sampler.tell(&TrialRecord {
+            number,
+            params: params.clone(),
+            state,
+            value,
+            constraints: f.constraints.clone(),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, takes the
+//! CLI's requests (`sweepd resume`), keeps the daemon's row, `systemctl status` line and the
+//! watchdog current, puts back sweepd's triggers when an Optuna migration dropped them, and
+//! notices a study deleted from the database. Every pass wakes the slots waiting for room.
+
+use super::core::Core;
+use super::{study_deleted_under_us, Shared};
+use crate::config::Config;
+use crate::gpu::Monitor;
+use crate::store::GpuRow;
+use crate::study::{DaemonCommand, DaemonState};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Every second (or GPU poll interval): read the GPUs, take requests, keep the daemon row
+/// current; wake waiting slots when anything may have changed.
+pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
+    let every = if sh.monitor.is_some() {
+        sh.cfg().gpu.poll_interval
+    } else {
+        Duration::from_secs(1)
+    };
+    let mut tick = 0u64;
+    loop {
+        match sh.store.study_deleted(&sh.study).await {
+            Ok(true) => {
+                study_deleted_under_us(&sh);
+                done.cancelled().await;
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => warn!("could not check that the study still exists: {e}"),
+        }
+        match sh.store.ensure_mirror().await {
+            Ok(true) => info!(
+                "sweepd's triggers on Optuna's tables were missing (a table rebuilt by an Optuna migration?): re-created them and refilled sweepd_trials"
+            ),
+            Ok(false) => {}
+            Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
+        }
+        if let Some(m) = &sh.monitor {
+            let report = m.poll().await;
+            if let Err(e) = sh.store.write_samples(&report.samples).await {
+                warn!("could not store memory samples: {e}");
+            }
+            for (pid, device, bytes) in &report.orphans {
+                let _ = sh
+                    .store
+                    .event(
+                        None,
+                        None,
+                        "orphan_killed",
+                        &format!("pid {pid} held {bytes} bytes on gpu{device}"),
+                    )
+                    .await;
+            }
+            let rows = gpu_rows(&sh, m).await;
+            sh.metrics.set_gpus(&rows);
+            if let Err(e) = sh.store.write_gpus(&sh.study, &rows).await {
+                warn!("could not store GPU readings: {e}");
+            }
+        }
+        match sh.store.take_commands(&sh.study).await {
+            Ok(cmds) => {
+                for cmd in cmds {
+                    match cmd {
+                        Ok(DaemonCommand::Resume) => {
+                            sh.core.lock().await.breaker.release_all();
+                            info!("resumed by `sweepd resume`: quarantines lifted");
+                        }
+                        Err(unknown) => warn!("{unknown} ignored"),
+                    }
+                }
+            }
+            Err(e) => warn!("could not read commands: {e}"),
+        }
+        let (paused, status) = {
+            let core = sh.core.lock().await;
+            if core.gpu.is_none() {
+                sh.metrics.set_running(None, core.running as usize);
+            }
+            core.publish();
+            (
+                core.breaker.paused(&core.devices(), Instant::now()),
+                status_line(&sh.cfg(), &core),
+            )
+        };
+        let state = if paused.is_some() {
+            DaemonState::Paused
+        } else {
+            DaemonState::Running
+        };
+        if let Err(e) = sh
+            .store
+            .daemon_state(&sh.study, &sh.me, state, paused.as_deref())
+            .await
+        {
+            warn!("could not update the daemon row: {e}");
+        }
+        // The watchdog is fed only by a loop that just got the core lock and the database:
+        // a wedged supervisor stops feeding it and systemd restarts us.
+        let status = paused.as_deref().map_or(status, |p| format!("PAUSED: {p}"));
+        let _ = sd_notify::notify(&[
+            sd_notify::NotifyState::Status(&status),
+            sd_notify::NotifyState::Watchdog,
+        ]);
+        if sh.cfg().metrics.listen.is_some() && tick % 10 == 0 {
+            if let Ok(c) = sh.store.counts(&sh.study).await {
+                sh.metrics.set_counts(&c);
+            }
+        }
+        tick += 1;
+        sh.changed.notify_waiters();
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = done.cancelled() => return,
+        }
+    }
+}
+
+/// The line `systemctl status` shows: "running 3/4 on gpu0, 812/5000 done, best 0.388".
+pub(super) fn status_line(cfg: &Config, core: &Core) -> String {
+    let on = match &core.gpu {
+        Some(g) => g
+            .monitor
+            .devices
+            .iter()
+            .map(|d| format!("gpu{d}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        None => "cpu".into(),
+    };
+    let done = match cfg.study.n_trials {
+        Some(n) => format!("{}/{n} done", core.tally.finished),
+        None => format!("{} done", core.tally.finished),
+    };
+    let best = core
+        .best
+        .map_or("no result yet".into(), |b| format!("best {b:.6}"));
+    format!(
+        "running {}/{} on {on}, {done}, {best}",
+        core.running, cfg.worker.max_par
+    )
+}
+
+/// The rows `sweepd gpus` shows: the latest readings with the admission decisions.
+pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
+    let core = sh.core.lock().await;
+    let Some(g) = &core.gpu else {
+        return Vec::new();
+    };
+    let (views, running, _) = m.views();
+    let expected = g.next_expected.unwrap_or(sh.cfg().gpu.trial_memory);
+    let now = Instant::now();
+    m.readings()
+        .into_iter()
+        .map(|(device, r)| {
+            let on_device = running.iter().filter(|t| t.device == device).count();
+            match r {
+                Ok(r) => {
+                    let view = views.iter().find(|v| v.index == device);
+                    let decision = view.map(|v| g.capacity.decide(v, &running, expected, now));
+                    let quarantine = core.breaker.quarantined(Some(device), now);
+                    let wait = match (quarantine, &decision) {
+                        (Some(u), _) => Some(format!(
+                            "quarantined by the circuit breaker for {}s more",
+                            (u - now).as_secs()
+                        )),
+                        (None, Some(d)) => d.wait.as_ref().map(|w| w.to_string()),
+                        _ => None,
+                    };
+                    GpuRow {
+                        device,
+                        name: Some(r.name.clone()),
+                        total: Some(r.total),
+                        free: Some(r.free),
+                        used: Some(r.used),
+                        util_gpu: r.util_gpu,
+                        util_mem: r.util_mem,
+                        running: on_device,
+                        par_estimate: decision.as_ref().map(|d| d.par_estimate),
+                        expected_peak: Some(expected),
+                        wait,
+                        error: None,
+                        updated_at: String::new(),
+                    }
+                }
+                Err(e) => GpuRow {
+                    device,
+                    running: on_device,
+                    wait: Some("no admission until NVML readings return".into()),
+                    error: Some(e),
+                    ..GpuRow::default()
+                },
+            }
+        })
+        .collect()
+}

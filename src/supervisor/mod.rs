@@ -1,0 +1,589 @@
+//! The supervisor: the async loop that turns a validated config into a finished study.
+//!
+//! One task per parallel slot (`max_par` of them) owns at most one worker process at a time and
+//! loops: ask the [`Core`] for a trial, make sure a worker is ready on the trial's device, run
+//! the trial, hand back how it ended, then keep, recycle or replace the worker. The `Core` is the
+//! one place that decides what runs next (budget, sampler, GPU admission, circuit breaker) and
+//! the only writer of trial outcomes, so they never disagree. A housekeeping task polls the GPUs,
+//! takes requests (`sweepd resume`), keeps the daemon's row current, puts back sweepd's triggers
+//! when an Optuna migration dropped them, and stops the daemon when its study is deleted from the
+//! database (`optuna.delete_study`): running trials are then killed at once, without grace.
+//!
+//! A `CancellationToken` threaded through every task carries SIGINT/SIGTERM: slots stop asking
+//! for trials, give running ones `shutdown_grace`, then kill their groups; every trial
+//! interrupted that way is FAILed and re-enqueued, so no work is silently lost. A second
+//! token (`kill_now`, a second signal) ends the grace and the polite waits at once: the groups
+//! are SIGKILLed, and the trials still recorded and re-enqueued the same way.
+//!
+//! The `Core` also publishes a [`Progress`] snapshot for the terminal's live display
+//! (`progress`) whenever a trial starts or ends.
+//!
+//! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
+//! instance left RUNNING, the slot tasks, the first error); `core` decides; `policy` holds its
+//! pure rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
+//! conversation, `workers` starts and retires worker processes; `housekeeping` is the
+//! once-a-second task; `reload` applies SIGHUP.
+//!
+//! [`Core`]: core::Core
+//! [`Progress`]: crate::progress::Progress
+
+mod core;
+mod housekeeping;
+mod policy;
+mod reload;
+mod slot;
+mod trial;
+mod workers;
+
+use crate::config::{Config, Devices};
+use crate::gpu::{Capacity, Gpu, MemoryModel, Monitor};
+use crate::metrics::Metrics;
+use crate::process;
+use crate::progress::{Progress, Tracker};
+use crate::pruner::Pruner;
+use crate::sampler;
+use crate::store::{self, DaemonId, DaemonLockError, Holder, Store, StoreError};
+use crate::study::{Counts, DaemonState, Tally, TrialState};
+use core::{Core, GpuCtl};
+use policy::{Breaker, SameError};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Mutex, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+/// Consecutive failures of a slot's worker to start before the run gives up.
+const MAX_START_FAILURES: u32 = 3;
+/// Grace between SIGTERM and SIGKILL when sweepd kills a worker group.
+const KILL_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Sampler(String),
+    #[error("worker command {argv:?} could not be started: {source}")]
+    Spawn {
+        argv: Vec<String>,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("workers keep failing to start ({MAX_START_FAILURES} times in a row); last: {reason}\n--- last stderr lines ---\n{stderr}")]
+    WorkerStart { reason: String, stderr: String },
+    #[error("{0}")]
+    Gpu(String),
+    #[error("{0}")]
+    Locked(String),
+    /// `[metrics] listen` could not be bound.
+    #[error("[metrics] listen = {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A slot task panicked: a bug in sweepd, not in the study.
+    #[error("a slot task panicked (a bug in sweepd; please report it): {0}")]
+    Panicked(String),
+    /// The study's trials keep failing with the same error in the objective.
+    #[error("{0}")]
+    SameError(String),
+    #[error("study `{name}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopped, and its workers killed", path.display())]
+    StudyDeleted { name: String, path: PathBuf },
+}
+
+impl RunError {
+    /// The error a slot task that panicked (or was cancelled) ends the run with.
+    fn from_slot_panic(e: tokio::task::JoinError) -> RunError {
+        let what = match e.try_into_panic() {
+            Ok(payload) => payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned()),
+            Err(e) => e.to_string(),
+        };
+        RunError::Panicked(what)
+    }
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub counts: Counts,
+    pub interrupted: bool,
+}
+
+/// Everything the slot tasks share.
+struct Shared {
+    /// The config in force; SIGHUP swaps in a new one with the keys that may change live.
+    config: std::sync::RwLock<Arc<Config>>,
+    store: Store,
+    study: crate::store::Study,
+    /// The decision point, behind a lock: slots ask it one at a time.
+    core: Mutex<Core>,
+    /// Woken whenever a trial ends or readings change, so waiting slots look again.
+    changed: Notify,
+    /// SIGINT/SIGTERM, or a fatal error in one slot: stop starting trials.
+    shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM: no more grace, kill the workers' groups now.
+    kill_now: CancellationToken,
+    /// The study was deleted from the database: kill running trials now, no grace (their rows
+    /// are gone, there is nothing left to record).
+    abandon: CancellationToken,
+    /// The GPU monitor, when sweepd schedules on GPUs.
+    monitor: Option<Arc<Monitor>>,
+    host: String,
+    python_dir: Option<PathBuf>,
+    me: DaemonId,
+    metrics: Arc<Metrics>,
+    /// `--par` from the command line, which reloads keep.
+    par_override: Option<usize>,
+}
+
+impl Shared {
+    fn cfg(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// What the outside world can tell a running daemon.
+#[derive(Clone, Default)]
+pub struct Control {
+    /// SIGINT/SIGTERM: stop starting trials, give running ones the grace, exit.
+    pub shutdown: CancellationToken,
+    /// A second SIGINT/SIGTERM (after `shutdown`): end the grace at once, SIGKILL the workers'
+    /// groups, and still record every running trial as interrupted and re-enqueue it.
+    pub kill_now: CancellationToken,
+    /// Where the supervisor publishes progress for the terminal's display.
+    pub progress: watch::Sender<Progress>,
+    /// SIGHUP: re-read the config file and apply what can change while running.
+    pub reload: Arc<Notify>,
+    /// `--par`: overrides `[worker] max_par`, also in configs reloaded later.
+    pub par_override: Option<usize>,
+}
+
+/// A daemon whose heartbeat (written every second) is older than this is gone: `status` says
+/// so, and `run` on another host takes its row over.
+pub const DAEMON_GONE_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a daemon row's heartbeat is recent enough for its daemon to be running.
+pub fn heartbeat_fresh(heartbeat_at: &str) -> bool {
+    store::time::age(heartbeat_at).is_some_and(|age| age < DAEMON_GONE_AFTER)
+}
+
+/// The single-instance rule: whether the daemon holding the study's row still runs, so that
+/// `me` must not take it. A stopped one does not; on this host it runs while its pid does with
+/// the recorded start time (a reused pid is another process); from another host, while its
+/// heartbeat is fresh.
+pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
+    let h = &holder.id;
+    holder.state != DaemonState::Stopped
+        && if h.host == me.host {
+            h.pid != me.pid
+                && process::proc_stat(h.pid as i32)
+                    .is_some_and(|s| Some(s.start_time) == h.pid_start)
+        } else {
+            heartbeat_fresh(&holder.heartbeat_at)
+        }
+}
+
+/// Runs the study until its budget is spent, the sampler is exhausted or shutdown is asked.
+pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
+    let config = Arc::new(config);
+    let store = Store::open(&config.storage.path).await?;
+    if crate::store::world_readable(&config.storage.path) {
+        // sweepd creates the file 0640; this one was made by someone else (or an older sweepd).
+        warn!(
+            "database {} is readable by every user on this machine, and it holds the stderr tails of failed trials: `chmod o-rwx` it and its -wal and -shm files",
+            config.storage.path.display()
+        );
+    }
+    let study = store
+        .ensure_study(&config.study.name, config.study.direction)
+        .await?;
+    let me = DaemonId {
+        pid: std::process::id(),
+        pid_start: process::proc_stat(std::process::id() as i32).map(|s| s.start_time),
+        host: hostname(),
+    };
+    store
+        .lock_daemon(&study, &me, |holder| daemon_alive(holder, &me))
+        .await
+        .map_err(|e| match e {
+            DaemonLockError::Store(s) => RunError::Store(s),
+            held => RunError::Locked(held.to_string()),
+        })?;
+    let result = run_locked(config, store.clone(), study.clone(), me.clone(), control).await;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    // However the run ended (housekeeping noticed, or a write failed on the missing rows),
+    // a study deleted under us is said as such, not as the error it caused.
+    if store.study_deleted(&study).await.unwrap_or(false) {
+        // The delete's triggers took the study's sweepd rows; what we wrote while stopping
+        // (worker exits, events) goes too.
+        if let Err(e) = store.purge_orphans().await {
+            warn!("could not delete the deleted study's worker rows: {e}");
+        }
+        return Err(RunError::StudyDeleted {
+            name: study.name.clone(),
+            path: store.path().to_owned(),
+        });
+    }
+    let _ = store
+        .daemon_state(&study, &me, DaemonState::Stopped, None)
+        .await;
+    result
+}
+
+/// Stops the daemon at once when its study was deleted from the database: running trials
+/// are killed (their rows are gone), and `run` exits with [`RunError::StudyDeleted`].
+fn study_deleted_under_us(sh: &Shared) {
+    if sh.abandon.is_cancelled() {
+        return;
+    }
+    error!(
+        "study `{}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopping",
+        sh.study.name,
+        sh.store.path().display()
+    );
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(
+        "study deleted from the database; stopping",
+    )]);
+    sh.abandon.cancel();
+    sh.shutdown.cancel();
+}
+
+async fn run_locked(
+    config: Arc<Config>,
+    store: Store,
+    study: crate::store::Study,
+    me: DaemonId,
+    control: Control,
+) -> Result<RunSummary, RunError> {
+    let shutdown = control.shutdown.clone();
+    reap_previous_instance(&store, &study).await?;
+    let mut stale = Vec::new();
+    for (trial_id, owner) in store.sweepd_running(&study).await? {
+        // This daemon holds the study's lock: every other sweepd daemon that ran it is gone.
+        // RUNNING trials that no sweepd started (an Optuna script's) are left to their owner.
+        if owner.as_ref() != Some(&me) {
+            let reason =
+                "interrupted: the sweepd instance running this trial stopped (killed or crashed)";
+            stale.extend(store.interrupt(&study, trial_id, reason).await?);
+        }
+    }
+    if !stale.is_empty() {
+        store.sync().await?;
+        warn!(trials = ?stale, "marked trials left RUNNING by a previous instance as FAIL and re-enqueued them");
+    }
+    let monitor = open_gpus(&config).await?;
+    let mut sampler = sampler::build(
+        config.study.sampler,
+        &config.space,
+        config.sampler.seed.or(config.study.seed),
+        config.study.direction,
+        &config.sampler,
+    )
+    .map_err(RunError::Sampler)?;
+    let mut model = MemoryModel::new(&config.space, config.gpu.trial_memory);
+    let mut infeasible = Vec::new();
+    for record in store.history(&study).await? {
+        if record.constraints.iter().any(|c| *c > 0.0) {
+            infeasible.push(record.params.clone());
+        }
+        match record.state {
+            TrialState::Running | TrialState::Waiting => {
+                sampler.observe(record.number, &record.params)
+            }
+            _ => sampler.tell(&record),
+        }
+    }
+    for (params, peak) in store.peaks(&study).await? {
+        model.record(&params, peak);
+    }
+    let mut pruner = Pruner::new(config.pruner.clone(), config.study.direction);
+    for (number, completed, values) in store.intermediate_history(&study).await? {
+        pruner.load(number, completed, &values);
+    }
+    let counts = store.counts(&study).await?;
+    let mut tally = Tally::default();
+    store.refresh_tally(&study, &mut tally).await?;
+    info!(
+        study = %study.name,
+        db = %config.storage.path.display(),
+        finished = tally.finished,
+        budget = config.study.n_trials,
+        max_par = config.worker.max_par,
+        gpus = monitor.as_ref().map(|m| tracing::field::debug(m.devices.clone())),
+        "study started"
+    );
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_counts(&counts);
+    let gpu = monitor.as_ref().map(|m| GpuCtl {
+        monitor: m.clone(),
+        capacity: Capacity::new(
+            config.gpu.headroom,
+            config.gpu.max_par_per_device,
+            config.retry.oom_admission_factor,
+            config.retry.oom_recovery,
+        ),
+        model,
+        next_expected: None,
+        failing: Default::default(),
+    });
+    let shared = Arc::new(Shared {
+        core: Mutex::new(Core {
+            store: store.clone(),
+            study: study.clone(),
+            config: config.clone(),
+            sampler,
+            pruner,
+            tally,
+            me: me.clone(),
+            running: 0,
+            running_on: HashMap::new(),
+            exhausted: false,
+            started: Instant::now(),
+            pending: Default::default(),
+            next_key: store.next_number(&study).await? as u64,
+            gpu,
+            breaker: Breaker {
+                cfg: config.retry.clone(),
+                devices: HashMap::new(),
+            },
+            best: store.best(&study).await?.and_then(|b| b.value.as_f64()),
+            infeasible,
+            same_error: SameError::new(config.retry.stop_after_same_error),
+            fatal: None,
+            halted: false,
+            progress: Tracker::new(
+                control.progress.clone(),
+                config.study.direction,
+                store
+                    .best(&study)
+                    .await?
+                    .and_then(|b| Some((b.number, b.value.as_f64()?))),
+                counts.finished(),
+            ),
+        }),
+        config: std::sync::RwLock::new(config.clone()),
+        store: store.clone(),
+        study: study.clone(),
+        changed: Notify::new(),
+        shutdown,
+        kill_now: control.kill_now.clone(),
+        abandon: CancellationToken::new(),
+        monitor,
+        host: me.host.clone(),
+        python_dir: python_dir(),
+        me,
+        metrics: metrics.clone(),
+        par_override: control.par_override,
+    });
+    let slots_done = CancellationToken::new();
+    if let Some(addr) = config.metrics.listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| RunError::Metrics { addr, source })?;
+        info!(%addr, "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            metrics.clone(),
+            slots_done.clone(),
+        ));
+    }
+    let housekeeping = tokio::spawn(housekeeping::housekeep(shared.clone(), slots_done.clone()));
+    // The database is migrated and NVML read: systemd may consider us started.
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    // Slot tasks by index: SIGHUP may raise max_par (start the missing ones) or lower it
+    // (slots past it end after their trial).
+    let mut slots = tokio::task::JoinSet::new();
+    let mut live = std::collections::HashSet::new();
+    let spawn_missing = |slots: &mut tokio::task::JoinSet<(usize, Result<(), RunError>)>,
+                         live: &mut std::collections::HashSet<usize>| {
+        for slot in 0..shared.cfg().worker.max_par {
+            if live.insert(slot) {
+                let sh = shared.clone();
+                slots.spawn(async move { (slot, slot::run_slot(slot, sh).await) });
+            }
+        }
+    };
+    spawn_missing(&mut slots, &mut live);
+    let mut first_error = None;
+    loop {
+        let joined = tokio::select! {
+            j = slots.join_next() => match j {
+                Some(j) => j,
+                None => break,
+            },
+            _ = control.reload.notified() => {
+                reload::reload(&shared).await;
+                if !shared.shutdown.is_cancelled() {
+                    spawn_missing(&mut slots, &mut live);
+                }
+                continue;
+            }
+        };
+        match joined {
+            Ok((slot, Ok(()))) => {
+                live.remove(&slot);
+            }
+            Ok((slot, Err(e))) => {
+                live.remove(&slot);
+                if matches!(e, RunError::Store(_))
+                    && shared
+                        .store
+                        .study_deleted(&shared.study)
+                        .await
+                        .unwrap_or(false)
+                {
+                    // A write failed because the study's rows are gone: say that instead.
+                    study_deleted_under_us(&shared);
+                } else {
+                    error!("{e}");
+                }
+                // One slot's fatal error stops the others gracefully.
+                shared.shutdown.cancel();
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                let e = RunError::from_slot_panic(e);
+                error!("{e}");
+                shared.shutdown.cancel();
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    slots_done.cancel();
+    let _ = housekeeping.await;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let counts = store.counts(&study).await?;
+    let interrupted = shared.shutdown.is_cancelled();
+    info!(
+        complete = counts.complete,
+        pruned = counts.pruned,
+        fail = counts.fail,
+        waiting = counts.waiting,
+        interrupted,
+        "study stopped"
+    );
+    Ok(RunSummary {
+        counts,
+        interrupted,
+    })
+}
+
+/// Loads NVML and reads the devices once, when the config schedules on GPUs.
+async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
+    if matches!(config.gpu.devices, Devices::None) {
+        return Ok(None);
+    }
+    if config.gpu.gpus_per_trial != 1 {
+        return Err(RunError::Gpu(
+            "gpus_per_trial > 1 is not supported yet: set it to 1 (multi-GPU trials are on the roadmap)".into(),
+        ));
+    }
+    let lib = config.gpu.nvml_lib.clone();
+    let gpu = tokio::task::spawn_blocking(move || Gpu::open(lib.as_deref()))
+        .await
+        .map_err(|e| RunError::Gpu(e.to_string()))?
+        .map_err(|e| RunError::Gpu(e.to_string()))?;
+    let count = gpu
+        .device_count()
+        .map_err(|e| RunError::Gpu(e.to_string()))?;
+    let devices: Vec<u32> = match &config.gpu.devices {
+        Devices::All => (0..count).collect(),
+        Devices::List(l) => {
+            if let Some(bad) = l.iter().find(|d| **d >= count) {
+                return Err(RunError::Gpu(format!(
+                    "[gpu] devices names device {bad}, but NVML sees {count} device(s) (0..{})",
+                    count.saturating_sub(1)
+                )));
+            }
+            l.clone()
+        }
+        Devices::None => unreachable!("handled above"),
+    };
+    if devices.is_empty() {
+        return Err(RunError::Gpu(
+            "NVML sees no GPU; use [gpu] devices = \"none\" to run CPU-only".into(),
+        ));
+    }
+    let monitor = Arc::new(Monitor::new(Arc::new(gpu), devices));
+    monitor.poll().await;
+    Ok(Some(monitor))
+}
+
+/// Kills worker groups that an earlier instance started and left behind (kill -9 of the
+/// daemon), identified by pid *and* start time so that a reused pid is never touched.
+async fn reap_previous_instance(
+    store: &Store,
+    study: &crate::store::Study,
+) -> Result<(), StoreError> {
+    for (worker_id, pid, start) in store.unfinished_workers(study).await? {
+        if let (Some(pid), Some(start)) = (pid, start) {
+            if process::kill_stale_group(pid as i32, start as u64) {
+                warn!(
+                    worker_id,
+                    pid, "killed a worker left running by a previous instance"
+                );
+                store
+                    .event(Some(worker_id), None, "killed_stale", &format!("pid {pid}"))
+                    .await?;
+            }
+        }
+        store.worker_exited(worker_id, None, None).await?;
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Where `sweepd_worker.py` lives, put on the workers' PYTHONPATH so scripts need no install:
+/// `$SWEEPD_PYTHON_DIR`, else `<prefix>/share/sweepd/python` beside an installed binary, else
+/// the source tree this binary was built from.
+pub fn python_dir() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("SWEEPD_PYTHON_DIR").map(PathBuf::from),
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.parent()?.join("share/sweepd/python"))),
+        Some(PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python"
+        ))),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("sweepd_worker.py").is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicked_slot_is_reported_as_a_panic_not_a_sampler_error() {
+        let e = tokio::spawn(async { panic!("index out of bounds") })
+            .await
+            .unwrap_err();
+        let e = RunError::from_slot_panic(e);
+        assert!(matches!(e, RunError::Panicked(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "a slot task panicked (a bug in sweepd; please report it): index out of bounds"
+        );
+    }
+}

@@ -1,0 +1,335 @@
+//! A slot: one of the `max_par` tasks that run trials, each owning at most one worker at a
+//! time. It loops: ask the `Core` for a trial, make sure a worker is ready on the trial's
+//! device, run it (`trial`), hand back how it ended (its next trial started in the same
+//! commit when one can), report it once durable, then keep, recycle or replace the worker as
+//! `policy` says.
+
+use super::core::{Finished, Next, Outcome};
+use super::policy::{self, Fate, WorkerHealth};
+use super::trial::run_trial;
+use super::workers::{retire, start_oneshot, start_persistent};
+use super::{RunError, Shared, MAX_START_FAILURES};
+use crate::config::WorkerMode;
+use crate::process::Worker;
+use crate::store::Runner;
+use crate::study::{Claimed, FailureKind, Finish};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+/// A slot's current worker and what it knows of it.
+pub(super) struct Current {
+    pub(super) worker: Worker,
+    pub(super) device: Option<u32>,
+    pub(super) health: WorkerHealth,
+}
+
+/// One parallel slot: owns at most one worker at a time.
+pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
+    let mut current: Option<Current> = None;
+    let mut start_failures = 0u32;
+    // A trial started in the commit that finished the previous one, not run yet.
+    let mut carried: Option<(Claimed, Option<u32>)> = None;
+    let result: Result<(), RunError> = async {
+        loop {
+            if sh.shutdown.is_cancelled() || slot >= sh.cfg().worker.max_par {
+                if let Some((claimed, device)) = carried.take() {
+                    let out = Outcome::Failed {
+                        kind: FailureKind::Interrupted,
+                        reason: "interrupted: sweepd stopped before the trial ran".into(),
+                        tail: None,
+                        error: None,
+                    };
+                    record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                }
+                return Ok(());
+            }
+            let persistent = sh.cfg().worker.mode == WorkerMode::Persistent;
+            if current
+                .as_ref()
+                .is_some_and(|c| c.worker.exit_status().is_some())
+            {
+                let c = current.take().expect("checked");
+                retire(&sh, c.worker, c.device, "exited while idle").await?;
+            }
+            // CPU-only persistent workers start before a trial is claimed: a worker that cannot
+            // start must not leave trials behind. On GPUs the device is known only after admission.
+            if persistent && sh.monitor.is_none() && current.is_none() && carried.is_none() {
+                match start_persistent(slot, &sh, None).await? {
+                    Ok(w) => {
+                        start_failures = 0;
+                        current = Some(Current {
+                            worker: w,
+                            device: None,
+                            health: WorkerHealth::default(),
+                        });
+                    }
+                    Err(_) if sh.shutdown.is_cancelled() => return Ok(()),
+                    Err((reason, stderr)) => {
+                        start_failures += 1;
+                        if start_failures >= MAX_START_FAILURES {
+                            return Err(RunError::WorkerStart { reason, stderr });
+                        }
+                        backoff(&sh, start_failures).await;
+                        continue;
+                    }
+                }
+            }
+            let hint = current.as_ref().and_then(|c| c.device);
+            let next = match carried.take() {
+                Some((claimed, device)) => Next::Run(claimed, device),
+                None => {
+                    sh.core
+                        .lock()
+                        .await
+                        .next(hint, sh.shutdown.is_cancelled())
+                        .await?
+                }
+            };
+            let (claimed, device) = match next {
+                Next::Done => return Ok(()),
+                Next::Wait => {
+                    tokio::select! {
+                        _ = sh.changed.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = sh.shutdown.cancelled() => {}
+                    }
+                    continue;
+                }
+                Next::Run(c, d) => (c, d),
+            };
+            // Its number is seen from here on (the worker, the log): it must be durable.
+            sh.store.sync().await?;
+            if persistent && current.as_ref().is_some_and(|c| c.device != device) {
+                let c = current.take().expect("checked");
+                retire(&sh, c.worker, c.device, "moved to another device").await?;
+            }
+            if persistent && current.is_none() {
+                match start_persistent(slot, &sh, device).await? {
+                    Ok(w) => {
+                        start_failures = 0;
+                        current = Some(Current {
+                            worker: w,
+                            device,
+                            health: WorkerHealth::default(),
+                        });
+                    }
+                    Err((reason, stderr)) => {
+                        let out = Outcome::Failed {
+                            kind: FailureKind::Interrupted,
+                            reason: format!("interrupted: its worker failed to start: {reason}"),
+                            tail: Some(stderr.clone()),
+                            error: None,
+                        };
+                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                        if sh.shutdown.is_cancelled() {
+                            return Ok(());
+                        }
+                        start_failures += 1;
+                        if start_failures >= MAX_START_FAILURES {
+                            return Err(RunError::WorkerStart { reason, stderr });
+                        }
+                        backoff(&sh, start_failures).await;
+                        continue;
+                    }
+                }
+            }
+            let trial_started = Instant::now();
+            let (outcome, fate, oneshot) = if persistent {
+                let c = current
+                    .as_mut()
+                    .expect("a persistent slot has a worker here");
+                bind(&sh, &claimed, &c.worker, device).await?;
+                let (o, f) = run_trial(&sh, &mut c.worker, &claimed, None).await;
+                (o, f, None)
+            } else {
+                match start_oneshot(slot, &sh, &claimed, device).await {
+                    Ok((mut w, result_file)) => {
+                        bind(&sh, &claimed, &w, device).await?;
+                        let (o, f) = run_trial(&sh, &mut w, &claimed, Some(&result_file)).await;
+                        let _ = std::fs::remove_file(&result_file);
+                        (o, f, Some(w))
+                    }
+                    Err(e) => {
+                        let out = Outcome::Failed {
+                            kind: FailureKind::Interrupted,
+                            reason: e.to_string(),
+                            tail: None,
+                            error: None,
+                        };
+                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                        return Err(e);
+                    }
+                }
+            };
+            let oom = matches!(
+                &outcome,
+                Outcome::Failed {
+                    kind: FailureKind::Oom,
+                    ..
+                }
+            );
+            // Oneshot workers are always fresh.
+            let fresh = current.as_ref().is_none_or(|c| c.health.clean());
+            // The next trial starts in the same commit, unless this slot is ending.
+            let then = (!sh.shutdown.is_cancelled() && slot < sh.cfg().worker.max_par)
+                .then_some(if persistent { device } else { None });
+            let (how, next) = finish_and_next(
+                &sh,
+                &claimed,
+                device,
+                outcome,
+                trial_started.elapsed(),
+                fresh,
+                then,
+            )
+            .await?;
+            if let Some(Next::Run(c, d)) = next {
+                carried = Some((c, d));
+            }
+            if let Some(w) = oneshot {
+                retire(&sh, w, device, "oneshot trial done").await?;
+                continue;
+            }
+            let mut c = current.take().expect("persistent worker");
+            c.health.trials_run += 1;
+            let success = matches!(how, Finish::Complete(_) | Finish::Pruned);
+            if success {
+                c.health.successes += 1;
+                sh.store.worker_trial_done(c.worker.id).await?;
+            }
+            if let (Some(m), Some(d), Fate::Keep) = (&sh.monitor, c.device, &fate) {
+                // What the process holds between trials: the growth baseline, and how clean
+                // it is when the next trial starts.
+                c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
+                if success && c.health.baseline.is_none() {
+                    c.health.baseline = c.health.idle;
+                }
+            }
+            let fate = match fate {
+                Fate::Keep if oom => policy::after_oom(&c.health),
+                Fate::Keep if success => {
+                    let cfg = sh.cfg();
+                    policy::recycle(
+                        &c.health,
+                        cfg.worker.recycle_after,
+                        cfg.worker.recycle_on_growth,
+                    )
+                }
+                other => other,
+            };
+            match fate {
+                Fate::Replace(why) => retire(&sh, c.worker, c.device, &why).await?,
+                Fate::Keep => current = Some(c),
+            }
+        }
+    }
+    .await;
+    if let Some(c) = current.take() {
+        retire(&sh, c.worker, c.device, "study stopped").await?;
+    }
+    result
+}
+
+pub(super) async fn backoff(sh: &Shared, failures: u32) {
+    let wait = Duration::from_millis(500 * 2u64.pow(failures.min(6)));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = sh.shutdown.cancelled() => {}
+    }
+}
+
+/// Records which worker runs the trial, and lets the monitor attribute its memory.
+pub(super) async fn bind(
+    sh: &Shared,
+    c: &Claimed,
+    w: &Worker,
+    device: Option<u32>,
+) -> Result<(), RunError> {
+    let runner = Runner {
+        worker_id: w.id,
+        pid: w.pid,
+    };
+    sh.store.set_runner(c.trial_id, runner, device).await?;
+    if let Some(m) = &sh.monitor {
+        m.bind(c.trial_id, w.pid as i32);
+    }
+    Ok(())
+}
+
+/// Records how a trial ended, and logs it once it is durable.
+pub(super) async fn record_finish(
+    sh: &Shared,
+    claimed: &Claimed,
+    device: Option<u32>,
+    outcome: Outcome,
+    duration: Duration,
+    fresh_worker: bool,
+) -> Result<Finish, RunError> {
+    let (how, _) =
+        finish_and_next(sh, claimed, device, outcome, duration, fresh_worker, None).await?;
+    Ok(how)
+}
+
+/// `record_finish`, and with `then = Some(hint)` the slot's next trial started in the same
+/// commit where one can start now (see `Core::finish_then_next`).
+pub(super) async fn finish_and_next(
+    sh: &Shared,
+    claimed: &Claimed,
+    device: Option<u32>,
+    outcome: Outcome,
+    duration: Duration,
+    fresh_worker: bool,
+    then: Option<Option<u32>>,
+) -> Result<(Finish, Option<Next>), RunError> {
+    let (finished, fatal) = {
+        let mut core = sh.core.lock().await;
+        let finished = match then {
+            Some(hint) => {
+                core.finish_then_next(claimed, device, outcome, fresh_worker, hint)
+                    .await?
+            }
+            None => core.finish(claimed, device, outcome, fresh_worker).await?,
+        };
+        (finished, core.fatal.take())
+    };
+    // Reported (log line, metrics, the display) only once durable; the sync is shared with
+    // other slots' commits and runs outside the core's lock.
+    sh.store.sync().await?;
+    let Finished { how, peak, next } = finished;
+    let failure = match &how {
+        Finish::Fail(f) => Some(f.kind.as_str()),
+        _ => None,
+    };
+    sh.metrics.trial_ended(duration, peak, failure);
+    sh.core.lock().await.publish();
+    let what = match &how {
+        Finish::Complete(v) => format!("COMPLETE value={v}"),
+        Finish::Pruned => "PRUNED".to_owned(),
+        Finish::Fail(f) => format!(
+            "FAIL {}: {}{}",
+            f.kind,
+            f.reason,
+            if sh.abandon.is_cancelled() {
+                " (not recorded: the study is gone)"
+            } else if f.retry {
+                " (re-enqueued)"
+            } else {
+                ""
+            }
+        ),
+    };
+    // `gpu` only where there is one (an Option field is left out when None); the params in
+    // the form Optuna shows them, so a line says what was tried, not just how it went.
+    info!(
+        trial = claimed.number,
+        gpu = device,
+        params = %sh.cfg().space.external_json(&claimed.params),
+        "{what}"
+    );
+    sh.changed.notify_waiters();
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok((how, next)),
+    }
+}

@@ -1,0 +1,275 @@
+//! One trial on one worker: the protocol conversation (the trial sent, reports answered with
+//! the pruner's decision, the result, the error report), the limits (`trial_timeout`,
+//! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study) and, when the
+//! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
+//! result in a file.
+
+use super::core::Outcome;
+use super::policy::Fate;
+use super::workers::kill_group;
+use super::{Shared, KILL_GRACE};
+use crate::classify;
+use crate::clock;
+use crate::process::{self, Event, Message, Worker};
+use crate::study::{Claimed, FailureKind};
+use crate::units;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+/// How long a oneshot worker may take to exit after it reported its result.
+const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
+
+/// Runs one claimed trial on `w` and decides how it ended. `result_file` is set in oneshot
+/// mode, where the process exiting is the normal end of the trial.
+pub(super) async fn run_trial(
+    sh: &Shared,
+    w: &mut Worker,
+    c: &Claimed,
+    result_file: Option<&PathBuf>,
+) -> (Outcome, Fate) {
+    // One snapshot for the trial: its limits do not change halfway through by a SIGHUP.
+    let cfg = sh.cfg();
+    let params = cfg.space.external_json(&c.params);
+    w.reset_tail();
+    w.mark(&format!(
+        "trial {} (trial_id {}) start: {params}",
+        c.number, c.trial_id
+    ))
+    .await;
+    let failed = |kind: FailureKind, reason: String, tail: Option<String>| Outcome::Failed {
+        kind,
+        reason,
+        tail: tail.filter(|t| !t.is_empty()),
+        error: None,
+    };
+    let judged = |v: classify::Verdict, tail: String| Outcome::Failed {
+        kind: v.kind,
+        reason: v.reason,
+        tail: Some(tail).filter(|t| !t.is_empty()),
+        error: v.error,
+    };
+    if result_file.is_none() {
+        let msg =
+            json!({"type": "trial", "trial_id": c.trial_id, "number": c.number, "params": params});
+        if let Err(e) = w.send(&msg).await {
+            let why = format!("could not send the trial to the worker: {e}");
+            return (
+                failed(FailureKind::WorkerDied, why.clone(), Some(w.stderr_tail())),
+                Fate::Replace(why),
+            );
+        }
+    }
+    let started = Instant::now();
+    let far = Duration::from_secs(86400 * 365);
+    let timeout = tokio::time::sleep(cfg.worker.trial_timeout.unwrap_or(far));
+    tokio::pin!(timeout);
+    let heartbeat_limit = cfg.worker.heartbeat_timeout.unwrap_or(far);
+    let heartbeat = tokio::time::sleep(heartbeat_limit);
+    tokio::pin!(heartbeat);
+    let grace = tokio::time::sleep(far);
+    tokio::pin!(grace);
+    let mut stopping = false;
+    // Oneshot: how the trial ended, known before the process has exited.
+    let mut outcome: Option<Outcome> = None;
+    // The last error report, for classifying a process that then died.
+    let mut last_report: Option<(String, String, String)> = None;
+    let (result, fate) = loop {
+        tokio::select! {
+            ev = w.next_event() => {
+                heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
+                match ev {
+                Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id => {
+                    let prune = sh.core.lock().await.report(c, step, value).await;
+                    let answer = json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": prune});
+                    let _ = w.send(&answer).await;
+                }
+                Event::Msg(Message::Result { trial_id, value }) if trial_id == c.trial_id => {
+                    let o = match value {
+                        Ok(v) if v.is_nan() => failed(FailureKind::BadValue, "the objective returned NaN".into(), None),
+                        Ok(v) => Outcome::Complete(v),
+                        Err(text) => failed(FailureKind::BadValue, format!("the objective returned a non-number: {text}"), None),
+                    };
+                    if result_file.is_none() { break (o, Fate::Keep); }
+                    outcome = Some(o);
+                    timeout.as_mut().reset(clock::deadline(ONESHOT_EXIT_GRACE));
+                }
+                Event::Msg(Message::Pruned { trial_id }) if trial_id == c.trial_id => {
+                    if result_file.is_none() { break (Outcome::Pruned, Fate::Keep); }
+                    outcome = Some(Outcome::Pruned);
+                }
+                Event::Msg(Message::Error { trial_id, exc_type, message, traceback }) if trial_id == c.trial_id => {
+                    let verdict = classify::classify_report(&classify::Report {
+                        exc_type: &exc_type, message: &message, traceback: &traceback,
+                    });
+                    let tail = if traceback.is_empty() { w.stderr_tail() } else { process::clip(&traceback, 8000) };
+                    let poisons = verdict.kind.poisons_context();
+                    let kind = verdict.kind;
+                    let o = judged(verdict, tail);
+                    last_report = Some((exc_type, message, traceback));
+                    if result_file.is_some() {
+                        outcome = Some(o);
+                    } else if poisons {
+                        // The CUDA context is unusable: the process must go, now.
+                        w.kill_group(KILL_GRACE).await;
+                        break (o, Fate::Replace(format!("{}: its CUDA context is unusable", kind.as_str())));
+                    } else {
+                        break (o, Fate::Keep);
+                    }
+                }
+                Event::Msg(Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
+                    | Message::Pruned { trial_id } | Message::Error { trial_id, .. }) => {
+                    let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
+                    w.kill_group(KILL_GRACE).await;
+                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                Event::Msg(_) => {}
+                // A persistent worker without its channel can never deliver this trial's
+                // outcome: it is as good as dead, whatever its process does (a oneshot worker
+                // may not use the channel at all; its exit ends the trial).
+                Event::Closed if result_file.is_none() => {
+                    let why = "the worker closed its protocol channel during the trial and kept running".to_owned();
+                    w.kill_group(KILL_GRACE).await;
+                    break (failed(FailureKind::WorkerDied, format!("{why}; its process group was killed"), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                Event::Closed => {}
+                Event::Garbage(what) => {
+                    let why = format!("worker sent garbage on the protocol channel: {what}");
+                    w.kill_group(KILL_GRACE).await;
+                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                Event::Exited(status) => {
+                    let how = process::describe_exit(status);
+                    let fate = Fate::Replace(format!("worker {how}"));
+                    if let Some(o) = outcome.take() {
+                        break (o, fate);
+                    }
+                    if let Some(file) = result_file {
+                        match read_result_file(file) {
+                            Some(o) if status.success() => break (o, fate),
+                            None if status.success() => {
+                                let why = "worker exited 0 without writing a result to SWEEPD_RESULT_FILE".to_owned();
+                                break (failed(FailureKind::WorkerDied, why, Some(w.stderr_tail())), fate);
+                            }
+                            _ => {}
+                        }
+                    }
+                    let (code, signal) = process::code_and_signal(status);
+                    let tail = w.stderr_tail();
+                    let report = last_report.as_ref().map(|(t, m, tb)| classify::Report {
+                        exc_type: t, message: m, traceback: tb,
+                    });
+                    let verdict = classify::classify_exit(
+                        &classify::Exit { code, signal, signalled_by_us: false },
+                        &tail,
+                        report.as_ref(),
+                    );
+                    break (judged(verdict, tail), fate);
+                }
+            }}
+            _ = &mut timeout => {
+                if let Some(o) = outcome.take() {
+                    w.kill_group(KILL_GRACE).await;
+                    break (o, Fate::Replace("oneshot worker did not exit after its result".into()));
+                }
+                let limit = cfg.worker.trial_timeout.unwrap_or(far);
+                let why = format!("trial exceeded trial_timeout ({})", units::format_duration(limit));
+                w.kill_group(KILL_GRACE).await;
+                break (failed(FailureKind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = &mut heartbeat, if outcome.is_none() => {
+                let why = format!(
+                    "hang: no protocol traffic for heartbeat_timeout ({})",
+                    units::format_duration(heartbeat_limit)
+                );
+                w.kill_group(KILL_GRACE).await;
+                break (failed(FailureKind::Hang, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = sh.shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
+                // of the loop kills the trial.
+                if !sh.abandon.is_cancelled() {
+                    info!(trial = c.number, "shutting down: giving the running trial {}", units::format_duration(cfg.worker.shutdown_grace));
+                    grace.as_mut().reset(clock::deadline(cfg.worker.shutdown_grace));
+                }
+            }
+            _ = sh.abandon.cancelled() => {
+                let why = "interrupted: the study was deleted from the database".to_owned();
+                w.kill_group(KILL_GRACE).await;
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = &mut grace => {
+                let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
+                kill_group(sh, w).await;
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+            _ = sh.kill_now.cancelled() => {
+                w.kill_group_now().await;
+                // A oneshot trial that already reported keeps its result.
+                if let Some(o) = outcome.take() {
+                    break (o, Fate::Replace("sweepd was stopped at once".into()));
+                }
+                let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
+                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+            }
+        }
+    };
+    let end = match &result {
+        Outcome::Complete(v) => format!("COMPLETE {v}"),
+        Outcome::Pruned => "PRUNED".into(),
+        Outcome::Failed { kind, reason, .. } => format!("FAIL {}: {reason}", kind.as_str()),
+    };
+    w.mark(&format!(
+        "trial {} end after {:.2}s: {end}",
+        c.number,
+        started.elapsed().as_secs_f64()
+    ))
+    .await;
+    if let Outcome::Failed { kind, reason, .. } = &result {
+        let _ = sh
+            .store
+            .event(
+                Some(w.id),
+                Some(c.trial_id),
+                "trial_failed",
+                &format!("{}: {reason}", kind.as_str()),
+            )
+            .await;
+    }
+    (result, fate)
+}
+
+/// A oneshot result file: a bare number or `{"value": x}`. `None` when absent or empty.
+pub(super) fn read_result_file(path: &PathBuf) -> Option<Outcome> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let value = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => m.get("value").cloned().unwrap_or_default(),
+        Ok(v) => v,
+        Err(_) => serde_json::Value::String(text.to_owned()),
+    };
+    let parsed = match &value {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    let bad = |reason: String| Outcome::Failed {
+        kind: FailureKind::BadValue,
+        reason,
+        tail: None,
+        error: None,
+    };
+    Some(match parsed {
+        Some(v) if !v.is_nan() => Outcome::Complete(v),
+        Some(_) => bad("the result file holds NaN".into()),
+        None => bad(format!(
+            "the result file holds a non-number: {}",
+            process::clip(text, 200)
+        )),
+    })
+}
