@@ -628,11 +628,12 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
                 .filter_map(|id| running.iter().find(|t| t.trial_id == *id))
                 .map(|t| t.number.to_string())
                 .collect();
-            let state = if d.state != DaemonState::Stopped && d.state != DaemonState::Gone && !alive(d) {
-                "SILENT".to_owned()
-            } else {
-                d.state.to_string()
-            };
+            let state =
+                if d.state != DaemonState::Stopped && d.state != DaemonState::Gone && !alive(d) {
+                    "SILENT".to_owned()
+                } else {
+                    d.state.to_string()
+                };
             println!(
                 "host      {:<20} {state:<8} pid {} since {}, heartbeat {}s ago; running [{}], workers {}, gpus {}{}",
                 d.host,

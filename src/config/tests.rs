@@ -275,9 +275,15 @@ fn sqlite_url_with_absolute_path() {
 fn postgresql_urls_as_optuna_users_write_them() {
     let dir = tempfile::tempdir().unwrap();
     for (url, connect) in [
-        ("postgresql://sweep:pw@db:5432/s", "postgresql://sweep:pw@db:5432/s"),
+        (
+            "postgresql://sweep:pw@db:5432/s",
+            "postgresql://sweep:pw@db:5432/s",
+        ),
         ("postgres://db/s", "postgres://db/s"),
-        ("postgresql+psycopg2://sweep:pw@db/s", "postgresql://sweep:pw@db/s"),
+        (
+            "postgresql+psycopg2://sweep:pw@db/s",
+            "postgresql://sweep:pw@db/s",
+        ),
     ] {
         let text = cfg(
             "",
@@ -287,7 +293,11 @@ fn postgresql_urls_as_optuna_users_write_them() {
         let c = parse_in(dir.path(), &text).unwrap();
         assert_eq!(c.storage.url, url);
         assert_eq!(c.storage.postgres.as_deref(), Some(connect));
-        assert!(!c.storage.path.to_string_lossy().contains("pw"), "{:?}", c.storage.path);
+        assert!(
+            !c.storage.path.to_string_lossy().contains("pw"),
+            "{:?}",
+            c.storage.path
+        );
         assert_eq!(c.storage.host_timeout, std::time::Duration::from_secs(20));
     }
     let c = parse_in(dir.path(), &cfg("", "", PX)).unwrap();

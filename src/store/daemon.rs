@@ -28,9 +28,11 @@ impl Store {
              FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at",
             self.engine().age("heartbeat_at")
         );
-        let holders: Vec<Holder> =
-            sql!(tx.conn(), |c| sqlx::query_as(&sql).bind(study.id).fetch_all(c).await)
-                .at(&self.path)?;
+        let holders: Vec<Holder> = sql!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+        .at(&self.path)?;
         if let Some(holder) = holders.into_iter().find(|h| blocks(h)) {
             return Err(DaemonLockError::Held {
                 pid: holder.id.pid,

@@ -253,10 +253,7 @@ impl Type<Sqlite> for Label {
 }
 
 impl<'q> Encode<'q, Sqlite> for Label {
-    fn encode_by_ref(
-        &self,
-        buf: &mut Vec<SqliteArgumentValue<'q>>,
-    ) -> Result<IsNull, BoxDynError> {
+    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
         <&str as Encode<'q, Sqlite>>::encode(self.text, buf)
     }
 }
@@ -296,10 +293,7 @@ impl Type<Sqlite> for Stamp {
 }
 
 impl<'q> Encode<'q, Sqlite> for Stamp {
-    fn encode_by_ref(
-        &self,
-        buf: &mut Vec<SqliteArgumentValue<'q>>,
-    ) -> Result<IsNull, BoxDynError> {
+    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
         <String as Encode<'q, Sqlite>>::encode(self.0.clone(), buf)
     }
 }

@@ -50,7 +50,12 @@ impl Store {
         );
         let mut tx = self.pool.begin().await.at(&self.path)?;
         for id in trial_ids {
-            sql!(tx.conn(), |c| sqlx::query(&sql).bind(id).execute(c).await.map(|r| r.rows_affected())).at(&self.path)?;
+            sql!(tx.conn(), |c| sqlx::query(&sql)
+                .bind(id)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)
     }
@@ -80,7 +85,11 @@ impl Store {
         let mut out = Vec::new();
         for host in hosts {
             let mut tx = self.begin_study_write(study.id).await?;
-            let detail = format!("silent for {}s: failed over by {}", timeout.as_secs(), me.host);
+            let detail = format!(
+                "silent for {}s: failed over by {}",
+                timeout.as_secs(),
+                me.host
+            );
             let won = sql!(tx.conn(), |c| sqlx::query(&format!(
                 "UPDATE sweepd_daemon SET state = $4, detail = $5 WHERE {silent} AND host = $6"
             ))

@@ -418,7 +418,11 @@ impl Store {
     pub async fn purge_orphans(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
         for q in PURGE {
-            sql!(tx.conn(), |c| sqlx::query(q).execute(c).await.map(|r| r.rows_affected())).at(&self.path)?;
+            sql!(tx.conn(), |c| sqlx::query(q)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
         Ok(())

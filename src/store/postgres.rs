@@ -76,4 +76,3 @@ pub(super) async fn has_table(
 pub(super) async fn migrate(pool: &Pool) -> Result<(), MigrateError> {
     sqlx::migrate!("./migrations-postgres").run(pool).await
 }
-

@@ -4,9 +4,7 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
-use super::{
-    encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study,
-};
+use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
@@ -67,20 +65,21 @@ impl Store {
     /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
     /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
     pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
-        let rows: Vec<(i64, Option<String>)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-            "SELECT CAST(t.trial_id AS BIGINT), \
+        let rows: Vec<(i64, Option<String>)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(t.trial_id AS BIGINT), \
                (SELECT a.value_json FROM trial_system_attributes a \
                  WHERE a.trial_id = t.trial_id AND a.key = $1) \
              FROM trials t WHERE t.study_id = $2 AND t.state = 'RUNNING' AND EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
                  AND a.key IN ($1, 'sweepd:worker_id')) \
              ORDER BY t.trial_id",
-        )
-        .bind(OWNER_ATTR)
-        .bind(study.id)
-        .fetch_all(c)
-        .await)
-        .at(&self.path)?;
+            )
+            .bind(OWNER_ATTR)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         Ok(rows
             .into_iter()
             .map(|(trial_id, owner)| {
@@ -115,7 +114,8 @@ impl Store {
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
         let mut tx = self.begin_study_write(study.id).await?;
-        let row: Option<(i64, Option<String>)> = sql!(tx.conn(), |c| sqlx::query_as(
+        let row: Option<(i64, Option<String>)> = sql!(tx.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(t.number AS BIGINT), (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
              FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
@@ -124,7 +124,8 @@ impl Store {
         )
         .bind(trial_id)
         .fetch_optional(c)
-        .await)
+        .await
+        })
         .at(&self.path)?;
         let Some((number, kind)) = row else {
             tx.rollback().await.at(&self.path)?;
@@ -292,7 +293,8 @@ impl Store {
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<Started> {
-        self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally).await?;
+        self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally)
+            .await?;
         if !ctx.tally.room(ctx.budget) {
             return Ok(Started::NoRoom);
         }
@@ -365,10 +367,10 @@ impl Store {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
             "SELECT CAST(COALESCE(MAX(number), -1) + 1 AS BIGINT) FROM trials WHERE study_id = $1",
         )
-            .bind(study.id)
-            .fetch_one(c)
-            .await)
-            .at(&self.path)
+        .bind(study.id)
+        .fetch_one(c)
+        .await)
+        .at(&self.path)
     }
 
     /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier

@@ -91,7 +91,8 @@ impl Store {
     /// Every trial of the study as the sampler learns from it: typed params, state, value and
     /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
     pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        let rows: Vec<HistoryRow> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+        let rows: Vec<HistoryRow> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, CAST(t.number AS BIGINT) AS number, \
              CAST(t.state AS TEXT) AS state, v.value, CAST(v.value_type AS TEXT) AS value_type \
              FROM trials t \
@@ -100,7 +101,8 @@ impl Store {
         )
         .bind(study.id)
         .fetch_all(c)
-        .await)
+        .await
+        })
         .at(&self.path)?;
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
         let mut index = std::collections::HashMap::with_capacity(rows.len());
@@ -118,13 +120,15 @@ impl Store {
                 constraints: Vec::new(),
             });
         }
-        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(p.trial_id AS BIGINT), p.param_name, p.param_value, p.distribution_json \
              FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
         )
         .bind(study.id)
         .fetch_all(c)
-        .await)
+        .await
+        })
         .at(&self.path)?;
         for (trial_id, name, internal, dist) in params {
             let Some(&i) = index.get(&trial_id) else {
@@ -137,7 +141,8 @@ impl Store {
                 records[i].params.insert(name, v);
             }
         }
-        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json FROM trial_system_attributes a \
              JOIN trials t ON t.trial_id = a.trial_id \
              WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
@@ -145,7 +150,8 @@ impl Store {
         .bind(study.id)
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(c)
-        .await)
+        .await
+        })
         .at(&self.path)?;
         for (trial_id, key, json) in attrs {
             let Some(&i) = index.get(&trial_id) else {
@@ -219,7 +225,7 @@ impl Store {
             .bind(study.id)
             .fetch_optional(c)
             .await)
-            .at(&self.path)?;
+        .at(&self.path)?;
         match id {
             Some(id) => self.trial(id).await.map(Some),
             None => Ok(None),
@@ -228,11 +234,13 @@ impl Store {
 
     /// One trial by id.
     pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
-        let row = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
-            .bind(trial_id)
-            .fetch_one(c)
-            .await)
-            .at(&self.path)?;
+        let row = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&format!(
+            "{TRIAL_COLUMNS} WHERE t.trial_id = $1"
+        ))
+        .bind(trial_id)
+        .fetch_one(c)
+        .await)
+        .at(&self.path)?;
         self.view(row).await
     }
 
@@ -256,14 +264,15 @@ impl Store {
     }
 
     async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
-        let params: Vec<(String, f64, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-            "SELECT param_name, param_value, distribution_json FROM trial_params \
+        let params: Vec<(String, f64, String)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT param_name, param_value, distribution_json FROM trial_params \
              WHERE trial_id = $1 ORDER BY param_id",
-        )
-        .bind(view.trial_id)
-        .fetch_all(c)
-        .await)
-        .at(&self.path)?;
+            )
+            .bind(view.trial_id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         for (name, internal, dist) in params {
             let ext = Distribution::from_optuna_json(&dist)
                 .ok()
@@ -271,14 +280,16 @@ impl Store {
                 .unwrap_or(json!(internal));
             view.params.insert(name, ext);
         }
-        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
              ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
         )
         .bind(view.trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(c)
-        .await)
+        .await
+        })
         .at(&self.path)?;
         for (key, json) in attrs {
             let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
@@ -309,17 +320,18 @@ impl Store {
         &self,
         study: &Study,
     ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
-        let rows: Vec<(i64, String, i64, f64)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-            "SELECT CAST(t.number AS BIGINT), CAST(t.state AS TEXT), CAST(i.step AS BIGINT), \
+        let rows: Vec<(i64, String, i64, f64)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(t.number AS BIGINT), CAST(t.state AS TEXT), CAST(i.step AS BIGINT), \
              i.intermediate_value FROM trial_intermediate_values i \
              JOIN trials t ON t.trial_id = i.trial_id \
              WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
                AND i.intermediate_value_type = 'FINITE' ORDER BY t.number, i.step",
-        )
-        .bind(study.id)
-        .fetch_all(c)
-        .await)
-        .at(&self.path)?;
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         let mut out: Vec<Curve> = Vec::new();
         for (number, state, step, value) in rows {
             if out.last().is_none_or(|l| l.0 != number) {
@@ -333,18 +345,19 @@ impl Store {
     /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the
     /// memory model survives a restart.
     pub async fn peaks(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
-        let rows: Vec<(i64, String, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-            "SELECT CAST(a.trial_id AS BIGINT), a.value_json, p.param_name, p.param_value, \
+        let rows: Vec<(i64, String, String, f64, String)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(a.trial_id AS BIGINT), a.value_json, p.param_name, p.param_value, \
              p.distribution_json \
              FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
              JOIN trial_params p ON p.trial_id = a.trial_id \
              WHERE t.study_id = $1 AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
              ORDER BY a.trial_id",
-        )
-        .bind(study.id)
-        .fetch_all(c)
-        .await)
-        .at(&self.path)?;
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         let mut out: Vec<(i64, Params, u64)> = Vec::new();
         for (id, json, name, internal, dist) in rows {
             if out.last().is_none_or(|l| l.0 != id) {

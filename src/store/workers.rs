@@ -44,13 +44,15 @@ impl Store {
     }
 
     pub async fn worker_state(&self, worker_id: i64, state: WorkerState) -> Result<()> {
-        sql!(self.acquire().await?.conn(), |c| sqlx::query("UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2")
-            .bind(state.as_str())
-            .bind(worker_id)
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))
-            .at(&self.path)?;
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
+            "UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2"
+        )
+        .bind(state.as_str())
+        .bind(worker_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -77,12 +79,14 @@ impl Store {
 
     /// Counts a successful trial of a worker (shown by `status`, used for recycling).
     pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
-        sql!(self.acquire().await?.conn(), |c| sqlx::query("UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1")
-            .bind(worker_id)
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))
-            .at(&self.path)?;
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
+            "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
+        )
+        .bind(worker_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
         Ok(())
     }
 

@@ -251,7 +251,9 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         host,
     };
     store
-        .lock_daemon(&study, &me, |holder| daemon_alive(holder, &me, several_hosts))
+        .lock_daemon(&study, &me, |holder| {
+            daemon_alive(holder, &me, several_hosts)
+        })
         .await
         .map_err(|e| match e {
             DaemonLockError::Store(s) => RunError::Store(s),

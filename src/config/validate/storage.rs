@@ -65,14 +65,19 @@ mod tests {
             ("postgresql://u:p@h:5432/db", "postgresql://u:p@h:5432/db"),
             ("postgres://h/db", "postgres://h/db"),
             ("postgresql+psycopg2://u@h/db", "postgresql://u@h/db"),
-            ("postgresql+psycopg://u@h/db?sslmode=require", "postgresql://u@h/db?sslmode=require"),
+            (
+                "postgresql+psycopg://u@h/db?sslmode=require",
+                "postgresql://u@h/db?sslmode=require",
+            ),
         ] {
             assert_eq!(postgres_url(given), Some(Ok(connect.to_owned())), "{given}");
         }
         for other in ["sqlite://x.db", "mysql://h/db", "postgresql", "x.db"] {
             assert_eq!(postgres_url(other), None, "{other}");
         }
-        let e = postgres_url("postgresql://u:secret@h/my db").unwrap().unwrap_err();
+        let e = postgres_url("postgresql://u:secret@h/my db")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("percent-encode") && !e.contains("secret"), "{e}");
     }
 

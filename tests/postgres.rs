@@ -1,0 +1,308 @@
+//! Several hosts, one study, on a real PostgreSQL server (a throwaway cluster per test, see
+//! `common::PgServer`): the schema Optuna creates, Optuna reading and writing beside sweepd,
+//! hosts killed and failed over, an exact shared budget, the server restarted mid-run.
+//!
+//! The "hosts" are daemons on this machine with distinct `SWEEPD_HOST_ID`s, each in its own
+//! study directory (its own logs), all with the same `[storage] url` and study name.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::Child;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// A config for `url`: the default faulty_worker study with `[storage]` pointing there.
+fn pg_cfg(url: &str, n_trials: u64, host_timeout: &str) -> Cfg {
+    Cfg {
+        name: "multi".into(),
+        n_trials: Some(n_trials),
+        max_par: 2,
+        storage: Some(format!(
+            "url = \"{url}\"\nhost_timeout = \"{host_timeout}\""
+        )),
+        ..Cfg::default()
+    }
+}
+
+/// A host: a study dir whose daemon runs as `SWEEPD_HOST_ID=host`.
+fn host(cfg: &Cfg, host: &str) -> Sweep {
+    let mut sweep = Sweep::new(cfg);
+    sweep.env.push(("SWEEPD_HOST_ID".into(), host.into()));
+    sweep
+}
+
+fn dump(url: &str, study: &str) -> Value {
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_dump.py"))
+        .args([url, study])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "optuna_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Numbers 0..n-1 exactly once each, every trial final, no RUNNING left; the values are
+/// the objective of the params (faulty_worker: sum of squares + lengths), as Optuna reads them.
+fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
+    let d = dump(url, study);
+    let trials = d["trials"].as_array().unwrap().clone();
+    let numbers: Vec<i64> = trials
+        .iter()
+        .map(|t| t["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (0..trials.len() as i64).collect::<Vec<_>>(),
+        "numbers are 0..n-1"
+    );
+    let running: Vec<&Value> = trials.iter().filter(|t| t["state"] == "RUNNING").collect();
+    assert!(running.is_empty(), "left RUNNING: {running:#?}");
+    let spent = trials
+        .iter()
+        .filter(|t| match t["state"].as_str().unwrap() {
+            "COMPLETE" | "PRUNED" => true,
+            "FAIL" => t["system_attrs"].get("sweepd:retried_as").is_none(),
+            _ => false,
+        })
+        .count();
+    assert_eq!(spent, n_final, "the budget is exact");
+    for t in trials.iter().filter(|t| t["state"] == "COMPLETE") {
+        let p = &t["params"];
+        if p.get("lr").is_none() {
+            continue; // a trial of an Optuna process's objective
+        }
+        let expect = p["x"].as_f64().unwrap().powi(2)
+            + p["lr"].as_f64().unwrap().powi(2)
+            + (p["n"].as_i64().unwrap() as f64).powi(2)
+            + p["opt"].as_str().unwrap().len() as f64;
+        let got = t["value"].as_f64().unwrap();
+        assert!(
+            (got - expect).abs() <= 1e-12 * expect.abs().max(1.0),
+            "trial {}: value {got} for params {p} (expected {expect})",
+            t["number"]
+        );
+    }
+    trials
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(start.elapsed() < LIMIT, "{what} did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn one_host_runs_a_study_that_optuna_reads_through_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("one");
+    let sweep = host(
+        &pg_cfg(&url, 8, "60s").env("SWEEPD_TEST_RAISE_ON", "3"),
+        "h1",
+    );
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = assert_study_sound(&url, "multi", 8);
+    assert_eq!(trials.iter().filter(|t| t["state"] == "FAIL").count(), 1);
+    // sweepd's own commands read the same database.
+    let ours = sweep.trials();
+    assert_eq!(ours.len(), trials.len());
+    for (a, b) in ours.iter().zip(&trials) {
+        assert_eq!(a["number"], b["number"]);
+        assert_eq!(a["state"], b["state"]);
+        assert_eq!(a["value"], b["value"]);
+        assert_eq!(a["params"], b["params"]);
+    }
+    let status: Value =
+        serde_json::from_slice(&sweep.sweepd(&["status", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert_eq!(status["finished"], 8);
+    assert_eq!(status["hosts"][0]["host"], "h1");
+    assert_eq!(status["hosts"][0]["daemon"]["state"], "STOPPED");
+    // The view for psql users.
+    assert_eq!(
+        pg_column(
+            &url,
+            "SELECT count(*) FROM sweepd_trials WHERE state = 'COMPLETE'"
+        ),
+        ["7"]
+    );
+}
+
+/// The schema sweepd creates on an empty database is the one Optuna 5.0 creates, object for
+/// object (`pg_dump --schema-only`, sweepd's own objects left out); and a study Optuna created
+/// is continued by sweepd.
+#[test]
+fn the_schema_is_optunas_own_and_an_optuna_study_is_continued() {
+    let pg = PgServer::start();
+    let by_optuna = pg.create_db("by_optuna");
+    let by_sweepd = pg.create_db("by_sweepd");
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_create.py"))
+        .args([by_optuna.as_str(), "multi", "minimize", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sweep = host(&pg_cfg(&by_sweepd, 2, "60s"), "h1");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let schema = |url: &str| -> Vec<String> {
+        let out = std::process::Command::new(pg_bin("pg_dump"))
+            .args(["--schema-only", "--no-owner", url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Statements, without comments, settings and sweepd's own objects.
+        String::from_utf8_lossy(&out.stdout)
+            .split(";\n")
+            .map(|s| {
+                s.lines()
+                    .filter(|l| !l.starts_with("--") && !l.starts_with('\\') && !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .filter(|s| {
+                !s.is_empty()
+                    && !s.contains("sweepd")
+                    && !s.contains("_sqlx_migrations")
+                    && !s.starts_with("SET ")
+                    && !s.starts_with("SELECT pg_catalog.set_config")
+            })
+            .collect()
+    };
+    let theirs = schema(&by_optuna);
+    let ours = schema(&by_sweepd);
+    assert!(theirs.len() > 40, "{theirs:#?}");
+    assert_eq!(ours, theirs);
+    for url in [&by_optuna, &by_sweepd] {
+        assert_eq!(
+            pg_column(url, "SELECT version_num FROM alembic_version"),
+            ["v3.2.0.a"]
+        );
+        assert_eq!(
+            pg_column(url, "SELECT schema_version FROM version_info"),
+            ["12"]
+        );
+    }
+    // sweepd continues the study Optuna created (and adds its own tables beside).
+    let sweep = host(&pg_cfg(&by_optuna, 3, "60s"), "h1");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_study_sound(&by_optuna, "multi", 3);
+}
+
+/// Three hosts on one study; one is killed with -9 mid-run and stays away longer than
+/// `host_timeout`: the others fail its trials over and finish the study; the killed one comes
+/// back and finds nothing to run. Optuna processes optimize the same study beside them.
+#[test]
+fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
+    let pg = PgServer::start();
+    let url = pg.create_db("three");
+    const N: u64 = 60;
+    let cfg = pg_cfg(&url, N, "3s").env("SWEEPD_TEST_SLEEP", "0.3");
+    let hosts: Vec<Sweep> = ["a", "b", "c"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    // Optuna optimizing the same study, two processes.
+    let optuna: Vec<Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new(python())
+                .arg(repo().join("tests/py/optuna_optimize.py"))
+                .args([url.as_str(), "multi", "5", "0.1"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Host c has trials RUNNING: kill it there.
+    let c_running = || {
+        pg_column(
+            &url,
+            "SELECT count(*) FROM trials t JOIN trial_system_attributes a \
+             ON a.trial_id = t.trial_id AND a.key = 'sweepd:daemon' \
+             WHERE t.state = 'RUNNING' AND a.value_json LIKE '%\"host\":\"c\"%'",
+        )[0]
+        .parse::<i64>()
+        .unwrap()
+    };
+    wait_until(LIMIT, "host c running trials", || c_running() > 0);
+    let c_workers: Vec<i64> = pg_column(
+        &url,
+        "SELECT pid FROM sweepd_workers WHERE host = 'c' AND state <> 'EXITED' AND pid IS NOT NULL",
+    )
+    .iter()
+    .map(|p| p.parse().unwrap())
+    .collect();
+    signal(&daemons[2], nix::sys::signal::Signal::SIGKILL);
+    let _ = daemons[2].wait();
+    // Its workers die with their channel (the daemon's end is gone); none may linger.
+    wait_until(LIMIT, "host c's workers gone", || {
+        c_workers.iter().all(|p| !alive(*p as i32))
+    });
+    // The survivors fail c over after host_timeout and finish the study.
+    for (i, d) in daemons.iter_mut().enumerate().take(2) {
+        let s = wait_exit(d, "a surviving host");
+        assert!(s.success(), "host {i}: {}", hosts[i].daemon_stderr());
+    }
+    for mut o in optuna {
+        let s = wait_exit(&mut o, "an Optuna process");
+        let out = o.wait_with_output().unwrap();
+        assert!(
+            s.success(),
+            "optuna: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let failed_over = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
+    assert!(
+        failed_over.contains("host c sent no heartbeat"),
+        "{failed_over}"
+    );
+    // c comes back: nothing to run, nothing run twice.
+    let out = hosts[2].run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    let interrupted: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
+    assert!(!interrupted.is_empty(), "host c's trials were failed over");
+    for t in &interrupted {
+        let copy = t["system_attrs"]["sweepd:retried_as"].as_i64().unwrap();
+        let copy = &trials[copy as usize];
+        assert_eq!(copy["params"], t["params"], "the copy has the same params");
+        assert_ne!(copy["state"], "WAITING");
+    }
+    // Optuna's heartbeats were kept for sweepd's running trials.
+    let beats: i64 = pg_column(&url, "SELECT count(*) FROM trial_heartbeats")[0]
+        .parse()
+        .unwrap();
+    assert!(beats > 0);
+    // Each param set ran to a final state once: no COMPLETE twice for the same trial's params.
+    let complete: BTreeSet<String> = trials
+        .iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .map(|t| t["params"].to_string())
+        .collect();
+    assert_eq!(
+        complete.len(),
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count()
+    );
+}
