@@ -193,7 +193,17 @@ fn the_schema_is_optunas_own_and_an_optuna_study_is_continued() {
     let theirs = schema(&by_optuna);
     let ours = schema(&by_sweepd);
     assert!(theirs.len() > 40, "{theirs:#?}");
-    assert_eq!(ours, theirs);
+    let extra: Vec<&String> = ours.iter().filter(|s| !theirs.contains(s)).collect();
+    let missing: Vec<&String> = theirs.iter().filter(|s| !ours.contains(s)).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "sweepd's schema differs from Optuna's: extra {extra:#?}, missing {missing:#?}"
+    );
+    // pg_dump orders objects of one kind partly by creation order: compare as multisets.
+    let (mut ours, mut theirs) = (ours, theirs);
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs, "the same statements, each as often");
     for url in [&by_optuna, &by_sweepd] {
         assert_eq!(
             pg_column(url, "SELECT version_num FROM alembic_version"),
