@@ -320,7 +320,14 @@ fn wants_display(format: LogFormat) -> bool {
 fn init_logging(format: LogFormat, display: Option<crate::progress::LogWriter>) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWEEPD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // PostgreSQL's notices ("relation … already exists, skipping" from the idempotent
+        // migrations at every start) are the server's chatter, not the study's.
+        .add_directive(
+            "sqlx::postgres::notice=warn"
+                .parse()
+                .expect("a valid directive"),
+        );
     if let Some(writer) = display {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)

@@ -76,8 +76,8 @@ fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
     assert_eq!(spent, n_final, "the budget is exact");
     for t in trials.iter().filter(|t| t["state"] == "COMPLETE") {
         let p = &t["params"];
-        if p.get("lr").is_none() {
-            continue; // a trial of an Optuna process's objective
+        if t["system_attrs"].get("sweepd:daemon").is_none() {
+            continue; // an Optuna process's trial, of its own objective
         }
         let expect = p["x"].as_f64().unwrap().powi(2)
             + p["lr"].as_f64().unwrap().powi(2)
@@ -232,7 +232,19 @@ fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
     let cfg = pg_cfg(&url, N, "3s").env("SWEEPD_TEST_SLEEP", "0.3");
     let hosts: Vec<Sweep> = ["a", "b", "c"].iter().map(|h| host(&cfg, h)).collect();
     let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
-    // Optuna optimizing the same study, two processes.
+    // Host c has trials RUNNING: kill it there.
+    let c_running = || {
+        pg_try_column(
+            &url,
+            "SELECT count(*) FROM trials t JOIN trial_system_attributes a \
+             ON a.trial_id = t.trial_id AND a.key = 'sweepd:daemon' \
+             WHERE t.state = 'RUNNING' AND a.value_json LIKE '%\"host\":\"c\"%'",
+        )
+        .and_then(|c| c[0].parse::<i64>().ok())
+        .unwrap_or(0)
+    };
+    wait_until(LIMIT, "host c running trials", || c_running() > 0);
+    // Optuna optimizing the same study beside them, two processes.
     let optuna: Vec<Child> = (0..2)
         .map(|_| {
             std::process::Command::new(python())
@@ -244,18 +256,6 @@ fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
                 .unwrap()
         })
         .collect();
-    // Host c has trials RUNNING: kill it there.
-    let c_running = || {
-        pg_column(
-            &url,
-            "SELECT count(*) FROM trials t JOIN trial_system_attributes a \
-             ON a.trial_id = t.trial_id AND a.key = 'sweepd:daemon' \
-             WHERE t.state = 'RUNNING' AND a.value_json LIKE '%\"host\":\"c\"%'",
-        )[0]
-        .parse::<i64>()
-        .unwrap()
-    };
-    wait_until(LIMIT, "host c running trials", || c_running() > 0);
     let c_workers: Vec<i64> = pg_column(
         &url,
         "SELECT pid FROM sweepd_workers WHERE host = 'c' AND state <> 'EXITED' AND pid IS NOT NULL",
@@ -305,7 +305,9 @@ fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
         .parse()
         .unwrap();
     assert!(beats > 0);
-    // Each param set ran to a final state once: no COMPLETE twice for the same trial's params.
+    // Hosts sampling at once draw different params (a seeded sampler keyed by the number each
+    // expects would otherwise give every host the same proposals), and no trial's params
+    // completed twice.
     let complete: BTreeSet<String> = trials
         .iter()
         .filter(|t| t["state"] == "COMPLETE")

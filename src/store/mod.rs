@@ -311,6 +311,19 @@ impl Store {
 
     /// Finds the study, or creates it the way `optuna.create_study` does.
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
+        match self.ensure_study_once(name, direction).await {
+            // Daemons on several hosts creating the study at once (PostgreSQL, where the
+            // transactions do not wait for each other): the loser's insert hits the unique
+            // name, and a second look finds the winner's study.
+            Err(StoreError::Sql {
+                source: sqlx::Error::Database(e),
+                ..
+            }) if e.is_unique_violation() => self.ensure_study_once(name, direction).await,
+            other => other,
+        }
+    }
+
+    async fn ensure_study_once(&self, name: &str, direction: Direction) -> Result<Study> {
         let mut tx = self.begin_write().await?;
         let existing: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT CAST(study_id AS BIGINT) FROM studies WHERE study_name = $1"

@@ -397,6 +397,7 @@ async fn run_locked(
             started: Instant::now(),
             pending: Default::default(),
             next_key: store.next_number(&study).await? as u64,
+            key_offset: host_key_offset(&me, several_hosts),
             gpu,
             breaker: Breaker {
                 cfg: config.retry.clone(),
@@ -524,6 +525,21 @@ async fn run_locked(
         counts,
         interrupted,
     })
+}
+
+/// Where this host's seed keys start. A proposal's seed key is the number its trial will most
+/// likely get; hosts sampling at once guess the same numbers, and a seeded sampler would give
+/// them the same params. Several hosts: each counts from its own offset (the host name's hash
+/// in the high bits), so their proposals differ and each stays reproducible for its host.
+fn host_key_offset(me: &DaemonId, several_hosts: bool) -> u64 {
+    if !several_hosts {
+        return 0;
+    }
+    // FNV-1a: stable across runs and builds (std's hasher is not).
+    let h = me.host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (h & 0xffff) << 32
 }
 
 /// Loads NVML and reads the devices once, when the config schedules on GPUs.

@@ -971,8 +971,17 @@ pub fn pg_exec(url: &str, sql: &str) {
     })
 }
 
+/// [`pg_column`], or `None` while the query fails (the daemons still creating the tables).
+pub fn pg_try_column(url: &str, sql: &str) -> Option<Vec<String>> {
+    pg_query(url, sql).ok()
+}
+
 /// A query's first column as text, on a PostgreSQL database.
 pub fn pg_column(url: &str, sql: &str) -> Vec<String> {
+    pg_query(url, sql).unwrap_or_else(|e| panic!("query {sql:?}: {e}"))
+}
+
+fn pg_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
     use sqlx::{Connection, Row};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -981,12 +990,14 @@ pub fn pg_column(url: &str, sql: &str) -> Vec<String> {
     rt.block_on(async {
         let mut conn = sqlx::PgConnection::connect(url)
             .await
-            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+            .map_err(|e| format!("connect {url}: {e}"))?;
         let rows = sqlx::query(sql)
             .fetch_all(&mut conn)
             .await
-            .unwrap_or_else(|e| panic!("query {sql:?}: {e}"));
-        rows.iter()
+            .map_err(|e| e.to_string())?;
+        let _ = conn.close().await;
+        Ok(rows
+            .iter()
             .map(|r| {
                 r.try_get::<String, _>(0)
                     .or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string()))
@@ -995,6 +1006,6 @@ pub fn pg_column(url: &str, sql: &str) -> Vec<String> {
                     .or_else(|_| r.try_get::<bool, _>(0).map(|v| v.to_string()))
                     .unwrap_or_default()
             })
-            .collect()
+            .collect())
     })
 }
