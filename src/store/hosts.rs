@@ -48,7 +48,7 @@ impl Store {
             "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ($1, {now}) \
              ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
         );
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         for id in trial_ids {
             sql!(tx.conn(), |c| sqlx::query(&sql)
                 .bind(id)

@@ -231,6 +231,19 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     }
 }
 
+/// Whether an error says the server cannot be reached now (down, restarting, the network
+/// cut), as opposed to a query it refused.
+fn unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        // Class 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now.
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
 /// `$first, $first+1, …`, `count` of them: the placeholders of a list bound value by value.
 fn placeholders(first: usize, count: usize) -> String {
     (first..first + count)
@@ -306,7 +319,58 @@ impl Store {
 
     /// A connection from the pool, for queries outside a transaction.
     async fn acquire(&self) -> Result<engine::PoolConn> {
-        self.pool.acquire().await.at(&self.path)
+        self.reconnecting(|| self.pool.acquire()).await
+    }
+
+    /// A transaction for single-row writes (see `engine::Pool::begin`).
+    async fn begin(&self) -> Result<engine::Tx> {
+        self.reconnecting(|| self.pool.begin()).await
+    }
+
+    /// Gets a connection (or starts a transaction on one) through an outage of the PostgreSQL
+    /// server: while it cannot be reached (restarted, the network cut), waits and tries again
+    /// with a backoff, instead of failing. Nothing has been sent yet when a connection cannot
+    /// be had, so trying again is always safe; the caller (a slot about to record a trial, the
+    /// core about to start one) just waits, which stops dispatching until the server is back,
+    /// and what the workers finish meanwhile is written then. SQLite waits for its lock itself.
+    pub(super) async fn reconnecting<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+    {
+        let mut failures = 0u32;
+        let since = std::time::Instant::now();
+        loop {
+            match op().await {
+                Err(e) if self.engine() == Engine::Postgres && unreachable(&e) => {
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(
+                            "database {} cannot be reached ({e}): no trial starts until it is back; running trials go on and their results are written then",
+                            self.path.display()
+                        );
+                    } else if failures % 10 == 0 {
+                        tracing::warn!(
+                            "database {} still cannot be reached after {}s ({e}); retrying",
+                            self.path.display(),
+                            since.elapsed().as_secs()
+                        );
+                    }
+                    let wait = std::time::Duration::from_millis(250 << failures.min(7));
+                    tokio::time::sleep(wait).await;
+                }
+                other => {
+                    if failures > 0 {
+                        tracing::info!(
+                            "database {} is back after {}s",
+                            self.path.display(),
+                            since.elapsed().as_secs()
+                        );
+                    }
+                    return other.at(&self.path);
+                }
+            }
+        }
     }
 
     /// Finds the study, or creates it the way `optuna.create_study` does.

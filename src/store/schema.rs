@@ -70,7 +70,7 @@ impl Store {
     /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
     /// study's row lock (`engine::Tx::lock_study`).
     pub(super) async fn begin_write(&self) -> Result<engine::Tx> {
-        self.pool.begin_write().await.at(&self.path)
+        self.reconnecting(|| self.pool.begin_write()).await
     }
 
     /// A write transaction serialised with every writer of the study's trials.

@@ -8,7 +8,7 @@ use super::{Result, SqlContext, Store, Study};
 impl Store {
     /// Replaces this host's `sweepd_gpus` rows of the study with the monitor's latest view.
     pub async fn write_gpus(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         for r in rows {
             sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
@@ -61,7 +61,7 @@ impl Store {
         if samples.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         let now = Stamp::now();
         for s in samples {
             sql!(tx.conn(), |c| sqlx::query(

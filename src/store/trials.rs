@@ -352,7 +352,7 @@ impl Store {
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
     /// GPU, once the worker is known.
     pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         self.write_runner(&mut tx, trial_id, runner).await?;
         if let Some(gpu) = gpu {
             self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
@@ -456,7 +456,7 @@ impl Store {
             insert!(self.acquire().await?.conn());
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         if insert!(tx.conn()) == 1 {
             self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
                 .await?;

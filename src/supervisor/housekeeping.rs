@@ -23,6 +23,10 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         Duration::from_secs(1)
     };
     let mut tick = 0u64;
+    // When this daemon last failed to heartbeat: after an outage of the database every host's
+    // heartbeat looks old, so none fails another over until its own have been written again
+    // for a whole `host_timeout`.
+    let mut last_silence = Instant::now();
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -92,20 +96,31 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         } else {
             DaemonState::Running
         };
-        match sh
+        let asked = Instant::now();
+        let written = sh
             .store
             .daemon_state(&sh.study, &sh.me, state, paused.as_deref())
-            .await
-        {
+            .await;
+        // The store waits through an outage instead of failing: a heartbeat that took this
+        // long was one.
+        if asked.elapsed() > Duration::from_secs(2) {
+            last_silence = Instant::now();
+        }
+        match written {
             Ok(true) => {}
             // SQLite: another host took the study over (this one looked gone); nothing to
             // fight over, its trials are the other daemon's to reconcile.
             Ok(false) if sh.store.engine() == Engine::Postgres => row_lost(&sh).await,
             Ok(false) => {}
-            Err(e) => warn!("could not update the daemon row: {e}"),
+            Err(e) => {
+                last_silence = Instant::now();
+                warn!("could not update the daemon row: {e}");
+            }
         }
         trial_heartbeats(&sh).await;
-        if sh.store.engine() == Engine::Postgres {
+        if sh.store.engine() == Engine::Postgres
+            && last_silence.elapsed() > sh.cfg().storage.host_timeout
+        {
             fail_over_silent_hosts(&sh).await;
         }
         // The watchdog is fed only by a loop that just got the core lock and the database:
