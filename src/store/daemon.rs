@@ -52,24 +52,40 @@ impl Store {
                 .at(&self.path)?;
             }
         }
-        let sql = format!(
-            "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
-             VALUES ($1, $2, $3, $4, $5, {now}, 'RUNNING') \
-             ON CONFLICT (study_id, host) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, \
-             started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, \
-             state = 'RUNNING', detail = NULL",
-            now = self.engine().now()
+        // An update, else an insert (no upsert: SQLite cannot take (study_id, host) as the
+        // conflict target while study_id is the table's rowid). Safe in this transaction,
+        // which holds the study against every other daemon starting.
+        let now = self.engine().now();
+        let update = format!(
+            "UPDATE sweepd_daemon SET pid = $1, pid_start = $2, started_at = $3, \
+             heartbeat_at = {now}, state = 'RUNNING', detail = NULL WHERE study_id = $4 AND host = $5"
         );
-        sql!(tx.conn(), |c| sqlx::query(&sql)
-            .bind(study.id)
+        let updated = sql!(tx.conn(), |c| sqlx::query(&update)
             .bind(me.pid as i64)
             .bind(me.pid_start.map(|v| v as i64))
-            .bind(&me.host)
             .bind(Stamp::now())
+            .bind(study.id)
+            .bind(&me.host)
             .execute(c)
             .await
             .map(|r| r.rows_affected()))
         .at(&self.path)?;
+        if updated == 0 {
+            let insert = format!(
+                "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
+                 VALUES ($1, $2, $3, $4, $5, {now}, 'RUNNING')"
+            );
+            sql!(tx.conn(), |c| sqlx::query(&insert)
+                .bind(study.id)
+                .bind(me.pid as i64)
+                .bind(me.pid_start.map(|v| v as i64))
+                .bind(&me.host)
+                .bind(Stamp::now())
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+        }
         tx.commit().await.at(&self.path)?;
         Ok(())
     }
