@@ -336,8 +336,10 @@ fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
     };
     wait_until(LIMIT, "a few trials done", || complete() >= 6);
     pg.stop();
-    // Trials running now finish while the server is down (0.5 s each).
-    std::thread::sleep(Duration::from_secs(3));
+    // Trials running now finish while the server is down (0.5 s each). Longer than the
+    // store's wait for a connection (5 s), so the daemons go through their reconnect path, and
+    // shorter than host_timeout.
+    std::thread::sleep(Duration::from_secs(9));
     for (i, d) in daemons.iter_mut().enumerate() {
         assert!(
             d.try_wait().unwrap().is_none(),

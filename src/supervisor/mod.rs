@@ -274,9 +274,20 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             path: store.path().to_owned(),
         });
     }
-    let _ = store
-        .daemon_state(&study, &me, DaemonState::Stopped, None)
-        .await;
+    // Several hosts: a run that ended on an error may leave trials RUNNING (their finish could
+    // not be written). Its row then stays as it is, so that another host fails them over once
+    // it has been silent for host_timeout; a STOPPED row is never failed over.
+    let left_running = store.engine() == store::Engine::Postgres
+        && store.sweepd_running(&study).await.map_or(true, |r| {
+            r.iter().any(|(_, owner)| owner.as_ref() == Some(&me))
+        });
+    if left_running {
+        warn!("trials of this daemon are still RUNNING in the database: another host fails them over after [storage] host_timeout, or the next start on this host re-enqueues them");
+    } else {
+        let _ = store
+            .daemon_state(&study, &me, DaemonState::Stopped, None)
+            .await;
+    }
     result
 }
 
