@@ -10,7 +10,7 @@ PAR     ?=
 TARGET_DIR := $(or $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'),target)
 SWEEPD  := $(TARGET_DIR)/release/sweepd
 
-.PHONY: build tune status test test-rust test-python lint fmt venv clean
+.PHONY: build tune status test test-rust test-python lint fmt venv clean postgresql
 
 build:
 	$(CARGO) build --release
@@ -26,8 +26,18 @@ status: build
 ## real Optuna from PyPI in $(VENV)), and the Python helper's tests.
 test: lint venv test-rust test-python
 
-test-rust: venv
+test-rust: venv postgresql
 	SWEEPD_TEST_PYTHON=$(abspath $(VENV))/bin/python $(CARGO) test --all-targets
+
+## PostgreSQL's server programs for tests/postgres.rs (each test makes a throwaway cluster of
+## its own in a temp dir): Debian's `postgresql` package, installed when missing (as root, or
+## through sudo).
+postgresql:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then :; \
+	else echo "installing Debian's postgresql package for the tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
 
 test-python: venv
 	$(VENV)/bin/python -m unittest discover -s tests/python

@@ -144,7 +144,7 @@ impl CliError {
     /// The one place errors become exit codes.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Config(_) | CliError::Usage(_) => 2,
+            CliError::Config(_) | CliError::Usage(_) | CliError::Run(RunError::HostId(_)) => 2,
             CliError::Store(_) | CliError::Run(RunError::Store(_)) => 3,
             CliError::Run(RunError::Locked(_)) => 4,
             CliError::Run(RunError::StudyDeleted { .. }) => 5,
@@ -300,7 +300,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
 
 async fn open_study(cfg: &ConfigArg) -> Result<(Store, crate::store::Study), CliError> {
     let config = Config::load(&cfg.config)?;
-    let store = Store::open_existing(&config.storage.path).await?;
+    let store = Store::open_existing_target(&supervisor::target(&config)).await?;
     let study = store.find_study(&config.study.name).await?;
     Ok((store, study))
 }
@@ -320,7 +320,14 @@ fn wants_display(format: LogFormat) -> bool {
 fn init_logging(format: LogFormat, display: Option<crate::progress::LogWriter>) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWEEPD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // PostgreSQL's notices ("relation … already exists, skipping" from the idempotent
+        // migrations at every start) are the server's chatter, not the study's.
+        .add_directive(
+            "sqlx::postgres::notice=warn"
+                .parse()
+                .expect("a valid directive"),
+        );
     if let Some(writer) = display {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
@@ -540,7 +547,7 @@ fn describe_dist(d: &Distribution) -> String {
 
 async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     let config = Config::load(&cfg.config)?;
-    let store = Store::open_existing(&config.storage.path).await?;
+    let store = Store::open_existing_target(&supervisor::target(&config)).await?;
     let study = store.find_study(&config.study.name).await?;
     let counts = store.counts(&study).await?;
     let running = store
@@ -548,7 +555,27 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         .await?;
     let best = store.best(&study).await?;
     let workers = store.live_workers(&study).await?;
-    let daemon = store.daemon_view(&study).await?;
+    let hosts = store.hosts(&study).await?;
+    let several_hosts = store.engine() == crate::store::Engine::Postgres;
+    let gone_after = if several_hosts {
+        config.storage.host_timeout
+    } else {
+        supervisor::DAEMON_GONE_AFTER
+    };
+    let alive = |d: &crate::store::DaemonView| {
+        !matches!(d.state, DaemonState::Stopped | DaemonState::Gone)
+            && supervisor::heartbeat_fresh(d.age_s, gone_after)
+    };
+    let number_of: std::collections::HashMap<i64, i64> =
+        running.iter().map(|t| (t.trial_id, t.number)).collect();
+    // The row `daemon` shows: the live one, else the latest (one host: the only one).
+    let daemon = hosts
+        .iter()
+        .map(|h| &h.daemon)
+        .filter(|d| alive(d))
+        .chain(hosts.iter().map(|h| &h.daemon).rev())
+        .next()
+        .cloned();
     let gpus = store.gpus(&study).await?;
     let elapsed = |t: &TrialView| {
         t.datetime_start
@@ -573,7 +600,18 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             "best": best,
             "workers": workers,
             "daemon": daemon,
-            "daemon_alive": daemon.as_ref().is_some_and(|d| d.state != DaemonState::Stopped && heartbeat_fresh(d)),
+            "daemon_alive": daemon.as_ref().is_some_and(alive),
+            "hosts": hosts.iter().map(|h| {
+                let number = |id: &i64| number_of.get(id).copied();
+                json!({
+                    "host": h.daemon.host,
+                    "daemon": h.daemon,
+                    "alive": alive(&h.daemon),
+                    "running": h.running.iter().filter_map(number).collect::<Vec<_>>(),
+                    "workers": workers.iter().filter(|w| w.host == h.daemon.host).count(),
+                    "gpus": gpus.iter().filter(|g| g.host == h.daemon.host).map(|g| g.device).collect::<Vec<_>>(),
+                })
+            }).collect::<Vec<_>>(),
             "gpus": gpus,
         });
         println!(
@@ -588,8 +626,40 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         study.direction.as_optuna(),
         config.storage.path.display()
     );
+    if several_hosts {
+        for h in &hosts {
+            let d = &h.daemon;
+            let numbers: Vec<String> = h
+                .running
+                .iter()
+                .filter_map(|id| running.iter().find(|t| t.trial_id == *id))
+                .map(|t| t.number.to_string())
+                .collect();
+            let state =
+                if d.state != DaemonState::Stopped && d.state != DaemonState::Gone && !alive(d) {
+                    "SILENT".to_owned()
+                } else {
+                    d.state.to_string()
+                };
+            println!(
+                "host      {:<20} {state:<8} pid {} since {}, heartbeat {}s ago; running [{}], workers {}, gpus {}{}",
+                d.host,
+                d.pid,
+                d.started_at,
+                d.age_s.map_or("?".into(), |a| format!("{:.0}", a.max(0.0))),
+                numbers.join(", "),
+                workers.iter().filter(|w| w.host == d.host).count(),
+                gpus.iter().filter(|g| g.host == d.host).count(),
+                d.detail
+                    .as_deref()
+                    .map(|x| format!("\n          {x}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     match &daemon {
-        Some(d) if d.state != DaemonState::Stopped && !heartbeat_fresh(d) => println!(
+        _ if several_hosts => {}
+        Some(d) if d.state != DaemonState::Stopped && !alive(d) => println!(
             "daemon    GONE: pid {} on {} stopped sending heartbeats at {} (killed?); \
              the next `sweepd run` takes over and re-enqueues its trials",
             d.pid, d.host, d.heartbeat_at
@@ -656,13 +726,6 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         print_gpus(&gpus);
     }
     Ok(())
-}
-
-/// A running daemon updates its heartbeat every second or so; a silence of
-/// `supervisor::DAEMON_GONE_AFTER`, the same `run` waits before taking its row over, means it
-/// is gone.
-fn heartbeat_fresh(d: &crate::store::DaemonView) -> bool {
-    crate::supervisor::heartbeat_fresh(&d.heartbeat_at)
 }
 
 fn mib(v: Option<u64>) -> String {

@@ -79,8 +79,14 @@ pub enum SamplerKind {
 pub struct StorageConfig {
     /// As written in the file (or the default).
     pub url: String,
-    /// The SQLite file the URL names, absolute.
+    /// The SQLite file the URL names, absolute; for PostgreSQL, the URL without its password
+    /// (what messages and `check` show).
     pub path: PathBuf,
+    /// For PostgreSQL: the URL to connect with (`postgresql+psycopg2://` made `postgresql://`).
+    pub postgres: Option<String>,
+    /// How long another host's daemon may stay silent before this one fails its trials over
+    /// (PostgreSQL, several hosts).
+    pub host_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

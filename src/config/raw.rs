@@ -48,6 +48,7 @@ pub(crate) struct RawStudy {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStorage {
     pub(crate) url: Option<Spanned<String>>,
+    pub(crate) host_timeout: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]

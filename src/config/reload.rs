@@ -62,8 +62,22 @@ pub const KEYS: &[Key] = &[
     field!("study.timeout", Live, study.timeout),
     field!("study.sampler", Restart, study.sampler),
     field!("study.seed", Restart, study.seed),
-    // The URL and the path it names.
-    field!("storage.url", Restart, storage),
+    // The URL and what it names: the file, or the server to connect to.
+    Key {
+        name: "storage.url",
+        when: When::Restart,
+        differs: |old, new| {
+            (&old.storage.url, &old.storage.path, &old.storage.postgres)
+                != (&new.storage.url, &new.storage.path, &new.storage.postgres)
+        },
+        report: None,
+        copy: |running, new| {
+            running.storage.url = new.storage.url.clone();
+            running.storage.path = new.storage.path.clone();
+            running.storage.postgres = new.storage.postgres.clone();
+        },
+    },
+    field!("storage.host_timeout", Restart, storage.host_timeout),
     field!("worker.command", Restart, worker.command),
     field!("worker.mode", Restart, worker.mode),
     field!("worker.recycle_after", Live, worker.recycle_after),
@@ -155,7 +169,12 @@ const _: fn(&Config) = |c| {
         sampler: _,
         seed: _,
     } = study;
-    let StorageConfig { url: _, path: _ } = storage;
+    let StorageConfig {
+        url: _,
+        path: _,
+        postgres: _,
+        host_timeout: _,
+    } = storage;
     let WorkerConfig {
         command: _,
         mode: _,
@@ -403,7 +422,7 @@ mod tests {
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
              log_max_total = \"2GiB\"\n[worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
-            "[storage]\nurl = \"sqlite://other.db\"\n\
+            "[storage]\nurl = \"sqlite://other.db\"\nhost_timeout = \"2m\"\n\
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
              max_par_per_device = 2\npoll_interval = \"2s\"\nnvml_lib = \"libnvidia-ml.so.1\"\n\

@@ -272,6 +272,40 @@ fn sqlite_url_with_absolute_path() {
 }
 
 #[test]
+fn postgresql_urls_as_optuna_users_write_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (url, connect) in [
+        (
+            "postgresql://sweep:pw@db:5432/s",
+            "postgresql://sweep:pw@db:5432/s",
+        ),
+        ("postgres://db/s", "postgres://db/s"),
+        (
+            "postgresql+psycopg2://sweep:pw@db/s",
+            "postgresql://sweep:pw@db/s",
+        ),
+    ] {
+        let text = cfg(
+            "",
+            "",
+            &format!("[storage]\nurl = \"{url}\"\nhost_timeout = \"20s\"\n{PX}"),
+        );
+        let c = parse_in(dir.path(), &text).unwrap();
+        assert_eq!(c.storage.url, url);
+        assert_eq!(c.storage.postgres.as_deref(), Some(connect));
+        assert!(
+            !c.storage.path.to_string_lossy().contains("pw"),
+            "{:?}",
+            c.storage.path
+        );
+        assert_eq!(c.storage.host_timeout, std::time::Duration::from_secs(20));
+    }
+    let c = parse_in(dir.path(), &cfg("", "", PX)).unwrap();
+    assert_eq!(c.storage.postgres, None);
+    assert_eq!(c.storage.host_timeout, std::time::Duration::from_secs(60));
+}
+
+#[test]
 fn relative_config_path_is_made_absolute() {
     let c = Config::parse(&cfg("", "", PX), Path::new("supervisor.toml")).unwrap();
     let cwd = std::env::current_dir().unwrap();
@@ -893,7 +927,8 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::grid_with_continuous_float(cfg("sampler = \"grid\"", "", PX), "params.x", &["grid sampler needs a `step`"])]
 #[case::grid_over_a_million_points(cfg("sampler = \"grid\"", "", "[params.a]\ntype = \"int\"\nlow = 0\nhigh = 999\n[params.b]\ntype = \"int\"\nlow = 0\nhigh = 1000\n"), "study.sampler", &[])]
 // [storage]
-#[case::postgresql_storage(cfg("", "", &format!("[storage]\nurl = \"postgresql://localhost/db\"\n{PX}")), "storage.url", &["only sqlite://"])]
+#[case::postgresql_url_with_a_space(cfg("", "", &format!("[storage]\nurl = \"postgresql://u:secret@h/my db\"\n{PX}")), "storage.url", &["percent-encode"])]
+#[case::zero_host_timeout(cfg("", "", &format!("[storage]\nhost_timeout = \"0s\"\n{PX}")), "storage.host_timeout", &["greater than zero"])]
 #[case::mysql_storage(cfg("", "", &format!("[storage]\nurl = \"mysql://h/db\"\n{PX}")), "storage.url", &["only sqlite://"])]
 #[case::storage_without_a_scheme(cfg("", "", &format!("[storage]\nurl = \"sweepd.db\"\n{PX}")), "storage.url", &["only sqlite://"])]
 // [worker]

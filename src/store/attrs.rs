@@ -1,8 +1,8 @@
 //! Trial system attributes sweepd writes: the owner attribute naming the daemon that runs a
-//! trial, the record of negative zeros that SQLite's REAL columns lose, and the upsert of one
-//! attribute.
+//! trial, the record of negative zeros that SQLite's REAL columns lose (PostgreSQL keeps them;
+//! the record is written on both, so the two read back alike), and the upsert of one attribute.
 
-use super::sqlite::Tx;
+use super::engine::{sql, Tx};
 use super::{Result, SqlContext, Store};
 use crate::study::{ParamValue, Params};
 use serde_json::Value;
@@ -69,17 +69,17 @@ impl Store {
     /// Adds to a trial's record of negative zeros (see [`NEGATIVE_ZERO_ATTR`]).
     pub(super) async fn note_negative_zeros(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         trial_id: i64,
         add: impl FnOnce(&mut NegativeZeros),
     ) -> Result<()> {
-        let old: Option<String> = sqlx::query_scalar(
+        let old: Option<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT value_json FROM trial_system_attributes WHERE trial_id = $1 AND key = $2",
         )
         .bind(trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_optional(&mut **tx)
-        .await
+        .fetch_optional(c)
+        .await)
         .at(&self.path)?;
         let mut zeros = NegativeZeros::parse(old.as_deref());
         add(&mut zeros);
@@ -90,20 +90,21 @@ impl Store {
 
     pub(super) async fn set_attr(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         trial_id: i64,
         key: &str,
         value: &Value,
     ) -> Result<()> {
-        sqlx::query(
+        sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3) \
              ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
         )
         .bind(trial_id)
         .bind(key)
         .bind(value.to_string())
-        .execute(&mut **tx)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
     }

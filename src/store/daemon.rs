@@ -1,102 +1,150 @@
-//! The study's daemon row (the single-instance lock, and the state `status` shows) and the
-//! commands the CLI queues for the running daemon.
+//! The study's daemon rows (one per host: the single-instance lock, the heartbeat other hosts
+//! watch, and the state `status` shows) and the commands the CLI queues for running daemons.
 
 use super::columns::NullableInt;
-use super::{time, Result, SqlContext, Store, StoreError, Study};
+use super::engine::{sql, Engine, Stamp};
+use super::{Result, SqlContext, Store, StoreError, Study};
 use crate::study::{DaemonCommand, DaemonState, UnknownName};
 use serde_json::{json, Value};
 
 impl Store {
-    /// Takes the study's daemon row for `me`, refusing while the daemon holding it is `alive`
-    /// (the caller's rule, asked inside the transaction that takes the row, so that two
-    /// daemons starting at once cannot both take it). A row whose holder is not alive is taken
-    /// over.
+    /// Takes this host's daemon row of the study for `me`, refusing while a daemon whose row
+    /// `blocks` (the caller's rule) is alive. Asked inside a transaction serialised on the
+    /// study, so that two daemons starting at once cannot both take it.
+    ///
+    /// On SQLite a study has one daemon row (one host runs it): the rows of other hosts that
+    /// do not block are stale and are taken over. On PostgreSQL every host keeps its own row,
+    /// the heartbeat the others watch (`hosts`), and only this host's is taken.
     pub async fn lock_daemon(
         &self,
         study: &Study,
         me: &DaemonId,
-        alive: impl Fn(&Holder) -> bool,
+        blocks: impl Fn(&Holder) -> bool,
     ) -> Result<(), DaemonLockError> {
-        let mut tx = self.begin_write().await?;
-        let holder: Option<Holder> = sqlx::query_as(
-            "SELECT pid, pid_start, host, started_at, heartbeat_at, state FROM sweepd_daemon WHERE study_id = $1",
-        )
-        .bind(study.id)
-        .fetch_optional(&mut *tx)
-        .await
+        let mut tx = self.begin_study_write(study.id).await?;
+        let sql = format!(
+            "SELECT pid, pid_start, host, CAST(started_at AS TEXT) AS started_at, \
+             CAST(heartbeat_at AS TEXT) AS heartbeat_at, {} AS age_s, state \
+             FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at",
+            self.engine().age("heartbeat_at")
+        );
+        let holders: Vec<Holder> = sql!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
         .at(&self.path)?;
-        if let Some(holder) = holder.filter(|h| alive(h)) {
+        if let Some(holder) = holders.into_iter().find(|h| blocks(h)) {
             return Err(DaemonLockError::Held {
                 pid: holder.id.pid,
                 host: holder.id.host,
                 since: holder.started_at,
             });
         }
-        let now = time::now();
-        sqlx::query(
-            "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'RUNNING') \
-             ON CONFLICT (study_id) DO UPDATE SET pid = excluded.pid, pid_start = excluded.pid_start, \
-             host = excluded.host, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, \
-             state = 'RUNNING', detail = NULL",
-        )
-        .bind(study.id)
-        .bind(me.pid as i64)
-        .bind(me.pid_start.map(|v| v as i64))
-        .bind(&me.host)
-        .bind(&now)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await
+        if self.engine() == Engine::Sqlite {
+            for table in ["sweepd_daemon", "sweepd_gpus"] {
+                let sql = format!("DELETE FROM {table} WHERE study_id = $1 AND host <> $2");
+                sql!(tx.conn(), |c| sqlx::query(&sql)
+                    .bind(study.id)
+                    .bind(&me.host)
+                    .execute(c)
+                    .await
+                    .map(|r| r.rows_affected()))
+                .at(&self.path)?;
+            }
+        }
+        // An update, else an insert (no upsert: SQLite cannot take (study_id, host) as the
+        // conflict target while study_id is the table's rowid). Safe in this transaction,
+        // which holds the study against every other daemon starting.
+        let now = self.engine().now();
+        let update = format!(
+            "UPDATE sweepd_daemon SET pid = $1, pid_start = $2, started_at = $3, \
+             heartbeat_at = {now}, state = 'RUNNING', detail = NULL WHERE study_id = $4 AND host = $5"
+        );
+        let updated = sql!(tx.conn(), |c| sqlx::query(&update)
+            .bind(me.pid as i64)
+            .bind(me.pid_start.map(|v| v as i64))
+            .bind(Stamp::now())
+            .bind(study.id)
+            .bind(&me.host)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
         .at(&self.path)?;
+        if updated == 0 {
+            let insert = format!(
+                "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
+                 VALUES ($1, $2, $3, $4, $5, {now}, 'RUNNING')"
+            );
+            sql!(tx.conn(), |c| sqlx::query(&insert)
+                .bind(study.id)
+                .bind(me.pid as i64)
+                .bind(me.pid_start.map(|v| v as i64))
+                .bind(&me.host)
+                .bind(Stamp::now())
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+        }
         tx.commit().await.at(&self.path)?;
         Ok(())
     }
 
-    /// Heartbeat and state of our daemon row.
+    /// Heartbeat and state of our daemon row. `false` when the row is no longer ours (another
+    /// host failed this one over while it could not reach the database, or another daemon of
+    /// this host took the row): the caller's trials may be running elsewhere by now.
     pub async fn daemon_state(
         &self,
         study: &Study,
         me: &DaemonId,
         state: DaemonState,
         detail: Option<&str>,
-    ) -> Result<()> {
-        sqlx::query(
-            "UPDATE sweepd_daemon SET heartbeat_at = $1, state = $2, detail = $3 WHERE study_id = $4 AND pid = $5 AND host = $6",
-        )
-        .bind(time::now())
-        .bind(state.as_str())
-        .bind(detail)
-        .bind(study.id)
-        .bind(me.pid as i64)
-        .bind(&me.host)
-        .execute(&self.pool)
-        .await
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE sweepd_daemon SET heartbeat_at = {}, state = $1, detail = $2 \
+             WHERE study_id = $3 AND pid = $4 AND host = $5 AND state <> $6",
+            self.engine().now()
+        );
+        let done = sql!(self.acquire().await?.conn(), |c| sqlx::query(&sql)
+            .bind(state.as_str())
+            .bind(detail)
+            .bind(study.id)
+            .bind(me.pid as i64)
+            .bind(&me.host)
+            .bind(DaemonState::Gone.as_str())
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
         .at(&self.path)?;
-        Ok(())
+        Ok(done == 1)
     }
 
-    /// The daemon row for `status`.
-    pub async fn daemon_view(&self, study: &Study) -> Result<Option<DaemonView>> {
-        sqlx::query_as(
-            "SELECT pid, host, started_at, heartbeat_at, state, detail FROM sweepd_daemon WHERE study_id = $1",
-        )
-        .bind(study.id)
-        .fetch_optional(&self.pool)
-        .await
+    /// The daemon rows of the study (one per host that ran it), oldest start first.
+    pub async fn daemons(&self, study: &Study) -> Result<Vec<DaemonView>> {
+        let sql = format!(
+            "SELECT pid, host, CAST(started_at AS TEXT) AS started_at, \
+             CAST(heartbeat_at AS TEXT) AS heartbeat_at, {} AS age_s, state, detail \
+             FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at, host",
+            self.engine().age("heartbeat_at")
+        );
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&sql)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
         .at(&self.path)
     }
 
     /// Queues a request for the running daemon.
     pub async fn send_command(&self, study: &Study, command: DaemonCommand) -> Result<()> {
-        sqlx::query(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "INSERT INTO sweepd_commands (study_id, command, created_at) VALUES ($1, $2, $3)",
         )
         .bind(study.id)
         .bind(command.as_str())
-        .bind(time::now())
-        .execute(&self.pool)
+        .bind(Stamp::now())
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
     }
@@ -108,21 +156,22 @@ impl Store {
         study: &Study,
     ) -> Result<Vec<Result<DaemonCommand, UnknownName>>> {
         let mut tx = self.begin_write().await?;
-        let cmds: Vec<String> = sqlx::query_scalar(
+        let cmds: Vec<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT command FROM sweepd_commands WHERE study_id = $1 AND done_at IS NULL ORDER BY command_id",
         )
         .bind(study.id)
-        .fetch_all(&mut *tx)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)?;
         if !cmds.is_empty() {
-            sqlx::query(
+            sql!(tx.conn(), |c| sqlx::query(
                 "UPDATE sweepd_commands SET done_at = $1 WHERE study_id = $2 AND done_at IS NULL",
             )
-            .bind(time::now())
+            .bind(Stamp::now())
             .bind(study.id)
-            .execute(&mut *tx)
+            .execute(c)
             .await
+            .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
@@ -148,6 +197,8 @@ pub struct Holder {
     pub id: DaemonId,
     pub started_at: String,
     pub heartbeat_at: String,
+    /// Seconds since the heartbeat, by the database's clock (`None`: not a time).
+    pub age_s: Option<f64>,
     pub state: DaemonState,
 }
 
@@ -185,6 +236,8 @@ pub struct DaemonView {
     pub host: String,
     pub started_at: String,
     pub heartbeat_at: String,
+    /// Seconds since the heartbeat, by the database's clock (`None`: not a time).
+    pub age_s: Option<f64>,
     pub state: DaemonState,
     pub detail: Option<String>,
 }

@@ -19,7 +19,8 @@
 //!
 //! SQLite only (triggers and JSON functions), like the view they replace.
 
-use super::{Result, SqlContext, Store};
+use super::engine::{sql, Pool};
+use super::{sqlite, Result, SqlContext, Store};
 
 /// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
 /// categorical (JSON true/false kept as booleans), an integer for int distributions, the float
@@ -334,12 +335,18 @@ impl Store {
     /// are not (a new database, a table rebuilt by an Optuna migration, an older sweepd's
     /// triggers), re-creates them, refills `sweepd_trials` and deletes rows of studies and
     /// trials deleted meanwhile, in one transaction. Returns whether it had to.
+    ///
+    /// On PostgreSQL there is nothing to keep: `sweepd_trials` is a view there, created by its
+    /// migration, and ids are never reused.
     pub async fn ensure_mirror(&self) -> Result<bool> {
+        let Pool::Sqlite(pool) = &self.pool else {
+            return Ok(false);
+        };
         let wanted = triggers();
-        if self.mirror_in_place(&wanted, &self.pool).await? {
+        if self.mirror_in_place(&wanted, pool).await? {
             return Ok(false);
         }
-        let mut tx = self.begin_write().await?;
+        let mut tx = sqlite::begin_write(pool).await.at(&self.path)?;
         // Another sweepd may have done it while we waited for the write lock.
         if self.mirror_in_place(&wanted, &mut *tx).await? {
             tx.rollback().await.at(&self.path)?;
@@ -410,8 +417,12 @@ impl Store {
     /// the triggers had deleted its rows.
     pub async fn purge_orphans(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        for sql in PURGE {
-            sqlx::query(sql).execute(&mut *tx).await.at(&self.path)?;
+        for q in PURGE {
+            sql!(tx.conn(), |c| sqlx::query(q)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
         Ok(())
@@ -420,12 +431,13 @@ impl Store {
     /// Whether `study` is gone from the database: deleted (`optuna.delete_study`), or its id
     /// now names another study.
     pub async fn study_deleted(&self, study: &super::Study) -> Result<bool> {
-        let name: Option<String> =
+        let name: Option<String> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = $1")
                 .bind(study.id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(c)
                 .await
-                .at(&self.path)?;
+        })
+        .at(&self.path)?;
         Ok(name.as_deref() != Some(study.name.as_str()))
     }
 }
@@ -443,7 +455,7 @@ mod tests {
 
     async fn exec(store: &Store, sql: &str) {
         sqlx::query(sql)
-            .execute(&store.pool)
+            .execute(store.sqlite_pool())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
@@ -454,7 +466,7 @@ mod tests {
              datetime_start, datetime_complete, round(duration_s, 3), worker_id, worker_pid, \
              fail_reason) FROM sweepd_trials ORDER BY trial_id",
         )
-        .fetch_all(&store.pool)
+        .fetch_all(store.sqlite_pool())
         .await
         .unwrap()
     }
@@ -578,7 +590,7 @@ mod tests {
         let store = Store::open(&path).await.unwrap();
         let kind: String =
             sqlx::query_scalar("SELECT type FROM sqlite_master WHERE name = 'sweepd_trials'")
-                .fetch_one(&store.pool)
+                .fetch_one(store.sqlite_pool())
                 .await
                 .unwrap();
         assert_eq!(kind, "table");
@@ -591,7 +603,7 @@ mod tests {
              UNION ALL SELECT json_array('event', worker_id, trial_id, detail) FROM sweepd_worker_events \
              UNION ALL SELECT json_array('daemon', study_id, pid) FROM sweepd_daemon",
         )
-        .fetch_all(&store.pool)
+        .fetch_all(store.sqlite_pool())
         .await
         .unwrap();
         assert_eq!(
@@ -613,7 +625,7 @@ mod tests {
             let fks: Vec<String> = sqlx::query_scalar(&format!(
                 "SELECT \"table\" FROM pragma_foreign_key_list('{table}')"
             ))
-            .fetch_all(&store.pool)
+            .fetch_all(store.sqlite_pool())
             .await
             .unwrap();
             assert!(fks.is_empty(), "{table} references {fks:?}");

@@ -26,20 +26,22 @@
 //! commands), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
 //! `columns` (enums and unsigned numbers in columns), and the three below.
 //!
-//! **The engine seam.** The queries are written once, portable to PostgreSQL: `$1, $2, …`
-//! placeholders, no `INSERT OR`, claims as conditional `UPDATE`s, upserts as `ON CONFLICT`.
-//! What only SQLite does is behind `sqlite`: the connection (options, pragmas), the write
-//! transaction (`BEGIN IMMEDIATE`), looking a table up (`sqlite_master`), the migrations and
-//! their retry while the file is busy, and the types the rest is written against (`Db`, `Pool`,
-//! `Tx`). Two files are SQLite-only as a whole: `sync` (group commit by `fdatasync` of the
-//! write-ahead log) and `mirror` (triggers and JSON functions). A second backend is one more
-//! module with the functions of `sqlite`, its own migrations, and its own `mirror`; the store
-//! does not go through `sqlx::Any`.
+//! **Two engines.** SQLite for one host; PostgreSQL for several hosts on one study, used as
+//! Optuna uses it (its own schema, its row lock on the study before numbering a trial). The
+//! queries are written once (`$1, $2, …` placeholders, no `INSERT OR`, claims as conditional
+//! `UPDATE`s, upserts as `ON CONFLICT`) and run on either through `engine` (how, and the few
+//! rules the text follows for PostgreSQL's types). What only one engine does is in `sqlite`
+//! and `postgres` (connection, write transaction, table lookup, migrations); `sync` (group
+//! commit by `fdatasync` of the write-ahead log) and `mirror` (triggers) are SQLite's alone.
+//! The store does not go through `sqlx::Any`.
 
 mod attrs;
 mod columns;
 mod daemon;
+mod engine;
+mod hosts;
 mod mirror;
+mod postgres;
 mod schema;
 mod sqlite;
 mod sync;
@@ -52,6 +54,8 @@ mod workers;
 
 pub use attrs::OWNER_ATTR;
 pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
+pub use engine::Engine;
+pub use hosts::{FailedOver, HostView};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
@@ -59,6 +63,7 @@ pub use views::{Curve, TrialView};
 pub use workers::WorkerView;
 
 use crate::study::Direction;
+use engine::sql;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -87,7 +92,7 @@ pub enum StoreError {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
-    #[error("database {path} was written by an incompatible Optuna version ({found}); sweepd reads schema {SCHEMA_VERSION} / alembic {ALEMBIC_HEAD} (optuna 3.2 to 5.0). Upgrade it with `optuna storage upgrade --storage sqlite:///{path}` or use another file")]
+    #[error("database {path} was written by an incompatible Optuna version ({found}); sweepd reads schema {SCHEMA_VERSION} / alembic {ALEMBIC_HEAD} (optuna 3.2 to 5.0). Upgrade it with `optuna storage upgrade --storage {}` or use another database", optuna_url(path))]
     IncompatibleSchema { path: PathBuf, found: String },
     #[error("no database at {0}: has `sweepd run` been started with this config?")]
     Missing(PathBuf),
@@ -106,13 +111,34 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// The sqlx pool over one SQLite file.
+/// Where a study database is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database: the URL sqlx connects with (`postgres://` or `postgresql://`),
+    /// and how messages name it (the URL without its password).
+    Postgres { url: String, label: String },
+}
+
+impl Target {
+    /// How messages name it: the file, or the URL without its password.
+    pub fn label(&self) -> PathBuf {
+        match self {
+            Target::Sqlite(p) => p.clone(),
+            Target::Postgres { label, .. } => PathBuf::from(label),
+        }
+    }
+}
+
+/// The sqlx pool over the study database.
 #[derive(Clone)]
 pub struct Store {
-    pool: sqlite::Pool,
+    pool: engine::Pool,
+    /// The file, or the PostgreSQL URL without its password: what messages name.
     path: PathBuf,
-    /// Group commit: makes lazy commits durable (see [`Store::sync`]).
-    syncer: std::sync::Arc<sync::Syncer>,
+    /// Group commit: makes lazy commits durable (see [`Store::sync`]); SQLite only.
+    syncer: Option<std::sync::Arc<sync::Syncer>>,
 }
 
 /// A study row.
@@ -138,6 +164,16 @@ impl<T> SqlContext<T> for std::result::Result<T, sqlx::Error> {
     }
 }
 
+/// The storage URL Optuna's tools take for the database (a file as `sqlite:///path`).
+fn optuna_url(path: &Path) -> String {
+    let shown = path.display().to_string();
+    if shown.contains("://") {
+        shown
+    } else {
+        format!("sqlite:///{shown}")
+    }
+}
+
 /// The same hint for an I/O error of sweepd's own (syncing the log).
 fn io_hint(path: &Path) -> String {
     file_system_state(path)
@@ -147,6 +183,9 @@ fn io_hint(path: &Path) -> String {
 
 /// " (the file system … is read-only)" when a database or I/O error has that cause.
 fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
+    if path.to_string_lossy().contains("://") {
+        return String::new(); // a server, not a file
+    }
     match source {
         sqlx::Error::Database(_) | sqlx::Error::Io(_) => file_system_state(path)
             .map(|h| format!(" ({h})"))
@@ -189,6 +228,19 @@ pub fn file_system_state(path: &Path) -> Option<String> {
         Err(ErrorKind::StorageFull) => full(),
         _ if st.blocks_available() == 0 => full(),
         _ => None,
+    }
+}
+
+/// Whether an error says the server cannot be reached now (down, restarting, the network
+/// cut), as opposed to a query it refused.
+fn unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        // Class 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now.
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
     }
 }
 
@@ -238,33 +290,121 @@ impl Store {
     /// Returns once everything committed before the call survives a power loss (see
     /// `store::sync`: one sync of the write-ahead log, shared by every caller waiting).
     pub async fn sync(&self) -> Result<()> {
-        self.syncer.sync().await.map_err(|source| StoreError::Sync {
+        let Some(syncer) = &self.syncer else {
+            return Ok(()); // PostgreSQL: a commit is durable when it returns
+        };
+        syncer.sync().await.map_err(|source| StoreError::Sync {
             path: self.path.clone(),
             source,
         })
     }
 
+    /// The file, or the PostgreSQL URL without its password.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    pub fn engine(&self) -> Engine {
+        self.pool.engine()
+    }
+
+    /// The SQLite pool, for tests that look inside the file.
+    #[cfg(test)]
+    pub(crate) fn sqlite_pool(&self) -> &sqlx::SqlitePool {
+        match &self.pool {
+            engine::Pool::Sqlite(p) => p,
+            engine::Pool::Postgres(_) => panic!("a SQLite store"),
+        }
+    }
+
+    /// A connection from the pool, for queries outside a transaction.
+    async fn acquire(&self) -> Result<engine::PoolConn> {
+        self.reconnecting(|| self.pool.acquire()).await
+    }
+
+    /// A transaction for single-row writes (see `engine::Pool::begin`).
+    async fn begin(&self) -> Result<engine::Tx> {
+        self.reconnecting(|| self.pool.begin()).await
+    }
+
+    /// Gets a connection (or starts a transaction on one) through an outage of the PostgreSQL
+    /// server: while it cannot be reached (restarted, the network cut), waits and tries again
+    /// with a backoff, instead of failing. Nothing has been sent yet when a connection cannot
+    /// be had, so trying again is always safe; the caller (a slot about to record a trial, the
+    /// core about to start one) just waits, which stops dispatching until the server is back,
+    /// and what the workers finish meanwhile is written then. SQLite waits for its lock itself.
+    pub(super) async fn reconnecting<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+    {
+        let mut failures = 0u32;
+        let since = std::time::Instant::now();
+        loop {
+            match op().await {
+                Err(e) if self.engine() == Engine::Postgres && unreachable(&e) => {
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(
+                            "database {} cannot be reached ({e}): no trial starts until it is back; running trials go on and their results are written then",
+                            self.path.display()
+                        );
+                    } else if failures % 10 == 0 {
+                        tracing::warn!(
+                            "database {} still cannot be reached after {}s ({e}); retrying",
+                            self.path.display(),
+                            since.elapsed().as_secs()
+                        );
+                    }
+                    let wait = std::time::Duration::from_millis(250 << failures.min(7));
+                    tokio::time::sleep(wait).await;
+                }
+                other => {
+                    if failures > 0 {
+                        tracing::info!(
+                            "database {} is back after {}s",
+                            self.path.display(),
+                            since.elapsed().as_secs()
+                        );
+                    }
+                    return other.at(&self.path);
+                }
+            }
+        }
+    }
+
     /// Finds the study, or creates it the way `optuna.create_study` does.
     pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
+        match self.ensure_study_once(name, direction).await {
+            // Daemons on several hosts creating the study at once (PostgreSQL, where the
+            // transactions do not wait for each other): the loser's insert hits the unique
+            // name, and a second look finds the winner's study.
+            Err(StoreError::Sql {
+                source: sqlx::Error::Database(e),
+                ..
+            }) if e.is_unique_violation() => self.ensure_study_once(name, direction).await,
+            other => other,
+        }
+    }
+
+    async fn ensure_study_once(&self, name: &str, direction: Direction) -> Result<Study> {
         let mut tx = self.begin_write().await?;
-        let existing: Option<i64> =
-            sqlx::query_scalar("SELECT study_id FROM studies WHERE study_name = $1")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await
-                .at(&self.path)?;
+        let existing: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
+            "SELECT CAST(study_id AS BIGINT) FROM studies WHERE study_name = $1"
+        )
+        .bind(name)
+        .fetch_optional(c)
+        .await)
+        .at(&self.path)?;
         let id = match existing {
             Some(id) => {
-                let found: Option<String> = sqlx::query_scalar(
-                    "SELECT direction FROM study_directions WHERE study_id = $1 AND objective = 0",
+                let found: Option<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
+                    "SELECT CAST(direction AS TEXT) FROM study_directions \
+                     WHERE study_id = $1 AND objective = 0",
                 )
                 .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
+                .fetch_optional(c)
+                .await)
                 .at(&self.path)?;
                 if let Some(found) = found.filter(|f| f != direction.as_optuna()) {
                     return Err(StoreError::DirectionMismatch {
@@ -277,20 +417,23 @@ impl Store {
                 id
             }
             None => {
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO studies (study_name) VALUES ($1) RETURNING study_id",
+                // Two daemons creating the study at once on PostgreSQL: the unique name makes
+                // the second insert fail, and its retry finds the study.
+                let id: i64 = sql!(tx.conn(), |c| sqlx::query_scalar(
+                    "INSERT INTO studies (study_name) VALUES ($1) RETURNING CAST(study_id AS BIGINT)",
                 )
                 .bind(name)
-                .fetch_one(&mut *tx)
-                .await
+                .fetch_one(c)
+                .await)
                 .at(&self.path)?;
-                sqlx::query(
+                sql!(tx.conn(), |c| sqlx::query(
                     "INSERT INTO study_directions (direction, study_id, objective) VALUES ($1, $2, 0)",
                 )
-                .bind(direction.as_optuna())
+                .bind(engine::Label::direction(direction.as_optuna()))
                 .bind(id)
-                .execute(&mut *tx)
+                .execute(c)
                 .await
+                .map(|r| r.rows_affected()))
                 .at(&self.path)?;
                 id
             }
@@ -305,14 +448,16 @@ impl Store {
 
     /// Looks a study up without creating it (read-only commands).
     pub async fn find_study(&self, name: &str) -> Result<Study> {
-        let (id, direction): (i64, Option<String>) = sqlx::query_as(
-            "SELECT s.study_id, d.direction FROM studies s \
-             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
-             WHERE s.study_name = $1",
-        )
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await
+        let (id, direction): (i64, Option<String>) = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+                "SELECT CAST(s.study_id AS BIGINT), CAST(d.direction AS TEXT) FROM studies s \
+                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
+                 WHERE s.study_name = $1",
+            )
+            .bind(name)
+            .fetch_optional(c)
+            .await
+        })
         .at(&self.path)?
         .ok_or_else(|| StoreError::NoStudy {
             path: self.path.clone(),

@@ -1,7 +1,8 @@
 //! Opening the database: the file created private, the connection, Optuna's schema version
-//! checked, sweepd's migrations applied (see `sqlite` for what is the engine's).
+//! checked, sweepd's migrations applied (see `sqlite` and `postgres` for what is the engine's).
 
-use super::{sqlite, sync, Result, SqlContext, Store, StoreError};
+use super::engine::{self, sql, Pool};
+use super::{postgres, sqlite, sync, Result, SqlContext, Store, StoreError, Target};
 use std::path::Path;
 
 /// The Optuna schema revision sweepd reads and writes.
@@ -41,65 +42,111 @@ pub fn world_readable(path: &Path) -> bool {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database for `sweepd run`: WAL, migrations applied.
+    /// Opens (creating if needed) the SQLite database for `sweepd run`: WAL, migrations
+    /// applied.
     pub async fn open(path: &Path) -> Result<Store> {
-        let store = Store::connect(path, true).await?;
+        Store::open_target(&Target::Sqlite(path.to_owned())).await
+    }
+
+    /// Opens the database for `sweepd run` (a SQLite file is created if needed), migrations
+    /// applied.
+    pub async fn open_target(target: &Target) -> Result<Store> {
+        let store = Store::connect(target, true).await?;
         store.check_schema().await?;
-        sqlite::migrate(&store.pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                path: path.to_owned(),
-                source,
-            })?;
+        let migrated = match &store.pool {
+            Pool::Sqlite(p) => sqlite::migrate(p).await,
+            Pool::Postgres(p) => postgres::migrate(p).await,
+        };
+        migrated.map_err(|source| StoreError::Migrate {
+            path: store.path.clone(),
+            source,
+        })?;
         store.ensure_mirror().await?;
         Ok(store)
     }
 
     /// Starts a multi-statement write transaction. It commits lazily: whoever reports what it
-    /// wrote (a trial started or finished) waits for [`Store::sync`] first. It holds the write
-    /// lock from the start, so no other writer can slip in between what the transaction reads
-    /// and what it writes.
-    pub(super) async fn begin_write(&self) -> Result<sqlite::Tx<'static>> {
-        sqlite::begin_write(&self.pool).await.at(&self.path)
+    /// wrote (a trial started or finished) waits for [`Store::sync`] first. On SQLite it holds
+    /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
+    /// study's row lock (`engine::Tx::lock_study`).
+    pub(super) async fn begin_write(&self) -> Result<engine::Tx> {
+        self.reconnecting(|| self.pool.begin_write()).await
+    }
+
+    /// A write transaction serialised with every writer of the study's trials.
+    pub(super) async fn begin_study_write(&self, study_id: i64) -> Result<engine::Tx> {
+        let mut tx = self.begin_write().await?;
+        tx.lock_study(study_id).await.at(&self.path)?;
+        Ok(tx)
+    }
+
+    /// Opens an existing SQLite database without changing it.
+    pub async fn open_existing(path: &Path) -> Result<Store> {
+        Store::open_existing_target(&Target::Sqlite(path.to_owned())).await
     }
 
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
-    pub async fn open_existing(path: &Path) -> Result<Store> {
-        if !path.exists() {
-            return Err(StoreError::Missing(path.to_owned()));
+    pub async fn open_existing_target(target: &Target) -> Result<Store> {
+        if let Target::Sqlite(path) = target {
+            if !path.exists() {
+                return Err(StoreError::Missing(path.to_owned()));
+            }
         }
-        let store = Store::connect(path, false).await?;
+        let store = Store::connect(target, false).await?;
         store.check_schema().await?;
         if !store.has_table("studies").await? {
-            return Err(StoreError::NoSchema(path.to_owned()));
+            return Err(StoreError::NoSchema(store.path.clone()));
         }
         Ok(store)
     }
 
     async fn has_table(&self, table: &str) -> Result<bool> {
-        sqlite::has_table(&self.pool, table).await.at(&self.path)
+        match self.acquire().await?.conn() {
+            engine::Conn::Sqlite(c) => sqlite::has_table(c, table).await,
+            engine::Conn::Postgres(c) => postgres::has_table(c, table).await,
+        }
+        .at(&self.path)
     }
 
-    async fn connect(path: &Path, create: bool) -> Result<Store> {
-        if create {
-            create_private(path).map_err(sqlx::Error::Io).at(path)?;
+    async fn connect(target: &Target, create: bool) -> Result<Store> {
+        let label = target.label();
+        match target {
+            Target::Sqlite(path) => {
+                if create {
+                    create_private(path).map_err(sqlx::Error::Io).at(path)?;
+                }
+                let pool = sqlite::connect(path, create).await.at(path)?;
+                Ok(Store {
+                    pool: Pool::Sqlite(pool),
+                    path: label,
+                    syncer: Some(std::sync::Arc::new(sync::Syncer::new(path))),
+                })
+            }
+            Target::Postgres { url, .. } => {
+                let pool = postgres::connect(url).await.at(&label)?;
+                Ok(Store {
+                    pool: Pool::Postgres(pool),
+                    path: label,
+                    syncer: None,
+                })
+            }
         }
-        let pool = sqlite::connect(path, create).await.at(path)?;
-        Ok(Store {
-            pool,
-            path: path.to_owned(),
-            syncer: std::sync::Arc::new(sync::Syncer::new(path)),
-        })
+    }
+
+    /// Closes the pool's connections (tests restarting a server; the bench).
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// Refuses a database whose Optuna schema is another version than the one we write.
     async fn check_schema(&self) -> Result<()> {
         if self.has_table("alembic_version").await? {
-            let versions: Vec<String> =
+            let versions: Vec<String> = sql!(self.acquire().await?.conn(), |c| {
                 sqlx::query_scalar("SELECT version_num FROM alembic_version")
-                    .fetch_all(&self.pool)
+                    .fetch_all(c)
                     .await
-                    .at(&self.path)?;
+            })
+            .at(&self.path)?;
             if versions.iter().any(|v| v != ALEMBIC_HEAD) {
                 return Err(StoreError::IncompatibleSchema {
                     path: self.path.clone(),
@@ -108,11 +155,13 @@ impl Store {
             }
         }
         if self.has_table("version_info").await? {
-            let v: Option<i64> = sqlx::query_scalar(
-                "SELECT schema_version FROM version_info WHERE version_info_id = 1",
-            )
-            .fetch_optional(&self.pool)
-            .await
+            let v: Option<i64> = sql!(self.acquire().await?.conn(), |c| {
+                sqlx::query_scalar(
+                    "SELECT CAST(schema_version AS BIGINT) FROM version_info WHERE version_info_id = 1",
+                )
+                .fetch_optional(c)
+                .await
+            })
             .at(&self.path)?;
             if let Some(v) = v.filter(|v| *v != SCHEMA_VERSION) {
                 return Err(StoreError::IncompatibleSchema {

@@ -1,10 +1,6 @@
-//! The seam to the database engine: what the store does differently on SQLite than it would on
-//! another engine, in a few functions, so that a second backend (PostgreSQL, for several hosts
-//! on one study) is one more module implementing the same ones, not a copy of every query.
-//!
-//! Everything else in the store is written once: queries with `$1, $2, …` placeholders (which
-//! SQLite accepts and PostgreSQL requires), conditional `UPDATE`s instead of `INSERT OR`, and
-//! `ON CONFLICT … DO UPDATE`, which both engines understand.
+//! What the store does on SQLite alone (see `engine` for how the rest is written once): the
+//! connection (options, pragmas), the write transaction (`BEGIN IMMEDIATE`), looking a table
+//! up, and the migrations with their retry while the file is busy. `postgres` is its twin.
 //!
 //! SQLite-only outside this file, by nature: `sync` (an `fdatasync` of the write-ahead log;
 //! PostgreSQL's commit is durable by itself) and `mirror` (triggers and JSON functions in
@@ -15,12 +11,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use std::path::Path;
 use std::time::Duration;
 
-/// The engine the store's queries run on.
 pub(super) type Db = sqlx::Sqlite;
 pub(super) type Pool = sqlx::Pool<Db>;
-/// A write transaction (see [`begin_write`]).
 pub(super) type Tx<'c> = sqlx::Transaction<'c, Db>;
-pub(super) type Connection = <Db as sqlx::Database>::Connection;
 
 /// How long a statement waits for another writer (an Optuna script, say) before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);

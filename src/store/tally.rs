@@ -1,11 +1,12 @@
 //! Keeping the budget's [`Tally`] current by reading only the trials that can have changed.
 
-use super::sqlite::Connection;
+use super::engine::{sql, Conn};
 use super::{placeholders, Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
 
 /// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]).
-const TALLY_COLUMNS: &str = "SELECT t.trial_id, t.state, \
+const TALLY_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
+     CAST(t.state AS TEXT) AS state, \
      EXISTS (SELECT 1 FROM trial_system_attributes a \
              WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as') AS retried, \
      EXISTS (SELECT 1 FROM trial_system_attributes a \
@@ -36,24 +37,30 @@ impl Store {
     /// that were not final then. Cheap (it reads what changed, not the study), so the budget
     /// can be checked against the database before every start.
     pub async fn refresh_tally(&self, study: &Study, tally: &mut Tally) -> Result<()> {
-        let mut conn = self.pool.acquire().await.at(&self.path)?;
-        self.refresh_tally_on(&mut conn, study, tally).await
+        let mut conn = self.acquire().await?;
+        self.refresh_tally_on(conn.conn(), study, tally).await
     }
 
+    /// [`Store::refresh_tally`] on `conn`: in a start's transaction, which on PostgreSQL holds
+    /// the study's row lock, so that no trial can be created or claimed between this read and
+    /// the start (every writer of trials takes that lock first; trial ids then grow in commit
+    /// order within the study, and a range over them misses nothing).
     pub(super) async fn refresh_tally_on(
         &self,
-        conn: &mut Connection,
+        mut conn: Conn<'_>,
         study: &Study,
         tally: &mut Tally,
     ) -> Result<()> {
-        // trial_id is the rowid: a range over it reads only the new rows.
-        let new: Vec<TallyRow> = sqlx::query_as(&format!(
+        // trial_id is the rowid (a sequence on PostgreSQL): a range over it reads only the
+        // new rows.
+        let sql = format!(
             "{TALLY_COLUMNS} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id"
-        ))
-        .bind(tally.seen())
-        .bind(study.id)
-        .fetch_all(&mut *conn)
-        .await
+        );
+        let new: Vec<TallyRow> = sql!(conn.reborrow(), |c| sqlx::query_as(&sql)
+            .bind(tally.seen())
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
         .at(&self.path)?;
         for row in &new {
             row.apply_to(tally);
@@ -62,11 +69,14 @@ impl Store {
         for chunk in open.chunks(500) {
             let marks = placeholders(1, chunk.len());
             let sql = format!("{TALLY_COLUMNS} WHERE t.trial_id IN ({marks})");
-            let mut q = sqlx::query_as::<_, TallyRow>(&sql);
-            for id in chunk {
-                q = q.bind(id);
-            }
-            let rows = q.fetch_all(&mut *conn).await.at(&self.path)?;
+            let rows: Vec<TallyRow> = sql!(conn.reborrow(), |c| {
+                let mut q = sqlx::query_as(&sql);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                q.fetch_all(c).await
+            })
+            .at(&self.path)?;
             let mut gone: std::collections::HashSet<i64> = chunk.iter().copied().collect();
             for row in &rows {
                 gone.remove(&row.trial_id);

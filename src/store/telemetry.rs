@@ -2,18 +2,19 @@
 //! analysis.
 
 use super::columns::NullableInt;
-use super::{time, Result, SqlContext, Store, Study};
+use super::engine::{sql, Stamp};
+use super::{Result, SqlContext, Store, Study};
 
 impl Store {
-    /// Replaces the study's `sweepd_gpus` rows with the monitor's latest view.
-    pub async fn write_gpus(&self, study: &Study, rows: &[GpuRow]) -> Result<()> {
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+    /// Replaces this host's `sweepd_gpus` rows of the study with the monitor's latest view.
+    pub async fn write_gpus(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
+        let mut tx = self.begin().await?;
         for r in rows {
-            sqlx::query(
+            sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
-                 running, par_estimate, expected_peak, wait, error, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-                 ON CONFLICT (study_id, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
+                 running, par_estimate, expected_peak, wait, error, updated_at, host) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                 ON CONFLICT (study_id, host, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
                  free = excluded.free, used = excluded.used, util_gpu = excluded.util_gpu, \
                  util_mem = excluded.util_mem, running = excluded.running, par_estimate = excluded.par_estimate, \
                  expected_peak = excluded.expected_peak, wait = excluded.wait, error = excluded.error, \
@@ -32,9 +33,11 @@ impl Store {
             .bind(r.expected_peak.map(|v| v as i64))
             .bind(&r.wait)
             .bind(&r.error)
-            .bind(time::now())
-            .execute(&mut *tx)
+            .bind(Stamp::now())
+            .bind(host)
+            .execute(c)
             .await
+            .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
@@ -42,13 +45,14 @@ impl Store {
     }
 
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
-        sqlx::query_as(
-            "SELECT device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
-             expected_peak, wait, error, updated_at FROM sweepd_gpus WHERE study_id = $1 ORDER BY device",
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+            "SELECT host, device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
+             expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at FROM sweepd_gpus \
+             WHERE study_id = $1 ORDER BY host, device",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)
     }
 
@@ -57,18 +61,19 @@ impl Store {
         if samples.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.at(&self.path)?;
-        let now = time::now();
+        let mut tx = self.begin().await?;
+        let now = Stamp::now();
         for s in samples {
-            sqlx::query(
+            sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO sweepd_trial_memory (trial_id, at, device, used) VALUES ($1, $2, $3, $4)",
             )
             .bind(s.trial_id)
             .bind(&now)
             .bind(s.device as i64)
             .bind(s.used as i64)
-            .execute(&mut *tx)
+            .execute(c)
             .await
+            .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
@@ -89,6 +94,8 @@ pub struct MemorySample {
 /// One `sweepd_gpus` row.
 #[derive(Debug, Clone, Default, serde::Serialize, sqlx::FromRow)]
 pub struct GpuRow {
+    /// The host whose device it is (filled in when read back).
+    pub host: String,
     #[sqlx(try_from = "i64")]
     pub device: u32,
     pub name: Option<String>,

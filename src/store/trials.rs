@@ -3,10 +3,8 @@
 //! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
-use super::sqlite::Tx;
-use super::{
-    encode_value, placeholders, read_value, time, DaemonId, Result, SqlContext, Store, Study,
-};
+use super::engine::{sql, Label, Stamp, Tx};
+use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
@@ -67,20 +65,21 @@ impl Store {
     /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
     /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
     pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
-        let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
-            "SELECT t.trial_id, \
+        let rows: Vec<(i64, Option<String>)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(t.trial_id AS BIGINT), \
                (SELECT a.value_json FROM trial_system_attributes a \
                  WHERE a.trial_id = t.trial_id AND a.key = $1) \
              FROM trials t WHERE t.study_id = $2 AND t.state = 'RUNNING' AND EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
                  AND a.key IN ($1, 'sweepd:worker_id')) \
              ORDER BY t.trial_id",
-        )
-        .bind(OWNER_ATTR)
-        .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
-        .at(&self.path)?;
+            )
+            .bind(OWNER_ATTR)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         Ok(rows
             .into_iter()
             .map(|(trial_id, owner)| {
@@ -114,17 +113,19 @@ impl Store {
     /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
-        let mut tx = self.begin_write().await?;
-        let row: Option<(i64, Option<String>)> = sqlx::query_as(
-            "SELECT t.number, (SELECT a.value_json FROM trial_system_attributes a \
+        let mut tx = self.begin_study_write(study.id).await?;
+        let row: Option<(i64, Option<String>)> = sql!(tx.conn(), |c| {
+            sqlx::query_as(
+            "SELECT CAST(t.number AS BIGINT), (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
              FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
                  AND a.key = 'sweepd:retried_as')",
         )
         .bind(trial_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(c)
         .await
+        })
         .at(&self.path)?;
         let Some((number, kind)) = row else {
             tx.rollback().await.at(&self.path)?;
@@ -154,7 +155,8 @@ impl Store {
         // Trials already in the supervisor's line are skipped (a short list).
         let skip = placeholders(2, exclude.len());
         let sql = format!(
-            "SELECT trial_id, number FROM trials WHERE study_id = $1 AND state = 'WAITING' {} \
+            "SELECT CAST(trial_id AS BIGINT), CAST(number AS BIGINT) FROM trials \
+             WHERE study_id = $1 AND state = 'WAITING' {} \
              ORDER BY trial_id LIMIT 1",
             if exclude.is_empty() {
                 String::new()
@@ -162,11 +164,15 @@ impl Store {
                 format!("AND trial_id NOT IN ({skip})")
             }
         );
-        let mut q = sqlx::query_as(&sql).bind(study.id);
-        for id in exclude {
-            q = q.bind(id);
-        }
-        let Some((trial_id, number)) = q.fetch_optional(&self.pool).await.at(&self.path)? else {
+        let found: Option<(i64, i64)> = sql!(self.acquire().await?.conn(), |c| {
+            let mut q = sqlx::query_as(&sql).bind(study.id);
+            for id in exclude {
+                q = q.bind(id);
+            }
+            q.fetch_optional(c).await
+        })
+        .at(&self.path)?;
+        let Some((trial_id, number)) = found else {
             return Ok(None);
         };
         let mut w = Waiting {
@@ -177,12 +183,12 @@ impl Store {
             problem: None,
             attempts: Attempts::new(),
         };
-        let rows: Vec<(String, f64, String)> = sqlx::query_as(
+        let rows: Vec<(String, f64, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $1",
         )
         .bind(trial_id)
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)?;
         for (name, internal, dist) in rows {
             w.present.push(name.clone());
@@ -201,14 +207,14 @@ impl Store {
                 None => w.problem = Some(format!("param `{name}` is outside the search space")),
             }
         }
-        let attrs: Vec<(String, String)> = sqlx::query_as(
+        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
              AND key IN ('sweepd:attempts', 'fixed_params', $2)",
         )
         .bind(trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)?;
         let mut fixed_attr = None;
         for (key, text) in attrs {
@@ -249,7 +255,7 @@ impl Store {
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<Started> {
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.begin_study_write(ctx.study.id).await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
         match started {
             Started::Yes(_) => tx.commit().await.at(&self.path)?,
@@ -272,7 +278,7 @@ impl Store {
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.begin_study_write(study.id).await?;
         let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         let started = self.start_in(&mut tx, space, op, ctx).await?;
         tx.commit().await.at(&self.path)?;
@@ -282,12 +288,13 @@ impl Store {
     /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
     async fn start_in(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         space: &SearchSpace,
         op: StartOp<'_>,
         ctx: StartCtx<'_>,
     ) -> Result<Started> {
-        self.refresh_tally_on(tx, ctx.study, ctx.tally).await?;
+        self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally)
+            .await?;
         if !ctx.tally.room(ctx.budget) {
             return Ok(Started::NoRoom);
         }
@@ -306,16 +313,16 @@ impl Store {
                 (claimed, &[][..])
             }
             StartOp::Claim(w, params) => {
-                let claimed = sqlx::query(
+                let claimed = sql!(tx.conn(), |c| sqlx::query(
                     "UPDATE trials SET state = 'RUNNING', datetime_start = $1 \
                      WHERE trial_id = $2 AND state = 'WAITING'",
                 )
-                .bind(time::now())
+                .bind(Stamp::now())
                 .bind(w.trial_id)
-                .execute(&mut **tx)
+                .execute(c)
                 .await
-                .at(&self.path)?
-                .rows_affected();
+                .map(|r| r.rows_affected()))
+                .at(&self.path)?;
                 if claimed != 1 {
                     return Ok(Started::Taken);
                 }
@@ -345,7 +352,7 @@ impl Store {
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
     /// GPU, once the worker is known.
     pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
-        let mut tx = self.pool.begin().await.at(&self.path)?;
+        let mut tx = self.begin().await?;
         self.write_runner(&mut tx, trial_id, runner).await?;
         if let Some(gpu) = gpu {
             self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
@@ -357,47 +364,49 @@ impl Store {
 
     /// The number the next trial created in this study will get (a hint for seeding).
     pub async fn next_number(&self, study: &Study) -> Result<i64> {
-        sqlx::query_scalar("SELECT COALESCE(MAX(number), -1) + 1 FROM trials WHERE study_id = $1")
-            .bind(study.id)
-            .fetch_one(&self.pool)
-            .await
-            .at(&self.path)
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+            "SELECT CAST(COALESCE(MAX(number), -1) + 1 AS BIGINT) FROM trials WHERE study_id = $1",
+        )
+        .bind(study.id)
+        .fetch_one(c)
+        .await)
+        .at(&self.path)
     }
 
     /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
     /// trials), computed inside the write transaction so concurrent writers never share one.
     async fn insert_trial(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         study: &Study,
         state: TrialState,
     ) -> Result<(i64, i64)> {
-        let start = (state == TrialState::Running).then(time::now);
+        let start = (state == TrialState::Running).then(Stamp::now);
         // Optuna's number is the count of the study's earlier trials; numbers are dense, so
         // that is MAX(number) + 1: an index lookup, computed in the insert itself, inside the
         // write transaction, so concurrent writers never share a number.
-        sqlx::query_as(
+        sql!(tx.conn(), |c| sqlx::query_as(
             "INSERT INTO trials (number, study_id, state, datetime_start) \
              SELECT COALESCE(MAX(number), -1) + 1, $1, $2, $3 FROM trials WHERE study_id = $1 \
-             RETURNING trial_id, number",
+             RETURNING CAST(trial_id AS BIGINT), CAST(number AS BIGINT)",
         )
         .bind(study.id)
-        .bind(state.as_str())
+        .bind(Label::state(state.as_str()))
         .bind(start)
-        .fetch_one(&mut **tx)
-        .await
+        .fetch_one(c)
+        .await)
         .at(&self.path)
     }
 
     async fn insert_param(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         trial_id: i64,
         name: &str,
         dist: &Distribution,
         v: &ParamValue,
     ) -> Result<()> {
-        sqlx::query(
+        sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
              VALUES ($1, $2, $3, $4)",
         )
@@ -405,8 +414,9 @@ impl Store {
         .bind(name)
         .bind(dist.to_internal(v))
         .bind(dist.optuna_json())
-        .execute(&mut **tx)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
             self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
@@ -415,7 +425,7 @@ impl Store {
         Ok(())
     }
 
-    async fn write_runner(&self, tx: &mut Tx<'_>, trial_id: i64, runner: Runner) -> Result<()> {
+    async fn write_runner(&self, tx: &mut Tx, trial_id: i64, runner: Runner) -> Result<()> {
         self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
             .await?;
         self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
@@ -425,27 +435,29 @@ impl Store {
     /// Records an intermediate value. A repeated step keeps the first value, as Optuna does.
     pub async fn report(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
         let (v, t) = encode_value(value);
-        let insert = sqlx::query(
-            "INSERT INTO trial_intermediate_values \
+        let sql = "INSERT INTO trial_intermediate_values \
              (trial_id, step, intermediate_value, intermediate_value_type) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (trial_id, step) DO NOTHING",
-        )
-        .bind(trial_id)
-        .bind(step)
-        .bind(v)
-        .bind(t);
+             ON CONFLICT (trial_id, step) DO NOTHING";
+        // Written on a pooled connection, or with the negative-zero note in one transaction.
+        macro_rules! insert {
+            ($conn:expr) => {
+                sql!($conn, |c| sqlx::query(sql)
+                    .bind(trial_id)
+                    .bind(step)
+                    .bind(v)
+                    .bind(Label::intermediate_type(t))
+                    .execute(c)
+                    .await
+                    .map(|r| r.rows_affected()))
+                .at(&self.path)?
+            };
+        }
         if !is_negative_zero(value) {
-            insert.execute(&self.pool).await.at(&self.path)?;
+            insert!(self.acquire().await?.conn());
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.at(&self.path)?;
-        if insert
-            .execute(&mut *tx)
-            .await
-            .at(&self.path)?
-            .rows_affected()
-            == 1
-        {
+        let mut tx = self.begin().await?;
+        if insert!(tx.conn()) == 1 {
             self.note_negative_zeros(&mut tx, trial_id, |z| z.intermediate.push(step))
                 .await?;
         }
@@ -463,7 +475,7 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.begin_study_write(study.id).await?;
         let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
         match number {
             Some(_) => tx.commit().await.at(&self.path)?,
@@ -473,9 +485,9 @@ impl Store {
     }
 
     /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.
-    async fn finish_in(
+    pub(super) async fn finish_in(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         study: &Study,
         trial_id: i64,
         how: &Finish,
@@ -483,15 +495,15 @@ impl Store {
     ) -> Result<Option<i64>> {
         let state = how.state();
         // The conditional update is what makes finishing happen once: `None` if not RUNNING.
-        let number: Option<i64> = sqlx::query_scalar(
+        let number: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "UPDATE trials SET state = $1, datetime_complete = $2 \
-             WHERE trial_id = $3 AND state = 'RUNNING' RETURNING number",
+             WHERE trial_id = $3 AND state = 'RUNNING' RETURNING CAST(number AS BIGINT)",
         )
-        .bind(state.as_str())
-        .bind(time::now())
+        .bind(Label::state(state.as_str()))
+        .bind(Stamp::now())
         .bind(trial_id)
-        .fetch_optional(&mut **tx)
-        .await
+        .fetch_optional(c)
+        .await)
         .at(&self.path)?;
         let Some(number) = number else {
             return Ok(None);
@@ -499,27 +511,29 @@ impl Store {
         let value = match how {
             Finish::Complete(v) => Some(*v),
             // Optuna records a pruned trial's last intermediate value as its value.
-            Finish::Pruned => sqlx::query_as::<_, (Option<f64>, String)>(
-                "SELECT intermediate_value, intermediate_value_type FROM trial_intermediate_values \
+            Finish::Pruned => sql!(tx.conn(), |c| sqlx::query_as::<_, (Option<f64>, String)>(
+                "SELECT intermediate_value, CAST(intermediate_value_type AS TEXT) \
+                 FROM trial_intermediate_values \
                  WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
             )
             .bind(trial_id)
-            .fetch_optional(&mut **tx)
-            .await
+            .fetch_optional(c)
+            .await)
             .at(&self.path)?
             .and_then(|(value, value_type)| read_value(value, Some(&value_type))),
             Finish::Fail(_) => None,
         };
         if let Some(v) = value {
             let (v, t) = encode_value(v);
-            sqlx::query(
+            sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES ($1, 0, $2, $3)",
             )
             .bind(trial_id)
             .bind(v)
-            .bind(t)
-            .execute(&mut **tx)
+            .bind(Label::value_type(t))
+            .execute(c)
             .await
+            .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
         if value.is_some_and(is_negative_zero) {
@@ -554,20 +568,20 @@ impl Store {
     /// `retry_history`: every failed attempt's number). Returns the copy's number.
     async fn enqueue_retry(
         &self,
-        tx: &mut Tx<'_>,
+        tx: &mut Tx,
         study: &Study,
         failed_id: i64,
         failed_number: i64,
         kind: FailureKind,
     ) -> Result<i64> {
-        let attrs: Vec<(String, String)> = sqlx::query_as(
+        let attrs: Vec<(String, String)> = sql!(tx.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
              AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', $2)",
         )
         .bind(failed_id)
         .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_all(&mut **tx)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)?;
         let mut first = failed_number;
         let mut history: Vec<Value> = Vec::new();
@@ -587,14 +601,15 @@ impl Store {
         *attempts.entry(kind).or_default() += 1;
         history.push(json!(failed_number));
         let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
-        sqlx::query(
+        sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
              SELECT $1, param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $2",
         )
         .bind(copy_id)
         .bind(failed_id)
-        .execute(&mut **tx)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         self.set_attr(tx, copy_id, "failed_trial", &json!(first))
             .await?;

@@ -2,13 +2,16 @@
 //! restarted daemon's sampler, pruner and memory model learn from them.
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
+use super::engine::{sql, Label};
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
 use serde_json::{json, Value};
 
 /// The columns of a [`TrialRow`].
-const TRIAL_COLUMNS: &str = "SELECT t.trial_id, t.number, t.state, v.value, v.value_type, \
-     t.datetime_start, t.datetime_complete \
+const TRIAL_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
+     CAST(t.number AS BIGINT) AS number, CAST(t.state AS TEXT) AS state, v.value, \
+     CAST(v.value_type AS TEXT) AS value_type, CAST(t.datetime_start AS TEXT) AS datetime_start, \
+     CAST(t.datetime_complete AS TEXT) AS datetime_complete \
      FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0";
 
 /// What a [`TrialView`] is made from besides its params and attributes (see `Store::view`).
@@ -57,15 +60,15 @@ pub type Curve = (i64, bool, Vec<(i64, f64)>);
 impl Store {
     /// Trial counts by state; FAIL trials with a retry copy are counted apart.
     pub async fn counts(&self, study: &Study) -> Result<Counts> {
-        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
-            "SELECT t.state, COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
+        let rows: Vec<(String, i64, Option<i64>)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+            "SELECT CAST(t.state AS TEXT), COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
              FROM trials t LEFT JOIN trial_system_attributes a \
                ON a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' \
              WHERE t.study_id = $1 GROUP BY t.state",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)?;
         let mut c = Counts::default();
         for (state, n, retried) in rows {
@@ -88,14 +91,18 @@ impl Store {
     /// Every trial of the study as the sampler learns from it: typed params, state, value and
     /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
     pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        let rows: Vec<HistoryRow> = sqlx::query_as(
-            "SELECT t.trial_id, t.number, t.state, v.value, v.value_type FROM trials t \
+        let rows: Vec<HistoryRow> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+            "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, CAST(t.number AS BIGINT) AS number, \
+             CAST(t.state AS TEXT) AS state, v.value, CAST(v.value_type AS TEXT) AS value_type \
+             FROM trials t \
              LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              WHERE t.study_id = $1 ORDER BY t.trial_id",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
+        .fetch_all(c)
         .await
+        })
         .at(&self.path)?;
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
         let mut index = std::collections::HashMap::with_capacity(rows.len());
@@ -113,13 +120,15 @@ impl Store {
                 constraints: Vec::new(),
             });
         }
-        let params: Vec<(i64, String, f64, String)> = sqlx::query_as(
-            "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json \
+        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+            "SELECT CAST(p.trial_id AS BIGINT), p.param_name, p.param_value, p.distribution_json \
              FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
+        .fetch_all(c)
         .await
+        })
         .at(&self.path)?;
         for (trial_id, name, internal, dist) in params {
             let Some(&i) = index.get(&trial_id) else {
@@ -132,15 +141,17 @@ impl Store {
                 records[i].params.insert(name, v);
             }
         }
-        let attrs: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a \
+        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+            "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json FROM trial_system_attributes a \
              JOIN trials t ON t.trial_id = a.trial_id \
              WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
         )
         .bind(study.id)
         .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_all(&self.pool)
+        .fetch_all(c)
         .await
+        })
         .at(&self.path)?;
         for (trial_id, key, json) in attrs {
             let Some(&i) = index.get(&trial_id) else {
@@ -176,14 +187,17 @@ impl Store {
             n += 1;
             sql.push_str(&format!(" LIMIT ${n}"));
         }
-        let mut q = sqlx::query_as::<_, TrialRow>(&sql).bind(study.id);
-        if let Some(s) = state {
-            q = q.bind(s.as_str());
-        }
-        if let Some(l) = limit {
-            q = q.bind(l as i64);
-        }
-        let rows = q.fetch_all(&self.pool).await.at(&self.path)?;
+        let rows: Vec<TrialRow> = sql!(self.acquire().await?.conn(), |c| {
+            let mut q = sqlx::query_as(&sql).bind(study.id);
+            if let Some(s) = state {
+                q = q.bind(Label::state(s.as_str()));
+            }
+            if let Some(l) = limit {
+                q = q.bind(l as i64);
+            }
+            q.fetch_all(c).await
+        })
+        .at(&self.path)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows.into_iter().rev() {
             out.push(self.view(row).await?);
@@ -203,15 +217,15 @@ impl Store {
             }
         };
         let sql = format!(
-            "SELECT t.trial_id FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id \
+            "SELECT CAST(t.trial_id AS BIGINT) FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id \
              AND v.objective = 0 WHERE t.study_id = $1 AND t.state = 'COMPLETE' \
              ORDER BY {order}, t.number LIMIT 1"
         );
-        let id: Option<i64> = sqlx::query_scalar(&sql)
+        let id: Option<i64> = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(&sql)
             .bind(study.id)
-            .fetch_optional(&self.pool)
-            .await
-            .at(&self.path)?;
+            .fetch_optional(c)
+            .await)
+        .at(&self.path)?;
         match id {
             Some(id) => self.trial(id).await.map(Some),
             None => Ok(None),
@@ -220,11 +234,13 @@ impl Store {
 
     /// One trial by id.
     pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
-        let row = sqlx::query_as(&format!("{TRIAL_COLUMNS} WHERE t.trial_id = $1"))
-            .bind(trial_id)
-            .fetch_one(&self.pool)
-            .await
-            .at(&self.path)?;
+        let row = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&format!(
+            "{TRIAL_COLUMNS} WHERE t.trial_id = $1"
+        ))
+        .bind(trial_id)
+        .fetch_one(c)
+        .await)
+        .at(&self.path)?;
         self.view(row).await
     }
 
@@ -248,14 +264,15 @@ impl Store {
     }
 
     async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
-        let params: Vec<(String, f64, String)> = sqlx::query_as(
-            "SELECT param_name, param_value, distribution_json FROM trial_params \
+        let params: Vec<(String, f64, String)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT param_name, param_value, distribution_json FROM trial_params \
              WHERE trial_id = $1 ORDER BY param_id",
-        )
-        .bind(view.trial_id)
-        .fetch_all(&self.pool)
-        .await
-        .at(&self.path)?;
+            )
+            .bind(view.trial_id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         for (name, internal, dist) in params {
             let ext = Distribution::from_optuna_json(&dist)
                 .ok()
@@ -263,14 +280,16 @@ impl Store {
                 .unwrap_or(json!(internal));
             view.params.insert(name, ext);
         }
-        let attrs: Vec<(String, String)> = sqlx::query_as(
+        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
              ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
         )
         .bind(view.trial_id)
         .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_all(&self.pool)
+        .fetch_all(c)
         .await
+        })
         .at(&self.path)?;
         for (key, json) in attrs {
             let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
@@ -301,16 +320,18 @@ impl Store {
         &self,
         study: &Study,
     ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
-        let rows: Vec<(i64, String, i64, f64)> = sqlx::query_as(
-            "SELECT t.number, t.state, i.step, i.intermediate_value FROM trial_intermediate_values i \
+        let rows: Vec<(i64, String, i64, f64)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(t.number AS BIGINT), CAST(t.state AS TEXT), CAST(i.step AS BIGINT), \
+             i.intermediate_value FROM trial_intermediate_values i \
              JOIN trials t ON t.trial_id = i.trial_id \
              WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
                AND i.intermediate_value_type = 'FINITE' ORDER BY t.number, i.step",
-        )
-        .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
-        .at(&self.path)?;
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         let mut out: Vec<Curve> = Vec::new();
         for (number, state, step, value) in rows {
             if out.last().is_none_or(|l| l.0 != number) {
@@ -324,17 +345,19 @@ impl Store {
     /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the
     /// memory model survives a restart.
     pub async fn peaks(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
-        let rows: Vec<(i64, String, String, f64, String)> = sqlx::query_as(
-            "SELECT a.trial_id, a.value_json, p.param_name, p.param_value, p.distribution_json \
+        let rows: Vec<(i64, String, String, f64, String)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(a.trial_id AS BIGINT), a.value_json, p.param_name, p.param_value, \
+             p.distribution_json \
              FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
              JOIN trial_params p ON p.trial_id = a.trial_id \
              WHERE t.study_id = $1 AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
              ORDER BY a.trial_id",
-        )
-        .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
-        .at(&self.path)?;
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
         let mut out: Vec<(i64, Params, u64)> = Vec::new();
         for (id, json, name, internal, dist) in rows {
             if out.last().is_none_or(|l| l.0 != id) {

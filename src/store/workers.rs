@@ -1,22 +1,23 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
-use super::{time, Result, SqlContext, Store, Study};
+use super::engine::{sql, Stamp};
+use super::{Result, SqlContext, Store, Study};
 use crate::study::WorkerState;
 use std::path::Path;
 
 impl Store {
     /// Registers a worker before it is spawned; its id is the worker's `SWEEPD_WORKER_ID`.
     pub async fn worker_created(&self, study: &Study, slot: usize, host: &str) -> Result<i64> {
-        sqlx::query_scalar(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
             "INSERT INTO sweepd_workers (study_id, slot, host, state, started_at) \
              VALUES ($1, $2, $3, 'STARTING', $4) RETURNING worker_id",
         )
         .bind(study.id)
         .bind(slot as i64)
         .bind(host)
-        .bind(time::now())
-        .fetch_one(&self.pool)
-        .await
+        .bind(Stamp::now())
+        .fetch_one(c)
+        .await)
         .at(&self.path)
     }
 
@@ -28,26 +29,30 @@ impl Store {
         start_time: Option<u64>,
         log: &Path,
     ) -> Result<()> {
-        sqlx::query(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "UPDATE sweepd_workers SET pid = $1, pid_start_time = $2, log_path = $3 WHERE worker_id = $4",
         )
         .bind(pid as i64)
         .bind(start_time.map(|t| t as i64))
         .bind(log.to_string_lossy().into_owned())
         .bind(worker_id)
-        .execute(&self.pool)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
     }
 
     pub async fn worker_state(&self, worker_id: i64, state: WorkerState) -> Result<()> {
-        sqlx::query("UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2")
-            .bind(state.as_str())
-            .bind(worker_id)
-            .execute(&self.pool)
-            .await
-            .at(&self.path)?;
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
+            "UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2"
+        )
+        .bind(state.as_str())
+        .bind(worker_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -57,27 +62,31 @@ impl Store {
         exit_code: Option<i32>,
         signal: Option<i32>,
     ) -> Result<()> {
-        sqlx::query(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "UPDATE sweepd_workers SET state = 'EXITED', ended_at = $1, exit_code = $2, \
              exit_signal = $3 WHERE worker_id = $4",
         )
-        .bind(time::now())
+        .bind(Stamp::now())
         .bind(exit_code)
         .bind(signal)
         .bind(worker_id)
-        .execute(&self.pool)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
     }
 
     /// Counts a successful trial of a worker (shown by `status`, used for recycling).
     pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
-        sqlx::query("UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1")
-            .bind(worker_id)
-            .execute(&self.pool)
-            .await
-            .at(&self.path)?;
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
+            "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
+        )
+        .bind(worker_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
         Ok(())
     }
 
@@ -88,45 +97,50 @@ impl Store {
         kind: &str,
         detail: &str,
     ) -> Result<()> {
-        sqlx::query(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "INSERT INTO sweepd_worker_events (worker_id, trial_id, at, kind, detail) \
              VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(worker_id)
         .bind(trial_id)
-        .bind(time::now())
+        .bind(Stamp::now())
         .bind(kind)
         .bind(detail)
-        .execute(&self.pool)
+        .execute(c)
         .await
+        .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
     }
 
-    /// Workers of this study that no instance marked EXITED: (worker_id, pid, pid start time).
+    /// Workers of this study that no instance marked EXITED: (worker_id, pid, pid start time);
+    /// only those of `host` when given (several hosts: the others' are theirs to reap).
     pub async fn unfinished_workers(
         &self,
         study: &Study,
+        host: Option<&str>,
     ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
-        sqlx::query_as(
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT worker_id, pid, pid_start_time FROM sweepd_workers \
-             WHERE study_id = $1 AND state <> 'EXITED'",
+             WHERE study_id = $1 AND state <> 'EXITED' AND ($2 IS NULL OR host = $2)",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
+        .bind(host)
+        .fetch_all(c)
+        .await)
         .at(&self.path)
     }
 
     /// Live workers for `status`.
     pub async fn live_workers(&self, study: &Study) -> Result<Vec<WorkerView>> {
-        sqlx::query_as(
-            "SELECT worker_id, slot, pid, state, trials_done, started_at FROM sweepd_workers \
-             WHERE study_id = $1 AND state <> 'EXITED' ORDER BY slot",
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+            "SELECT worker_id, host, slot, pid, state, trials_done, \
+             CAST(started_at AS TEXT) AS started_at FROM sweepd_workers \
+             WHERE study_id = $1 AND state <> 'EXITED' ORDER BY host, slot",
         )
         .bind(study.id)
-        .fetch_all(&self.pool)
-        .await
+        .fetch_all(c)
+        .await)
         .at(&self.path)
     }
 }
@@ -135,6 +149,7 @@ impl Store {
 #[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct WorkerView {
     pub worker_id: i64,
+    pub host: String,
     pub slot: i64,
     pub pid: Option<i64>,
     pub state: WorkerState,

@@ -169,6 +169,9 @@ spelled! {
         /// Every device quarantined by the circuit breaker.
         Paused => "PAUSED",
         Stopped => "STOPPED",
+        /// Stopped heartbeating for `[storage] host_timeout`: another host failed its RUNNING
+        /// trials and re-enqueued them (PostgreSQL, several hosts).
+        Gone => "GONE",
     }
 }
 

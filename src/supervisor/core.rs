@@ -72,6 +72,9 @@ pub(super) struct Core {
     /// The number the next new trial will most likely get: the seed key of a new proposal,
     /// kept here rather than asked of the database for every trial.
     pub(super) next_key: u64,
+    /// Added to every seed key: this host's own range when several hosts sample the study
+    /// (see `supervisor::host_key_offset`), else 0.
+    pub(super) key_offset: u64,
     /// Candidates in line for admission, with how many trials started ahead of each.
     pub(super) pending: std::collections::VecDeque<(Candidate, u32)>,
     pub(super) gpu: Option<GpuCtl>,
@@ -471,7 +474,7 @@ impl Core {
             .iter()
             .filter(|(c, _)| matches!(c, Candidate::New(_)))
             .count() as u64;
-        let key = self.next_key + queued_new;
+        let key = self.next_key + queued_new + self.key_offset;
         let mut proposal = self.sampler.sample(space, &Params::new(), key);
         for attempt in 1..=policy::MAX_REDRAWS {
             match &proposal {

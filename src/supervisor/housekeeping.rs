@@ -7,7 +7,7 @@ use super::core::Core;
 use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
 use crate::gpu::Monitor;
-use crate::store::GpuRow;
+use crate::store::{Engine, GpuRow};
 use crate::study::{DaemonCommand, DaemonState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +23,10 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         Duration::from_secs(1)
     };
     let mut tick = 0u64;
+    // When this daemon last failed to heartbeat: after an outage of the database every host's
+    // heartbeat looks old, so none fails another over until its own have been written again
+    // for a whole `host_timeout`.
+    let mut last_silence = Instant::now();
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -58,7 +62,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             let rows = gpu_rows(&sh, m).await;
             sh.metrics.set_gpus(&rows);
-            if let Err(e) = sh.store.write_gpus(&sh.study, &rows).await {
+            if let Err(e) = sh.store.write_gpus(&sh.study, &sh.host, &rows).await {
                 warn!("could not store GPU readings: {e}");
             }
         }
@@ -92,12 +96,32 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         } else {
             DaemonState::Running
         };
-        if let Err(e) = sh
+        let asked = Instant::now();
+        let written = sh
             .store
             .daemon_state(&sh.study, &sh.me, state, paused.as_deref())
-            .await
+            .await;
+        // The store waits through an outage instead of failing: a heartbeat that took this
+        // long was one.
+        if asked.elapsed() > Duration::from_secs(2) {
+            last_silence = Instant::now();
+        }
+        match written {
+            Ok(true) => {}
+            // SQLite: another host took the study over (this one looked gone); nothing to
+            // fight over, its trials are the other daemon's to reconcile.
+            Ok(false) if sh.store.engine() == Engine::Postgres => row_lost(&sh).await,
+            Ok(false) => {}
+            Err(e) => {
+                last_silence = Instant::now();
+                warn!("could not update the daemon row: {e}");
+            }
+        }
+        trial_heartbeats(&sh).await;
+        if sh.store.engine() == Engine::Postgres
+            && last_silence.elapsed() > sh.cfg().storage.host_timeout
         {
-            warn!("could not update the daemon row: {e}");
+            fail_over_silent_hosts(&sh).await;
         }
         // The watchdog is fed only by a loop that just got the core lock and the database:
         // a wedged supervisor stops feeding it and systemd restarts us.
@@ -117,6 +141,67 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             _ = tokio::time::sleep(every) => {}
             _ = done.cancelled() => return,
         }
+    }
+}
+
+/// Our daemon row was not ours any more: another host failed this one over while it could not
+/// reach the database (its RUNNING trials are FAIL and re-enqueued; what they report now is not
+/// recorded), or the row was marked stopped. Take it back and go on as a live host.
+async fn row_lost(sh: &Shared) {
+    warn!(
+        "this host's daemon row was taken while the database could not be reached (failed over by another host?): \
+         its running trials were re-enqueued elsewhere and their results here will not be recorded; taking the row back"
+    );
+    let me = sh.me.clone();
+    if let Err(e) = sh
+        .store
+        .lock_daemon(&sh.study, &sh.me, |h| super::daemon_alive(h, &me, true))
+        .await
+    {
+        warn!("could not take the daemon row back: {e}");
+    }
+}
+
+/// Optuna's heartbeats of the trials this daemon runs, so that Optuna's `fail_stale_trials`
+/// sees them alive (and stale once this host is gone).
+async fn trial_heartbeats(sh: &Shared) {
+    let ours: Vec<i64> = match sh.store.sweepd_running(&sh.study).await {
+        Ok(running) => running
+            .into_iter()
+            .filter(|(_, owner)| owner.as_ref() == Some(&sh.me))
+            .map(|(id, _)| id)
+            .collect(),
+        Err(e) => {
+            warn!("could not list this daemon's running trials: {e}");
+            return;
+        }
+    };
+    if let Err(e) = sh.store.trial_heartbeats(&ours).await {
+        warn!("could not record the running trials' heartbeats: {e}");
+    }
+}
+
+/// Several hosts: fails over the hosts whose daemons have been silent for `[storage]
+/// host_timeout` (their RUNNING trials FAIL and re-enqueued, once, by whichever host is first).
+async fn fail_over_silent_hosts(sh: &Shared) {
+    let timeout = sh.cfg().storage.host_timeout;
+    match sh
+        .store
+        .fail_over_silent_hosts(&sh.study, &sh.me, timeout)
+        .await
+    {
+        Ok(gone) => {
+            for g in gone {
+                warn!(
+                    host = %g.host,
+                    trials = ?g.trials,
+                    "host {} sent no heartbeat for {}: failed over, its RUNNING trials marked FAIL and re-enqueued",
+                    g.host,
+                    crate::units::format_duration(timeout)
+                );
+            }
+        }
+        Err(e) => warn!("could not check the other hosts' heartbeats: {e}"),
     }
 }
 
@@ -172,6 +257,7 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
                         _ => None,
                     };
                     GpuRow {
+                        host: String::new(),
                         device,
                         name: Some(r.name.clone()),
                         total: Some(r.total),

@@ -90,6 +90,8 @@ pub enum RunError {
     /// The study's trials keep failing with the same error in the objective.
     #[error("{0}")]
     SameError(String),
+    #[error("{0}")]
+    HostId(String),
     #[error("study `{name}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopped, and its workers killed", path.display())]
     StudyDeleted { name: String, path: PathBuf },
 }
@@ -169,35 +171,71 @@ pub struct Control {
 }
 
 /// A daemon whose heartbeat (written every second) is older than this is gone: `status` says
-/// so, and `run` on another host takes its row over.
+/// so, and `run` on another host takes its row over (SQLite, one host per study; several
+/// hosts on PostgreSQL use `[storage] host_timeout` instead).
 pub const DAEMON_GONE_AFTER: Duration = Duration::from_secs(60);
 
-/// Whether a daemon row's heartbeat is recent enough for its daemon to be running.
-pub fn heartbeat_fresh(heartbeat_at: &str) -> bool {
-    store::time::age(heartbeat_at).is_some_and(|age| age < DAEMON_GONE_AFTER)
+/// Whether a heartbeat `age_s` seconds old (by the database's clock; `None`: not a time) is
+/// recent enough for its daemon to be running.
+pub fn heartbeat_fresh(age_s: Option<f64>, gone_after: Duration) -> bool {
+    age_s.is_some_and(|age| age < gone_after.as_secs_f64())
 }
 
-/// The single-instance rule: whether the daemon holding the study's row still runs, so that
-/// `me` must not take it. A stopped one does not; on this host it runs while its pid does with
-/// the recorded start time (a reused pid is another process); from another host, while its
-/// heartbeat is fresh.
-pub fn daemon_alive(holder: &Holder, me: &DaemonId) -> bool {
+/// The single-instance rule: whether the daemon holding a row of the study still runs, so that
+/// `me` must not start. A stopped or failed-over one does not; on this host it runs while its
+/// pid does with the recorded start time (a reused pid is another process). On SQLite one host
+/// runs a study, and another host's daemon runs while its heartbeat is fresh; on PostgreSQL
+/// (`several_hosts`) other hosts' daemons are welcome and never block.
+pub fn daemon_alive(holder: &Holder, me: &DaemonId, several_hosts: bool) -> bool {
     let h = &holder.id;
-    holder.state != DaemonState::Stopped
+    !matches!(holder.state, DaemonState::Stopped | DaemonState::Gone)
         && if h.host == me.host {
             h.pid != me.pid
                 && process::proc_stat(h.pid as i32)
                     .is_some_and(|s| Some(s.start_time) == h.pid_start)
         } else {
-            heartbeat_fresh(&holder.heartbeat_at)
+            !several_hosts && heartbeat_fresh(holder.age_s, DAEMON_GONE_AFTER)
         }
+}
+
+/// This host's name in the study: `$SWEEPD_HOST_ID` (several "hosts" on one machine, or a
+/// name that outlives a hostname change), else the hostname.
+pub fn host_id() -> Result<String, RunError> {
+    match std::env::var("SWEEPD_HOST_ID") {
+        Ok(id) => {
+            if id.is_empty()
+                || id.len() > 255
+                || id.chars().any(|c| c.is_control() || c.is_whitespace())
+            {
+                Err(RunError::HostId(format!(
+                    "SWEEPD_HOST_ID={id:?}: must be 1 to 255 characters without spaces or control characters"
+                )))
+            } else {
+                Ok(id)
+            }
+        }
+        Err(_) => Ok(hostname()),
+    }
+}
+
+/// Where the config's `[storage] url` points, for the store.
+pub fn target(config: &Config) -> store::Target {
+    match &config.storage.postgres {
+        Some(url) => store::Target::Postgres {
+            url: url.clone(),
+            label: config.storage.path.display().to_string(),
+        },
+        None => store::Target::Sqlite(config.storage.path.clone()),
+    }
 }
 
 /// Runs the study until its budget is spent, the sampler is exhausted or shutdown is asked.
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
-    let store = Store::open(&config.storage.path).await?;
-    if crate::store::world_readable(&config.storage.path) {
+    let host = host_id()?;
+    let store = Store::open_target(&target(&config)).await?;
+    let several_hosts = store.engine() == store::Engine::Postgres;
+    if !several_hosts && crate::store::world_readable(&config.storage.path) {
         // sweepd creates the file 0640; this one was made by someone else (or an older sweepd).
         warn!(
             "database {} is readable by every user on this machine, and it holds the stderr tails of failed trials: `chmod o-rwx` it and its -wal and -shm files",
@@ -210,10 +248,12 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
     let me = DaemonId {
         pid: std::process::id(),
         pid_start: process::proc_stat(std::process::id() as i32).map(|s| s.start_time),
-        host: hostname(),
+        host,
     };
     store
-        .lock_daemon(&study, &me, |holder| daemon_alive(holder, &me))
+        .lock_daemon(&study, &me, |holder| {
+            daemon_alive(holder, &me, several_hosts)
+        })
         .await
         .map_err(|e| match e {
             DaemonLockError::Store(s) => RunError::Store(s),
@@ -234,9 +274,20 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             path: store.path().to_owned(),
         });
     }
-    let _ = store
-        .daemon_state(&study, &me, DaemonState::Stopped, None)
-        .await;
+    // Several hosts: a run that ended on an error may leave trials RUNNING (their finish could
+    // not be written). Its row then stays as it is, so that another host fails them over once
+    // it has been silent for host_timeout; a STOPPED row is never failed over.
+    let left_running = store.engine() == store::Engine::Postgres
+        && store.sweepd_running(&study).await.map_or(true, |r| {
+            r.iter().any(|(_, owner)| owner.as_ref() == Some(&me))
+        });
+    if left_running {
+        warn!("trials of this daemon are still RUNNING in the database: another host fails them over after [storage] host_timeout, or the next start on this host re-enqueues them");
+    } else {
+        let _ = store
+            .daemon_state(&study, &me, DaemonState::Stopped, None)
+            .await;
+    }
     result
 }
 
@@ -266,12 +317,18 @@ async fn run_locked(
     control: Control,
 ) -> Result<RunSummary, RunError> {
     let shutdown = control.shutdown.clone();
-    reap_previous_instance(&store, &study).await?;
+    // Several hosts (PostgreSQL): only this host's workers and trials are ours to reconcile;
+    // the others' are their daemons' (or, once silent, failed over by housekeeping).
+    let several_hosts = store.engine() == store::Engine::Postgres;
+    let only_host = several_hosts.then_some(me.host.as_str());
+    reap_previous_instance(&store, &study, only_host).await?;
     let mut stale = Vec::new();
     for (trial_id, owner) in store.sweepd_running(&study).await? {
-        // This daemon holds the study's lock: every other sweepd daemon that ran it is gone.
-        // RUNNING trials that no sweepd started (an Optuna script's) are left to their owner.
-        if owner.as_ref() != Some(&me) {
+        // This daemon holds the study's lock (on this host): every other sweepd daemon that
+        // ran it (here) is gone. RUNNING trials that no sweepd started (an Optuna script's)
+        // are left to their owner.
+        let ours = only_host.is_none_or(|h| owner.as_ref().is_some_and(|o| o.host == h));
+        if ours && owner.as_ref() != Some(&me) {
             let reason =
                 "interrupted: the sweepd instance running this trial stopped (killed or crashed)";
             stale.extend(store.interrupt(&study, trial_id, reason).await?);
@@ -351,6 +408,7 @@ async fn run_locked(
             started: Instant::now(),
             pending: Default::default(),
             next_key: store.next_number(&study).await? as u64,
+            key_offset: host_key_offset(&me, several_hosts),
             gpu,
             breaker: Breaker {
                 cfg: config.retry.clone(),
@@ -480,6 +538,21 @@ async fn run_locked(
     })
 }
 
+/// Where this host's seed keys start. A proposal's seed key is the number its trial will most
+/// likely get; hosts sampling at once guess the same numbers, and a seeded sampler would give
+/// them the same params. Several hosts: each counts from its own offset (the host name's hash
+/// in the high bits), so their proposals differ and each stays reproducible for its host.
+fn host_key_offset(me: &DaemonId, several_hosts: bool) -> u64 {
+    if !several_hosts {
+        return 0;
+    }
+    // FNV-1a: stable across runs and builds (std's hasher is not).
+    let h = me.host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (h & 0xffff) << 32
+}
+
 /// Loads NVML and reads the devices once, when the config schedules on GPUs.
 async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
     if matches!(config.gpu.devices, Devices::None) {
@@ -526,8 +599,9 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
 async fn reap_previous_instance(
     store: &Store,
     study: &crate::store::Study,
+    host: Option<&str>,
 ) -> Result<(), StoreError> {
-    for (worker_id, pid, start) in store.unfinished_workers(study).await? {
+    for (worker_id, pid, start) in store.unfinished_workers(study, host).await? {
         if let (Some(pid), Some(start)) = (pid, start) {
             if process::kill_stale_group(pid as i32, start as u64) {
                 warn!(

@@ -17,6 +17,13 @@ import optuna
 
 
 def storage_url(db_path: str) -> str:
+    # A PostgreSQL URL as sweepd takes it: SQLAlchemy 2.1 reads plain postgresql:// as
+    # psycopg 3, and the test venv has psycopg2, so name the driver.
+    for scheme in ("postgresql://", "postgres://"):
+        if db_path.startswith(scheme):
+            return "postgresql+psycopg2://" + db_path[len(scheme):]
+    if "://" in db_path:
+        return db_path
     # sqlite:/// + absolute path gives sqlite:////abs/path (four slashes).
     return "sqlite:///" + os.path.abspath(db_path)
 
@@ -62,5 +69,5 @@ def usage(msg: str) -> None:
 def require_db(db_path: str) -> None:
     # optuna.load_study on a missing file would quietly create an empty Optuna
     # database there; a test pointing at the wrong path should fail instead.
-    if not os.path.isfile(db_path):
+    if "://" not in db_path and not os.path.isfile(db_path):
         usage(f"no such database: {db_path}")

@@ -8,6 +8,7 @@
 //! the search space is `config::params`.
 
 mod gpu;
+mod storage;
 mod worker;
 
 use super::raw::{line_col, KeyIndex, RawMetrics, RawPruner, RawSampler, RawStorage, RawStudy};
@@ -270,11 +271,32 @@ impl Validator<'_> {
             Some(u) => v.at(u, "storage.url", message),
             None => v.at_key("storage.url", message),
         };
+        let host_timeout = self
+            .duration(
+                raw.and_then(|r| r.host_timeout.as_ref()),
+                "storage.host_timeout",
+                storage::MAX_HOST_TIMEOUT,
+            )
+            .unwrap_or(storage::DEFAULT_HOST_TIMEOUT);
+        if let Some(pg) = storage::postgres_url(url) {
+            return match pg {
+                Ok(connect) => Some(StorageConfig {
+                    url: url.to_owned(),
+                    path: PathBuf::from(storage::redact(&connect)),
+                    postgres: Some(connect),
+                    host_timeout,
+                }),
+                Err(message) => {
+                    report(self, message);
+                    None
+                }
+            };
+        }
         let Some(rest) = url.strip_prefix("sqlite://") else {
             report(
                 self,
                 format!(
-                    "unsupported storage URL `{url}`: only sqlite:// URLs are supported yet \
+                    "unsupported storage URL `{url}`: only sqlite:// and postgresql:// URLs are supported \
                      (e.g. \"sqlite://sweepd.db\", relative to the config file's directory)"
                 ),
             );
@@ -311,6 +333,8 @@ impl Validator<'_> {
         Some(StorageConfig {
             url: url.to_owned(),
             path,
+            postgres: None,
+            host_timeout,
         })
     }
 

@@ -1,0 +1,168 @@
+//! Several hosts on one study (PostgreSQL): Optuna's trial heartbeats for the trials a daemon
+//! runs, and failing over a host that stopped heartbeating.
+//!
+//! Every daemon heartbeats its own `sweepd_daemon` row (`daemon::daemon_state`). A host whose
+//! row has been silent for the caller's timeout, judged on the database's clock (hosts'
+//! clocks may disagree), is failed over by whichever surviving host gets there first: in one
+//! transaction serialised on the study, its row is marked GONE by a conditional update (so
+//! only one survivor wins) and its RUNNING trials are marked FAIL and re-enqueued as retry
+//! copies, exactly as a restarted daemon reconciles its own. The dead host, when it comes back,
+//! finds its trials no longer RUNNING: nothing runs twice, and a result it still reports is
+//! refused by the finish's own conditional update.
+
+use super::engine::{sql, Engine};
+use super::{DaemonId, Result, SqlContext, Store, Study, OWNER_ATTR};
+use crate::study::{DaemonState, Failure, FailureKind, Finish};
+use serde_json::Value;
+use std::time::Duration;
+
+/// A host failed over: its name and the numbers of the trials re-enqueued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedOver {
+    pub host: String,
+    pub trials: Vec<i64>,
+}
+
+/// One host of a study, for `status`: its daemon row and what it runs now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostView {
+    pub daemon: super::DaemonView,
+    /// RUNNING trials this host's daemons started.
+    pub running: Vec<i64>,
+}
+
+impl Store {
+    /// Upserts Optuna's `trial_heartbeats` row of each trial, at the database's `now()` as
+    /// Optuna's own `record_heartbeat` writes it, so that an Optuna process calling
+    /// `fail_stale_trials` sees sweepd's running trials alive, and stale once their host is gone.
+    pub async fn trial_heartbeats(&self, trial_ids: &[i64]) -> Result<()> {
+        if trial_ids.is_empty() {
+            return Ok(());
+        }
+        let now = match self.engine() {
+            // SQLAlchemy's func.now() on SQLite: CURRENT_TIMESTAMP, UTC.
+            Engine::Sqlite => "CURRENT_TIMESTAMP",
+            Engine::Postgres => "LOCALTIMESTAMP",
+        };
+        let sql = format!(
+            "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ($1, {now}) \
+             ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
+        );
+        let mut tx = self.begin().await?;
+        for id in trial_ids {
+            sql!(tx.conn(), |c| sqlx::query(&sql)
+                .bind(id)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+        }
+        tx.commit().await.at(&self.path)
+    }
+
+    /// Fails over every other host of the study whose daemon row has been silent for
+    /// `timeout`: its row marked GONE and its RUNNING trials FAIL (`interrupted`) with a WAITING
+    /// retry copy, each host in one transaction, exactly once whichever host does it.
+    pub async fn fail_over_silent_hosts(
+        &self,
+        study: &Study,
+        me: &DaemonId,
+        timeout: Duration,
+    ) -> Result<Vec<FailedOver>> {
+        let silent = format!(
+            "study_id = $1 AND host <> $2 AND state IN ('RUNNING', 'PAUSED') AND {} > $3",
+            self.engine().age("heartbeat_at")
+        );
+        let hosts: Vec<String> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_scalar(&format!("SELECT host FROM sweepd_daemon WHERE {silent}"))
+                .bind(study.id)
+                .bind(&me.host)
+                .bind(timeout.as_secs_f64())
+                .fetch_all(c)
+                .await
+        })
+        .at(&self.path)?;
+        let mut out = Vec::new();
+        for host in hosts {
+            let mut tx = self.begin_study_write(study.id).await?;
+            let detail = format!(
+                "silent for {}s: failed over by {}",
+                timeout.as_secs(),
+                me.host
+            );
+            let won = sql!(tx.conn(), |c| sqlx::query(&format!(
+                "UPDATE sweepd_daemon SET state = $4, detail = $5 WHERE {silent} AND host = $6"
+            ))
+            .bind(study.id)
+            .bind(&me.host)
+            .bind(timeout.as_secs_f64())
+            .bind(DaemonState::Gone.as_str())
+            .bind(&detail)
+            .bind(&host)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+            if won != 1 {
+                // Back in time, or another survivor was first.
+                tx.rollback().await.at(&self.path)?;
+                continue;
+            }
+            let running: Vec<(i64, Option<String>)> = sql!(tx.conn(), |c| sqlx::query_as(
+                "SELECT CAST(t.trial_id AS BIGINT), a.value_json FROM trials t \
+                 JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.key = $1 \
+                 WHERE t.study_id = $2 AND t.state = 'RUNNING' ORDER BY t.trial_id",
+            )
+            .bind(OWNER_ATTR)
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
+            let mut trials = Vec::new();
+            for (trial_id, owner) in running {
+                let owner = owner
+                    .and_then(|j| serde_json::from_str::<Value>(&j).ok())
+                    .and_then(|v| DaemonId::from_json(&v));
+                if owner.is_none_or(|o| o.host != host) {
+                    continue;
+                }
+                let failure = Failure {
+                    kind: FailureKind::Interrupted,
+                    reason: format!(
+                        "interrupted: host {host} stopped sending heartbeats for {}s (failed over by {})",
+                        timeout.as_secs(),
+                        me.host
+                    ),
+                    stderr_tail: None,
+                    retry: true,
+                };
+                let finished = self
+                    .finish_in(&mut tx, study, trial_id, &Finish::Fail(failure), &[])
+                    .await?;
+                trials.extend(finished);
+            }
+            tx.commit().await.at(&self.path)?;
+            out.push(FailedOver { host, trials });
+        }
+        Ok(out)
+    }
+
+    /// Each host of the study with the RUNNING trials its daemons started, for `status`.
+    pub async fn hosts(&self, study: &Study) -> Result<Vec<HostView>> {
+        let daemons = self.daemons(study).await?;
+        let running = self.sweepd_running(study).await?;
+        let mut out = Vec::new();
+        for d in daemons {
+            let mine: Vec<i64> = running
+                .iter()
+                .filter(|(_, owner)| owner.as_ref().is_some_and(|o| o.host == d.host))
+                .map(|(id, _)| *id)
+                .collect();
+            out.push(HostView {
+                daemon: d,
+                running: mine,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,78 @@
+//! What the store does on PostgreSQL alone, the twin of `sqlite`: the connection (the URL and
+//! the usual `PG*` variables, TLS, the session's time zone), looking a table up, and the
+//! migrations (`migrations-postgres/`: Optuna's schema as Optuna 5.0 creates it on PostgreSQL,
+//! then sweepd's tables and view).
+//!
+//! Nothing here replaces SQLite's `sync` (a PostgreSQL commit is durable when it returns) or
+//! its `mirror` triggers: `sweepd_trials` is a view here, and ids are never reused (they come
+//! from sequences), so a deleted study's leftover rows cannot become a new study's; they are
+//! purged at start instead.
+
+use sqlx::migrate::MigrateError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub(super) type Pool = sqlx::PgPool;
+
+/// How long a caller waits for a connection before the store reports the database
+/// unreachable: the supervisor then waits and tries again (see `supervisor::outage`), rather
+/// than every task hanging on a server that is gone.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections per daemon: the core's transactions are one at a time, besides them the
+/// housekeeping task and the slots' reports.
+const MAX_CONNECTIONS: u32 = 4;
+
+/// Connects to `url` (`postgres://` or `postgresql://`; `PGHOST`, `PGPORT`, `PGUSER`,
+/// `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT` and `~/.pgpass` fill in what it
+/// leaves out, as libpq does). The pool is lazy: connections are made when first used, and
+/// again after the server restarts.
+pub(super) async fn connect(url: &str) -> Result<Pool, sqlx::Error> {
+    let opts = PgConnectOptions::from_str(url)?.application_name("sweepd");
+    let pool = PgPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                // sqlx starts every session in UTC; Optuna's sessions (psycopg2) are in the
+                // server's zone, or $PGTZ. Heartbeats are times in that zone (Optuna's
+                // `fail_stale_trials` compares them with its own `now()`), so sweepd's session
+                // takes the same one. The server's configured zone is not visible to a client
+                // that set its own; `log_timezone` is, and initdb writes both from the system's.
+                let zone = std::env::var("PGTZ").ok().filter(|z| !z.is_empty());
+                sqlx::query(
+                    "SELECT set_config('TimeZone', COALESCE($1, current_setting('log_timezone')), false)",
+                )
+                .bind(zone)
+                .execute(&mut *conn)
+                .await?;
+                Ok(())
+            })
+        })
+        .connect_lazy_with(opts);
+    // Fail now (a wrong password, no such database) rather than at the first query.
+    pool.acquire().await?;
+    Ok(pool)
+}
+
+/// Whether the current schema has a table of that name.
+pub(super) async fn has_table(
+    conn: &mut sqlx::PgConnection,
+    table: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(
+        "SELECT 1 FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_name = $1",
+    )
+    .bind(table)
+    .fetch_optional(conn)
+    .await
+    .map(|r| r.is_some())
+}
+
+/// Applies sweepd's PostgreSQL migrations. sqlx holds an advisory lock while it does, so
+/// daemons starting at once on several hosts apply each migration once.
+pub(super) async fn migrate(pool: &Pool) -> Result<(), MigrateError> {
+    sqlx::migrate!("./migrations-postgres").run(pool).await
+}

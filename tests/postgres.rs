@@ -1,0 +1,372 @@
+//! Several hosts, one study, on a real PostgreSQL server (a throwaway cluster per test, see
+//! `common::PgServer`): the schema Optuna creates, Optuna reading and writing beside sweepd,
+//! hosts killed and failed over, an exact shared budget, the server restarted mid-run.
+//!
+//! The "hosts" are daemons on this machine with distinct `SWEEPD_HOST_ID`s, each in its own
+//! study directory (its own logs), all with the same `[storage] url` and study name.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::Child;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// A config for `url`: the default faulty_worker study with `[storage]` pointing there.
+fn pg_cfg(url: &str, n_trials: u64, host_timeout: &str) -> Cfg {
+    Cfg {
+        name: "multi".into(),
+        n_trials: Some(n_trials),
+        max_par: 2,
+        storage: Some(format!(
+            "url = \"{url}\"\nhost_timeout = \"{host_timeout}\""
+        )),
+        ..Cfg::default()
+    }
+}
+
+/// A host: a study dir whose daemon runs as `SWEEPD_HOST_ID=host`.
+fn host(cfg: &Cfg, host: &str) -> Sweep {
+    let mut sweep = Sweep::new(cfg);
+    sweep.env.push(("SWEEPD_HOST_ID".into(), host.into()));
+    sweep
+}
+
+fn dump(url: &str, study: &str) -> Value {
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_dump.py"))
+        .args([url, study])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "optuna_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Numbers 0..n-1 exactly once each, every trial final, no RUNNING left; the values are
+/// the objective of the params (faulty_worker: sum of squares + lengths), as Optuna reads them.
+fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
+    let d = dump(url, study);
+    let trials = d["trials"].as_array().unwrap().clone();
+    let numbers: Vec<i64> = trials
+        .iter()
+        .map(|t| t["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (0..trials.len() as i64).collect::<Vec<_>>(),
+        "numbers are 0..n-1"
+    );
+    let running: Vec<&Value> = trials.iter().filter(|t| t["state"] == "RUNNING").collect();
+    assert!(running.is_empty(), "left RUNNING: {running:#?}");
+    let spent = trials
+        .iter()
+        .filter(|t| match t["state"].as_str().unwrap() {
+            "COMPLETE" | "PRUNED" => true,
+            "FAIL" => t["system_attrs"].get("sweepd:retried_as").is_none(),
+            _ => false,
+        })
+        .count();
+    assert_eq!(spent, n_final, "the budget is exact");
+    for t in trials.iter().filter(|t| t["state"] == "COMPLETE") {
+        let p = &t["params"];
+        if t["system_attrs"].get("sweepd:daemon").is_none() {
+            continue; // an Optuna process's trial, of its own objective
+        }
+        let expect = p["x"].as_f64().unwrap().powi(2)
+            + p["lr"].as_f64().unwrap().powi(2)
+            + (p["n"].as_i64().unwrap() as f64).powi(2)
+            + p["opt"].as_str().unwrap().len() as f64;
+        let got = t["value"].as_f64().unwrap();
+        assert!(
+            (got - expect).abs() <= 1e-12 * expect.abs().max(1.0),
+            "trial {}: value {got} for params {p} (expected {expect})",
+            t["number"]
+        );
+    }
+    trials
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(start.elapsed() < LIMIT, "{what} did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn one_host_runs_a_study_that_optuna_reads_through_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("one");
+    let sweep = host(
+        &pg_cfg(&url, 8, "60s").env("SWEEPD_TEST_RAISE_ON", "3"),
+        "h1",
+    );
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = assert_study_sound(&url, "multi", 8);
+    assert_eq!(trials.iter().filter(|t| t["state"] == "FAIL").count(), 1);
+    // sweepd's own commands read the same database.
+    let ours = sweep.trials();
+    assert_eq!(ours.len(), trials.len());
+    for (a, b) in ours.iter().zip(&trials) {
+        assert_eq!(a["number"], b["number"]);
+        assert_eq!(a["state"], b["state"]);
+        assert_eq!(a["value"], b["value"]);
+        assert_eq!(a["params"], b["params"]);
+    }
+    let status: Value =
+        serde_json::from_slice(&sweep.sweepd(&["status", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert_eq!(status["finished"], 8);
+    assert_eq!(status["hosts"][0]["host"], "h1");
+    assert_eq!(status["hosts"][0]["daemon"]["state"], "STOPPED");
+    // The view for psql users.
+    assert_eq!(
+        pg_column(
+            &url,
+            "SELECT count(*) FROM sweepd_trials WHERE state = 'COMPLETE'"
+        ),
+        ["7"]
+    );
+}
+
+/// The schema sweepd creates on an empty database is the one Optuna 5.0 creates, object for
+/// object (`pg_dump --schema-only`, sweepd's own objects left out); and a study Optuna created
+/// is continued by sweepd.
+#[test]
+fn the_schema_is_optunas_own_and_an_optuna_study_is_continued() {
+    let pg = PgServer::start();
+    let by_optuna = pg.create_db("by_optuna");
+    let by_sweepd = pg.create_db("by_sweepd");
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_create.py"))
+        .args([by_optuna.as_str(), "multi", "minimize", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sweep = host(&pg_cfg(&by_sweepd, 2, "60s"), "h1");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let schema = |url: &str| -> Vec<String> {
+        let out = std::process::Command::new(pg_bin("pg_dump"))
+            .args(["--schema-only", "--no-owner", url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Statements, without comments, settings and sweepd's own objects.
+        String::from_utf8_lossy(&out.stdout)
+            .split(";\n")
+            .map(|s| {
+                s.lines()
+                    .filter(|l| !l.starts_with("--") && !l.starts_with('\\') && !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .filter(|s| {
+                !s.is_empty()
+                    && !s.contains("sweepd")
+                    && !s.contains("_sqlx_migrations")
+                    && !s.starts_with("SET ")
+                    && !s.starts_with("SELECT pg_catalog.set_config")
+            })
+            .collect()
+    };
+    let theirs = schema(&by_optuna);
+    let ours = schema(&by_sweepd);
+    assert!(theirs.len() > 40, "{theirs:#?}");
+    let extra: Vec<&String> = ours.iter().filter(|s| !theirs.contains(s)).collect();
+    let missing: Vec<&String> = theirs.iter().filter(|s| !ours.contains(s)).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "sweepd's schema differs from Optuna's: extra {extra:#?}, missing {missing:#?}"
+    );
+    // pg_dump orders objects of one kind partly by creation order: compare as multisets.
+    let (mut ours, mut theirs) = (ours, theirs);
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs, "the same statements, each as often");
+    for url in [&by_optuna, &by_sweepd] {
+        assert_eq!(
+            pg_column(url, "SELECT version_num FROM alembic_version"),
+            ["v3.2.0.a"]
+        );
+        assert_eq!(
+            pg_column(url, "SELECT schema_version FROM version_info"),
+            ["12"]
+        );
+    }
+    // sweepd continues the study Optuna created (and adds its own tables beside).
+    let sweep = host(&pg_cfg(&by_optuna, 3, "60s"), "h1");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_study_sound(&by_optuna, "multi", 3);
+}
+
+/// Three hosts on one study; one is killed with -9 mid-run and stays away longer than
+/// `host_timeout`: the others fail its trials over and finish the study; the killed one comes
+/// back and finds nothing to run. Optuna processes optimize the same study beside them.
+#[test]
+fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
+    let pg = PgServer::start();
+    let url = pg.create_db("three");
+    const N: u64 = 60;
+    let cfg = pg_cfg(&url, N, "3s").env("SWEEPD_TEST_SLEEP", "0.3");
+    let hosts: Vec<Sweep> = ["a", "b", "c"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    // Host c has trials RUNNING: kill it there.
+    let c_running = || {
+        pg_try_column(
+            &url,
+            "SELECT count(*) FROM trials t JOIN trial_system_attributes a \
+             ON a.trial_id = t.trial_id AND a.key = 'sweepd:daemon' \
+             WHERE t.state = 'RUNNING' AND a.value_json LIKE '%\"host\":\"c\"%'",
+        )
+        .and_then(|c| c[0].parse::<i64>().ok())
+        .unwrap_or(0)
+    };
+    wait_until(LIMIT, "host c running trials", || c_running() > 0);
+    // Optuna optimizing the same study beside them, two processes.
+    let optuna: Vec<Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new(python())
+                .arg(repo().join("tests/py/optuna_optimize.py"))
+                .args([url.as_str(), "multi", "5", "0.1"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let c_workers: Vec<i64> = pg_column(
+        &url,
+        "SELECT pid FROM sweepd_workers WHERE host = 'c' AND state <> 'EXITED' AND pid IS NOT NULL",
+    )
+    .iter()
+    .map(|p| p.parse().unwrap())
+    .collect();
+    signal(&daemons[2], nix::sys::signal::Signal::SIGKILL);
+    let _ = daemons[2].wait();
+    // Its workers die with their channel (the daemon's end is gone); none may linger.
+    wait_until(LIMIT, "host c's workers gone", || {
+        c_workers.iter().all(|p| !alive(*p as i32))
+    });
+    // The survivors fail c over after host_timeout and finish the study.
+    for (i, d) in daemons.iter_mut().enumerate().take(2) {
+        let s = wait_exit(d, "a surviving host");
+        assert!(s.success(), "host {i}: {}", hosts[i].daemon_stderr());
+    }
+    for mut o in optuna {
+        let s = wait_exit(&mut o, "an Optuna process");
+        let out = o.wait_with_output().unwrap();
+        assert!(
+            s.success(),
+            "optuna: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let failed_over = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
+    assert!(
+        failed_over.contains("host c sent no heartbeat"),
+        "{failed_over}"
+    );
+    // c comes back: nothing to run, nothing run twice.
+    let out = hosts[2].run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    let interrupted: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
+    assert!(!interrupted.is_empty(), "host c's trials were failed over");
+    for t in &interrupted {
+        let copy = t["system_attrs"]["sweepd:retried_as"].as_i64().unwrap();
+        let copy = &trials[copy as usize];
+        assert_eq!(copy["params"], t["params"], "the copy has the same params");
+        assert_ne!(copy["state"], "WAITING");
+    }
+    // Optuna's heartbeats were kept for sweepd's running trials.
+    let beats: i64 = pg_column(&url, "SELECT count(*) FROM trial_heartbeats")[0]
+        .parse()
+        .unwrap();
+    assert!(beats > 0);
+    // Hosts sampling at once draw different params (a seeded sampler keyed by the number each
+    // expects would otherwise give every host the same proposals), and no trial's params
+    // completed twice.
+    let complete: BTreeSet<String> = trials
+        .iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .map(|t| t["params"].to_string())
+        .collect();
+    assert_eq!(
+        complete.len(),
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count()
+    );
+}
+
+/// The PostgreSQL server restarted mid-run under two hosts: they stop starting trials, keep
+/// what their workers finish, reconnect, and write it then; nothing lost, nothing twice.
+///
+/// KNOWN BROKEN (issue 13, unfinished): the store waits through an outage only when it takes a
+/// connection; a statement on a connection the server killed mid-use (57P01 after `pg_ctl stop`)
+/// still ends the run with exit 3 (its trials are then failed over by the other host). About
+/// one run in two here. Run it with `cargo test --test postgres -- --ignored`.
+#[test]
+#[ignore = "known broken: a statement on a connection killed by the restart still ends the run"]
+fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
+    let pg = PgServer::start();
+    let url = pg.create_db("restart");
+    const N: u64 = 30;
+    let cfg = pg_cfg(&url, N, "30s").env("SWEEPD_TEST_SLEEP", "0.5");
+    let hosts: Vec<Sweep> = ["a", "b"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    let complete = || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait_until(LIMIT, "a few trials done", || complete() >= 6);
+    pg.stop();
+    // Trials running now finish while the server is down (0.5 s each). Longer than the
+    // store's wait for a connection (5 s), so the daemons go through their reconnect path, and
+    // shorter than host_timeout.
+    std::thread::sleep(Duration::from_secs(9));
+    for (i, d) in daemons.iter_mut().enumerate() {
+        assert!(
+            d.try_wait().unwrap().is_none(),
+            "host {i} exited during the outage: {}",
+            hosts[i].daemon_stderr()
+        );
+    }
+    pg.restart();
+    for (i, d) in daemons.iter_mut().enumerate() {
+        let s = wait_exit(d, "a host");
+        assert!(s.success(), "host {i}: {}", hosts[i].daemon_stderr());
+    }
+    let logs = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
+    assert!(logs.contains("cannot be reached"), "{logs}");
+    assert!(logs.contains("is back after"), "{logs}");
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    // No host was failed over by another for the outage they shared.
+    assert!(!logs.contains("failed over"), "{logs}");
+    assert_eq!(
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
+        N as usize,
+        "every trial that ran completed, none was interrupted"
+    );
+}
