@@ -99,7 +99,7 @@ fn parses_full_example() {
     assert_eq!(c.base_dir, dir.path());
 
     assert_eq!(c.study.name, "example");
-    assert_eq!(c.study.direction, Direction::Maximize);
+    assert_eq!(c.study.directions, [Direction::Maximize]);
     assert_eq!(c.study.n_trials, Some(200));
     assert_eq!(c.study.timeout, Some(Duration::from_secs(90 * 60)));
     assert_eq!(c.study.sampler, SamplerKind::Random);
@@ -174,7 +174,7 @@ fn parses_full_example() {
 fn applies_defaults_for_optional_keys() {
     let dir = tempfile::tempdir().unwrap();
     let c = parse_in(dir.path(), &cfg("", "", PX)).unwrap();
-    assert_eq!(c.study.direction, Direction::Minimize);
+    assert_eq!(c.study.directions, [Direction::Minimize]);
     assert_eq!(c.study.sampler, SamplerKind::Random);
     assert_eq!(c.study.n_trials, None);
     assert_eq!(c.study.timeout, None);
@@ -512,9 +512,10 @@ fn defaults_when_new_tables_are_absent() {
         SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
-            multivariate: true,
+            multivariate: None,
             constant_liar: true,
             seed: None,
+            ..SamplerConfig::default()
         }
     );
     assert_eq!(c.pruner, PrunerConfig::None);
@@ -639,9 +640,10 @@ fn parses_every_new_setting() {
         SamplerConfig {
             n_startup_trials: 0,
             n_ei_candidates: 48,
-            multivariate: false,
+            multivariate: Some(false),
             constant_liar: false,
             seed: Some(7),
+            ..SamplerConfig::default()
         }
     );
     assert_eq!(

@@ -79,7 +79,7 @@
 
 use crate::config::SamplerConfig;
 use crate::sampler::{RandomSampler, Sampler};
-use crate::study::{Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
+use crate::study::{pareto, Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 use model::Model;
 use parzen::Estimator;
 use rand::{Rng, SeedableRng};
@@ -88,6 +88,7 @@ use split::{History, Rank};
 use std::collections::HashMap;
 
 mod model;
+mod multi;
 mod parzen;
 mod split;
 mod truncnorm;
@@ -96,7 +97,8 @@ pub use split::HISTORY_WINDOW;
 
 /// The TPE sampler. History is kept here, one compact row of model coordinates per trial.
 pub struct TpeSampler {
-    direction: Direction,
+    /// One per objective: several make it Optuna's multi-objective TPE.
+    directions: Vec<Direction>,
     /// `[sampler]`, with `seed` the one resolved for this study (`[sampler]`, else `[study]`).
     settings: SamplerConfig,
     /// The space the sampler was built for; `models` and every history row follow its order.
@@ -112,6 +114,15 @@ pub struct TpeSampler {
 
 impl TpeSampler {
     pub fn new(space: &SearchSpace, direction: Direction, settings: SamplerConfig) -> TpeSampler {
+        TpeSampler::with_directions(space, &[direction], settings)
+    }
+
+    /// A TPE sampler for a study with these objectives (several: multi-objective TPE).
+    pub fn with_directions(
+        space: &SearchSpace,
+        directions: &[Direction],
+        settings: SamplerConfig,
+    ) -> TpeSampler {
         let models = space.params.iter().map(|p| Model::new(&p.dist)).collect();
         let index = space
             .params
@@ -120,7 +131,7 @@ impl TpeSampler {
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
         TpeSampler {
-            direction,
+            directions: directions.to_vec(),
             random: RandomSampler::new(settings.seed),
             settings,
             space: space.clone(),
@@ -141,7 +152,7 @@ impl TpeSampler {
     }
 
     fn loss(&self, value: f64) -> f64 {
-        let l = match self.direction {
+        let l = match self.directions[0] {
             Direction::Minimize => value,
             Direction::Maximize => -value,
         };
@@ -152,9 +163,25 @@ impl TpeSampler {
         }
     }
 
+    fn is_multi_objective(&self) -> bool {
+        self.directions.len() > 1
+    }
+
+    /// Optuna's default: multivariate with one objective, independent with several.
+    fn multivariate(&self) -> bool {
+        self.settings
+            .multivariate
+            .unwrap_or(!self.is_multi_objective())
+    }
+
     /// The history split for a proposal for trial `current` (see [`History::split`]).
     fn split(&self, current: Option<i64>) -> (Vec<&[f64]>, Vec<&[f64]>) {
-        self.history.split(current, self.settings.constant_liar)
+        if self.is_multi_objective() {
+            self.history
+                .split_multi(current, self.settings.constant_liar)
+        } else {
+            self.history.split(current, self.settings.constant_liar)
+        }
     }
 
     /// One TPE proposal for the params `dims` (indices into `space`) jointly.
@@ -166,7 +193,7 @@ impl TpeSampler {
         rng: &mut ChaCha8Rng,
     ) -> Vec<ParamValue> {
         let models: Vec<&Model> = dims.iter().map(|&i| &self.models[i]).collect();
-        let l = Estimator::new(&models, dims, below);
+        let l = Estimator::weighted(&models, dims, below, self.is_multi_objective());
         let g = Estimator::new(&models, dims, above);
         let n_cand = self.settings.n_ei_candidates.max(1);
         let cands = l.sample(rng, n_cand);
@@ -230,7 +257,7 @@ impl Sampler for TpeSampler {
         }
         if !free.is_empty() {
             let (below, above) = self.split(i64::try_from(seed_key).ok());
-            let groups: Vec<Vec<usize>> = if self.settings.multivariate {
+            let groups: Vec<Vec<usize>> = if self.multivariate() {
                 vec![free]
             } else {
                 free.into_iter().map(|i| vec![i]).collect()
@@ -271,8 +298,20 @@ impl Sampler for TpeSampler {
             Some(Rank::Infeasible { violation, counted })
         } else {
             match record.state {
-                TrialState::Complete => record.value.map(|v| Rank::Complete(self.loss(v))),
-                TrialState::Pruned => Some(Rank::Pruned(record.value.map(|v| self.loss(v)))),
+                // A COMPLETE trial of another count of values (written by another tool) is
+                // not ranked.
+                TrialState::Complete if record.values.len() != self.directions.len() => None,
+                TrialState::Complete if self.is_multi_objective() => {
+                    let losses = pareto::losses(&record.values, &self.directions);
+                    // A NaN (stored by another writer) ranks as the worst, as with one objective.
+                    let losses = losses
+                        .into_iter()
+                        .map(|l| if l.is_nan() { f64::INFINITY } else { l })
+                        .collect();
+                    Some(Rank::Front(losses))
+                }
+                TrialState::Complete => record.value().map(|v| Rank::Complete(self.loss(v))),
+                TrialState::Pruned => Some(Rank::Pruned(record.value().map(|v| self.loss(v)))),
                 _ => None,
             }
         };
@@ -295,7 +334,7 @@ mod tests {
                 &space,
                 Direction::Minimize,
                 SamplerConfig {
-                    multivariate,
+                    multivariate: Some(multivariate),
                     ..seeded(11)
                 },
             );
@@ -396,7 +435,7 @@ mod tests {
         };
         for multivariate in [true, false] {
             let settings = SamplerConfig {
-                multivariate,
+                multivariate: Some(multivariate),
                 ..seeded(5)
             };
             let mut s = TpeSampler::new(&space, Direction::Minimize, settings);
