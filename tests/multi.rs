@@ -126,6 +126,18 @@ fn optuna_reads_the_directions_every_trials_values_and_sweepd_best_is_its_best_t
     assert!(!theirs(&optuna).is_empty());
     assert_eq!(ours(&best), theirs(&optuna));
 
+    // optuna-dashboard's own API, as its page reads it to draw the Pareto-front plot: the
+    // objectives' names and the same front.
+    let dash: Value =
+        serde_json::from_str(&sweep.optuna("dashboard_front.py", &["mo"])).expect("JSON");
+    assert_eq!(dash["directions"], json!(["minimize", "maximize"]));
+    assert_eq!(dash["objective_names"], json!(["loss", "accuracy"]));
+    let numbers: Vec<i64> = ours(&best).into_iter().map(|t| t.0).collect();
+    assert_eq!(dash["best_trials"], json!(numbers));
+    let shown = dash["trials"].as_array().unwrap();
+    assert_eq!(shown.len(), mine.len());
+    assert_eq!(shown[3]["values"], json!(["inf", "-inf"]));
+
     // The CSV names its value columns as Optuna's trials_dataframe does.
     let csv = sweep.sweepd(&["best", "--csv"]).output().unwrap();
     let csv = String::from_utf8(csv.stdout).unwrap();
