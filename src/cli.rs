@@ -8,7 +8,7 @@
 
 use crate::config::{Config, ConfigError, Overrides, SamplerKind, WorkerMode};
 use crate::store::{time, Candidate, Store, StoreError, TrialView};
-use crate::study::{pareto, DaemonCommand, DaemonState, Distribution, TrialState};
+use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use crate::units;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -283,7 +283,12 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Best { cfg, json, csv } => {
             let (store, study) = open_study(&cfg).await?;
             if study.is_multi_objective() {
-                let (_, front) = pareto_front(&store, &study).await?;
+                let front: Vec<TrialView> = store
+                    .best_trials(&study)
+                    .await?
+                    .into_iter()
+                    .map(|t| t.1)
+                    .collect();
                 if json {
                     println!(
                         "{}",
@@ -321,29 +326,6 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
-}
-
-/// The study's Pareto front as Optuna's `study.best_trials` chooses it, in trial order: each
-/// trial's values (as read) and as shown.
-async fn pareto_front(
-    store: &Store,
-    study: &crate::store::Study,
-) -> Result<(Vec<Candidate>, Vec<TrialView>), CliError> {
-    let (candidates, constrained) = store.front_candidates(study).await?;
-    let on = pareto::best_trials(
-        candidates
-            .iter()
-            .map(|c| (&c.values[..], &c.constraints[..])),
-        &study.directions,
-        constrained,
-    );
-    let mut front = Vec::with_capacity(on.len());
-    let mut views = Vec::with_capacity(on.len());
-    for i in on {
-        views.push(store.trial(study, candidates[i].trial_id).await?);
-        front.push(candidates[i].clone());
-    }
-    Ok((front, views))
 }
 
 /// "loss MINIMIZE, latency_ms MAXIMIZE".
@@ -644,8 +626,9 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         .trials(&study, Some(TrialState::Running), None)
         .await?;
     let best = store.best(&study).await?;
-    let front = if study.is_multi_objective() {
-        Some(pareto_front(&store, &study).await?.0)
+    let front: Option<Vec<Candidate>> = if study.is_multi_objective() {
+        let front = store.best_trials(&study).await?;
+        Some(front.into_iter().map(|t| t.0).collect())
     } else {
         None
     };

@@ -3,7 +3,7 @@
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
-use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
+use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialRecord, TrialState};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -299,6 +299,25 @@ impl Store {
             })
             .collect();
         Ok((candidates, constrained))
+    }
+
+    /// A study's Pareto front as Optuna's `study.best_trials` chooses it (the rule is
+    /// `study::pareto::best_trials`), in trial order: each trial's values as read, and as shown.
+    pub async fn best_trials(&self, study: &Study) -> Result<Vec<(Candidate, TrialView)>> {
+        let (candidates, constrained) = self.front_candidates(study).await?;
+        let on = pareto::best_trials(
+            candidates
+                .iter()
+                .map(|c| (&c.values[..], &c.constraints[..])),
+            &study.directions,
+            constrained,
+        );
+        let mut front = Vec::with_capacity(on.len());
+        for i in on {
+            let view = self.trial(study, candidates[i].trial_id).await?;
+            front.push((candidates[i].clone(), view));
+        }
+        Ok(front)
     }
 
     /// One trial of `study` by id.
