@@ -2,6 +2,7 @@
 """A worker for studies with several objectives: returns (loss, accuracy) from the params,
 a ZDT-like trade-off in `x` with the other params adding to the loss.
 
+SWEEPD_TEST_SLEEP: seconds each trial takes (default 0).
 SWEEPD_TEST_MULTI picks what some trials do instead, as `NUMBER:WHAT,...`:
   inf      the loss is +inf and the accuracy -inf (stored as Optuna stores infinities)
   count    three values for two objectives (bad_value)
@@ -12,6 +13,7 @@ SWEEPD_TEST_MULTI picks what some trials do instead, as `NUMBER:WHAT,...`:
 
 import math
 import os
+import time
 
 import sweepd_worker
 
@@ -31,6 +33,7 @@ def objective(trial):
     n = trial.suggest_int("n", 0, 10, step=2)
     opt = trial.suggest_categorical("opt", ["adam", "sgd", "rmsprop"])
     what = plan().get(trial.number)
+    time.sleep(float(os.environ.get("SWEEPD_TEST_SLEEP", "0")))
     if what == "report":
         trial.report(1.0, 0)
     t = (x + 2.0) / 4.0
