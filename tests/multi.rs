@@ -249,3 +249,74 @@ fn oneshot_workers_return_several_values_through_the_result_file() {
     let optuna = front(&sweep, "one", &[]);
     assert_eq!(ours(&json_of(&sweep, &["best", "--json"])), theirs(&optuna));
 }
+
+#[test]
+fn a_study_keeps_the_objectives_it_was_created_with() {
+    let one = Cfg {
+        name: "keep".into(),
+        n_trials: Some(2),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&one);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The same study with two objectives: refused, nothing written.
+    std::fs::write(&sweep.config, toml(&multi("keep", "tpe", 4), "")).unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is MINIMIZE, but the config says MINIMIZE, MAXIMIZE"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        sweep.sql("SELECT COUNT(*) FROM study_directions"),
+        ["1"],
+        "no direction added"
+    );
+    // A study created with two objectives refuses one, and the same two in another order.
+    let two = Sweep::with_toml(&toml(&multi("two", "random", 2), ""));
+    let out = two.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (from, to) in [
+        (
+            "directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\", \"accuracy\"]",
+            "direction = \"minimize\"",
+        ),
+        (
+            "directions = [\"minimize\", \"maximize\"]",
+            "directions = [\"maximize\", \"minimize\"]",
+        ),
+    ] {
+        let text = toml(&multi("two", "random", 4), "").replace(from, to);
+        std::fs::write(&two.config, text).unwrap();
+        let out = two.run(&[], LIMIT);
+        assert_eq!(out.status.code(), Some(3), "{to}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is MINIMIZE, MAXIMIZE, but the config says"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn the_pareto_example_runs_as_shipped() {
+    let sweep = Sweep::with_toml("");
+    for f in ["pareto.toml", "pareto_worker.py"] {
+        std::fs::copy(repo().join("examples").join(f), sweep.path(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(sweep.path("pareto.toml"))
+        .unwrap()
+        .replace("n_trials = 120", "n_trials = 30")
+        .replace("\"python3\"", &format!("{:?}", python()))
+        .replace("sqlite://pareto.db", "sqlite://study.db");
+    std::fs::write(&sweep.config, text).unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sweep.count("COMPLETE"), 30);
+    let optuna = front(&sweep, "pareto-example", &[]);
+    assert_eq!(optuna["metric_names"], json!(["val_loss", "latency_ms"]));
+    assert!(theirs(&optuna).len() >= 2, "a trade-off: {optuna}");
+    assert_eq!(ours(&json_of(&sweep, &["best", "--json"])), theirs(&optuna));
+}
