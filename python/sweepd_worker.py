@@ -192,12 +192,26 @@ def _encode_report_value(value):
     return _wire_float(f)
 
 
+def _number(x):
+    """``x`` as a float if it is a number (not a bool, not a string), else None."""
+    if isinstance(x, (bool, str, bytes)):
+        return None
+    try:
+        return float(x)
+    except Exception:
+        return None
+
+
 def _several_values(value):
-    """The values of an objective that returned one per objective (a list or tuple, as
-    Optuna takes a Sequence), else None."""
+    """The values of an objective that returned one per objective: a list or tuple (as Optuna
+    takes a Sequence) of numbers, as floats. None for anything else, which is sent as one
+    value (a sequence holding something else is a non-number, as before)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Sequence):
         return None
-    return list(value)
+    numbers = [_number(v) for v in value]
+    if any(n is None for n in numbers):
+        return None
+    return numbers
 
 
 def _encode_result_value(value):
@@ -205,12 +219,11 @@ def _encode_result_value(value):
 
     bool is sent as-is (it is not a number); anything float() accepts is
     sent as a number (or "nan"/"inf"/"-inf"); anything else as its repr.
-    A list or tuple (several objectives) is sent as an array of those.
+    A list or tuple of numbers (one per objective) is sent as an array of them.
     """
     several = _several_values(value)
     if several is not None:
-        return [_encode_result_value(v) if _several_values(v) is None
-                else _truncate(_safe_repr(v), _MAX_REPR_BYTES) for v in several]
+        return [_wire_float(f) for f in several]
     if isinstance(value, bool):
         return value
     try:

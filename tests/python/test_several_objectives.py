@@ -56,9 +56,10 @@ class SeveralValuesTests(Base):
         self.assertEqual(final, {"type": "result", "trial_id": 1, "value": [0.5, -0.5, 3.0]})
         _, final = w.run_trial(2, 1, {"mode": "list_inf_nan"})
         self.assertEqual(final["value"], ["inf", "-inf", "nan"])
-        # What is not a number goes as its repr, for sweepd to fail the trial as bad_value.
+        # A sequence holding something else goes as its repr, a non-number for sweepd to fail
+        # the trial as bad_value (as before there were several objectives).
         _, final = w.run_trial(3, 2, {"mode": "nested"})
-        self.assertEqual(final["value"], [1.0, "'fast'", "[2]"])
+        self.assertEqual(final["value"], "[1.0, 'fast', [2]]")
         # One number is still one number.
         _, final = w.run_trial(4, 3, {"mode": "one", "x": 2.0})
         self.assertEqual(final["value"], 2.0)
@@ -100,6 +101,8 @@ class EncodingTests(unittest.TestCase):
     def test_sequences_but_not_strings(self):
         enc = sweepd_worker._encode_result_value
         self.assertEqual(enc((1, 2.5)), [1.0, 2.5])
+        self.assertEqual(enc((1, True)), "(1, True)")
+        self.assertEqual(enc([]), [])
         self.assertEqual(enc("1.5"), 1.5)
         self.assertEqual(enc(b"x"), "b'x'")
         self.assertEqual(enc({"a": 1}), "{'a': 1}")
