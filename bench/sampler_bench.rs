@@ -326,7 +326,7 @@ fn parse_args() -> Args {
             "--trials" => a.trials = Some(num(val()) as usize),
             "--n-startup" => a.settings.n_startup_trials = num(val()) as usize,
             "--n-ei" => a.settings.n_ei_candidates = num(val()) as usize,
-            "--multivariate" => a.settings.multivariate = parse_bool(&val()),
+            "--multivariate" => a.settings.multivariate = Some(parse_bool(&val())),
             "--constant-liar" => a.settings.constant_liar = parse_bool(&val()),
             "--list" => a.mode = Mode::List,
             "--eval" => a.mode = Mode::Eval,
@@ -373,7 +373,7 @@ fn drive(
                 number: n as i64,
                 params,
                 state: TrialState::Complete,
-                value: Some(value),
+                values: vec![value],
                 constraints,
             };
             let t1 = Instant::now();
@@ -397,8 +397,14 @@ fn run_one(
     trials: usize,
     settings: &SamplerConfig,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let mut s = sampler::build(kind, &func.space, Some(seed), Direction::Minimize, settings)
-        .unwrap_or_else(|e| panic!("{}: {e}", func.name));
+    let mut s = sampler::build(
+        kind,
+        &func.space,
+        Some(seed),
+        &[Direction::Minimize],
+        settings,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", func.name));
     let steps = drive(&mut *s, &func.space, 0..trials as u64, &|p| {
         ((func.f)(p), Vec::new())
     });
@@ -498,14 +504,14 @@ impl Tpe<'_> {
         multivariate: bool,
     ) -> Box<dyn Sampler> {
         let settings = SamplerConfig {
-            multivariate,
+            multivariate: Some(multivariate),
             ..self.base.clone()
         };
         sampler::build(
             SamplerKind::Tpe,
             space,
             Some(self.seed),
-            direction,
+            &[direction],
             &settings,
         )
         .unwrap_or_else(|e| panic!("tpe: {e}"))

@@ -75,6 +75,7 @@ attributes, equality and repr (they compare equal to Optuna's own); Optuna
 is never imported.
 """
 
+import collections.abc
 import copy
 import datetime
 import decimal
@@ -191,12 +192,38 @@ def _encode_report_value(value):
     return _wire_float(f)
 
 
+def _number(x):
+    """``x`` as a float if it is a number (not a bool, not a string), else None."""
+    if isinstance(x, (bool, str, bytes)):
+        return None
+    try:
+        return float(x)
+    except Exception:
+        return None
+
+
+def _several_values(value):
+    """The values of an objective that returned one per objective: a list or tuple (as Optuna
+    takes a Sequence) of numbers, as floats. None for anything else, which is sent as one
+    value (a sequence holding something else is a non-number, as before)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Sequence):
+        return None
+    numbers = [_number(v) for v in value]
+    if any(n is None for n in numbers):
+        return None
+    return numbers
+
+
 def _encode_result_value(value):
     """Wire form of an objective's return value.
 
     bool is sent as-is (it is not a number); anything float() accepts is
     sent as a number (or "nan"/"inf"/"-inf"); anything else as its repr.
+    A list or tuple of numbers (one per objective) is sent as an array of them.
     """
+    several = _several_values(value)
+    if several is not None:
+        return [_wire_float(f) for f in several]
     if isinstance(value, bool):
         return value
     try:
@@ -207,7 +234,10 @@ def _encode_result_value(value):
 
 
 def _result_file_text(value):
-    """What oneshot mode writes to SWEEPD_RESULT_FILE for ``value``."""
+    """What oneshot mode writes to SWEEPD_RESULT_FILE for ``value``: a number, or a JSON
+    array for several objectives."""
+    if _several_values(value) is not None:
+        return json.dumps(_encode_result_value(value))
     if isinstance(value, bool):
         return repr(value)
     try:
@@ -722,6 +752,9 @@ class _Channel(object):
             {"type": "report", "trial_id": trial_id, "step": step, "value": value},
             lambda m: m.get("type") == "prune" and m.get("trial_id") == trial_id,
         )
+        if isinstance(answer.get("error"), str):
+            # A study with several objectives: Optuna raises the same.
+            raise NotImplementedError(answer["error"])
         return answer.get("prune") is True
 
     def request_param(self, trial_id, name, distribution):

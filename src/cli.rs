@@ -7,7 +7,7 @@
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
 use crate::config::{Config, ConfigError, Overrides, SamplerKind, WorkerMode};
-use crate::store::{time, Store, StoreError, TrialView};
+use crate::store::{time, Candidate, Store, StoreError, TrialView};
 use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use crate::units;
@@ -77,12 +77,15 @@ pub enum Command {
         #[arg(long)]
         csv: bool,
     },
-    /// The best COMPLETE trial.
+    /// The best COMPLETE trial; with several objectives, the Pareto front (Optuna's
+    /// `study.best_trials`), in trial order.
     Best {
         #[command(flatten)]
         cfg: ConfigArg,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "csv")]
         json: bool,
+        #[arg(long)]
+        csv: bool,
     },
     /// GPUs as the running daemon last read them: memory, PAR per device, why it waits.
     Gpus {
@@ -271,20 +274,47 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                     serde_json::to_string_pretty(&trials).expect("serializable")
                 );
             } else if csv {
-                print_csv(&trials);
+                print_csv(&study, &trials);
             } else {
                 print_table(&trials);
             }
             Ok(())
         }
-        Command::Best { cfg, json } => {
+        Command::Best { cfg, json, csv } => {
             let (store, study) = open_study(&cfg).await?;
+            if study.is_multi_objective() {
+                let front: Vec<TrialView> = store
+                    .best_trials(&study)
+                    .await?
+                    .into_iter()
+                    .map(|t| t.1)
+                    .collect();
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&front).expect("serializable")
+                    );
+                } else if csv {
+                    print_csv(&study, &front);
+                } else if front.is_empty() {
+                    println!("no feasible COMPLETE trial yet: the Pareto front is empty");
+                } else {
+                    println!(
+                        "Pareto front: {} trials ({})",
+                        front.len(),
+                        objectives_text(&study)
+                    );
+                    print_table(&front);
+                }
+                return Ok(());
+            }
             let best = store.best(&study).await?;
             match (best, json) {
                 (b, true) => println!(
                     "{}",
                     serde_json::to_string_pretty(&b).expect("serializable")
                 ),
+                (b, false) if csv => print_csv(&study, b.as_slice()),
                 (Some(b), false) => println!(
                     "best: trial {} value {} params {}",
                     b.number,
@@ -296,6 +326,43 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// "loss MINIMIZE, latency_ms MAXIMIZE".
+fn objectives_text(study: &crate::store::Study) -> String {
+    study
+        .directions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{} {}", study.objective_name(i), d.as_optuna()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Per objective of a study with several: (name, direction, best value on the front, its
+/// trial), as `status` shows them.
+fn front_bests(study: &crate::store::Study, front: &[Candidate]) -> Vec<Value> {
+    study
+        .directions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let best = front
+                .iter()
+                .filter_map(|c| Some((c.number, *c.values.get(i)?)))
+                .fold(None::<(i64, f64)>, |b, (n, v)| match b {
+                    Some((_, bv)) if !d.better(v, bv) => b,
+                    _ => Some((n, v)),
+                });
+            json!({
+                "objective": i,
+                "name": study.objective_name(i),
+                "direction": d.as_optuna(),
+                "value": best.map(|b| b.1),
+                "trial": best.map(|b| b.0),
+            })
+        })
+        .collect()
 }
 
 async fn open_study(cfg: &ConfigArg) -> Result<(Store, crate::store::Study), CliError> {
@@ -440,10 +507,12 @@ fn print_check(config: &Config, as_json: bool) {
         "config": config.path,
         "study": {
             "name": config.study.name,
-            "direction": config.study.direction.as_optuna(),
+            "direction": (!config.study.is_multi_objective()).then(|| config.study.directions[0].as_optuna()),
+            "directions": config.study.directions.iter().map(|d| d.as_optuna()).collect::<Vec<_>>(),
+            "metric_names": config.study.metric_names,
             "n_trials": config.study.n_trials,
             "timeout": dur(config.study.timeout),
-            "sampler": match config.study.sampler { SamplerKind::Random => "random", SamplerKind::Grid => "grid", SamplerKind::Tpe => "tpe" },
+            "sampler": match config.study.sampler { SamplerKind::Random => "random", SamplerKind::Grid => "grid", SamplerKind::Tpe => "tpe", SamplerKind::Nsga2 => "nsga2" },
             "seed": config.study.seed,
         },
         "storage": {"url": config.storage.url, "path": config.storage.path},
@@ -473,7 +542,17 @@ fn print_check(config: &Config, as_json: bool) {
     println!(
         "study     {} ({}), sampler {}, budget {}",
         config.study.name,
-        config.study.direction.as_optuna(),
+        config
+            .study
+            .directions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match &config.study.metric_names {
+                Some(names) => format!("{} {}", names[i], d.as_optuna()),
+                None => d.as_optuna().to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
         resolved["study"]["sampler"].as_str().unwrap_or_default(),
         budget_text(config)
     );
@@ -554,6 +633,13 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         .trials(&study, Some(TrialState::Running), None)
         .await?;
     let best = store.best(&study).await?;
+    let front: Option<Vec<Candidate>> = if study.is_multi_objective() {
+        let front = store.best_trials(&study).await?;
+        Some(front.into_iter().map(|t| t.0).collect())
+    } else {
+        None
+    };
+    let front_best = front.as_ref().map(|f| front_bests(&study, f));
     let workers = store.live_workers(&study).await?;
     let hosts = store.hosts(&study).await?;
     let several_hosts = store.engine() == crate::store::Engine::Postgres;
@@ -591,13 +677,20 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             .collect();
         let out = json!({
             "study": study.name,
-            "direction": study.direction.as_optuna(),
+            "direction": (!study.is_multi_objective()).then(|| study.directions[0].as_optuna()),
+            "directions": study.directions.iter().map(|d| d.as_optuna()).collect::<Vec<_>>(),
+            "metric_names": study.metric_names,
             "database": config.storage.path,
             "counts": counts,
             "finished": counts.finished(),
             "n_trials": config.study.n_trials,
             "running": running,
-            "best": best,
+            "best": if study.is_multi_objective() { None } else { best.as_ref() },
+            "pareto_front": front.as_ref().map(|f| json!({
+                "size": f.len(),
+                "trials": f.iter().map(|c| c.number).collect::<Vec<_>>(),
+                "best": front_best,
+            })),
             "workers": workers,
             "daemon": daemon,
             "daemon_alive": daemon.as_ref().is_some_and(alive),
@@ -620,10 +713,14 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         );
         return Ok(());
     }
+    let objectives = if study.is_multi_objective() {
+        objectives_text(&study)
+    } else {
+        study.directions[0].as_optuna().to_owned()
+    };
     println!(
-        "study {} ({}) in {}",
+        "study {} ({objectives}) in {}",
         study.name,
-        study.direction.as_optuna(),
         config.storage.path.display()
     );
     if several_hosts {
@@ -685,14 +782,32 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         "progress  {progress}: COMPLETE {}, PRUNED {}, FAIL {} ({} re-enqueued), RUNNING {}, WAITING {}",
         counts.complete, counts.pruned, counts.fail, counts.fail_retried, counts.running, counts.waiting
     );
-    match &best {
-        Some(b) => println!(
+    match (&front, &front_best, &best) {
+        (Some(f), _, _) if f.is_empty() => {
+            println!("front     (no feasible COMPLETE trial yet)")
+        }
+        (Some(f), Some(bests), _) => {
+            println!(
+                "front     {} trials on the Pareto front (`sweepd best`)",
+                f.len()
+            );
+            for b in bests {
+                println!(
+                    "          best {} ({}): {} (trial {})",
+                    b["name"].as_str().unwrap_or_default(),
+                    b["direction"].as_str().unwrap_or_default(),
+                    b["value"],
+                    b["trial"]
+                );
+            }
+        }
+        (_, _, Some(b)) => println!(
             "best      trial {}: {} {}",
             b.number,
             b.value,
             Value::Object(b.params.clone())
         ),
-        None => println!("best      (no COMPLETE trial yet)"),
+        _ => println!("best      (no COMPLETE trial yet)"),
     }
     if !running.is_empty() {
         println!(
@@ -774,14 +889,31 @@ fn value_text(v: &Value) -> String {
     }
 }
 
+/// A trial's value, or its values as `[a, b]` in a study with several objectives.
+fn values_text(t: &TrialView) -> String {
+    match &t.values {
+        Some(Value::Array(vs)) => format!(
+            "[{}]",
+            vs.iter().map(value_text).collect::<Vec<_>>().join(", ")
+        ),
+        Some(_) => String::new(),
+        None => value_text(&t.value),
+    }
+}
+
 fn print_table(trials: &[TrialView]) {
-    println!("{:>6}  {:<8}  {:>14}  params", "number", "state", "value");
+    let column = if trials.iter().any(|t| t.values.is_some()) {
+        "values"
+    } else {
+        "value"
+    };
+    println!("{:>6}  {:<8}  {:>14}  params", "number", "state", column);
     for t in trials {
         let mut line = format!(
             "{:>6}  {:<8}  {:>14}  {}",
             t.number,
             t.state,
-            value_text(&t.value),
+            values_text(t),
             Value::Object(t.params.clone())
         );
         if let Some(reason) = &t.fail_reason {
@@ -803,22 +935,34 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn print_csv(trials: &[TrialView]) {
+/// Trials as CSV. A study with several objectives has a column per objective in place of
+/// `value`, named as Optuna's `trials_dataframe` names them (`values_0`, or `values_NAME` with
+/// metric names).
+fn print_csv(study: &crate::store::Study, trials: &[TrialView]) {
     let mut names: Vec<&String> = trials.iter().flat_map(|t| t.params.keys()).collect();
     names.sort();
     names.dedup();
-    let mut header = vec![
-        "number",
-        "state",
-        "value",
-        "datetime_start",
-        "datetime_complete",
-        "fail_kind",
-        "fail_reason",
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .collect::<Vec<_>>();
+    let value_columns: Vec<String> = if study.is_multi_objective() {
+        (0..study.directions.len())
+            .map(|i| match &study.metric_names {
+                Some(_) => format!("values_{}", study.objective_name(i)),
+                None => format!("values_{i}"),
+            })
+            .collect()
+    } else {
+        vec!["value".to_owned()]
+    };
+    let mut header = vec!["number".to_owned(), "state".to_owned()];
+    header.extend(value_columns.iter().cloned());
+    header.extend(
+        [
+            "datetime_start",
+            "datetime_complete",
+            "fail_kind",
+            "fail_reason",
+        ]
+        .map(str::to_owned),
+    );
     header.extend(names.iter().map(|n| format!("params_{n}")));
     println!(
         "{}",
@@ -829,15 +973,18 @@ fn print_csv(trials: &[TrialView]) {
             .join(",")
     );
     for t in trials {
-        let mut row = vec![
-            t.number.to_string(),
-            t.state.clone(),
-            value_text(&t.value),
+        let mut row = vec![t.number.to_string(), t.state.clone()];
+        match &t.values {
+            Some(Value::Array(vs)) => row.extend(vs.iter().map(value_text)),
+            Some(_) => row.extend(value_columns.iter().map(|_| String::new())),
+            None => row.push(value_text(&t.value)),
+        }
+        row.extend([
             t.datetime_start.clone().unwrap_or_default(),
             t.datetime_complete.clone().unwrap_or_default(),
             t.fail_kind.clone().unwrap_or_default(),
             t.fail_reason.clone().unwrap_or_default(),
-        ];
+        ]);
         row.extend(
             names
                 .iter()

@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +35,12 @@ struct KindLabel {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectiveLabel {
+    objective: String,
+    name: String,
+}
+
 /// Every metric sweepd exports.
 pub struct Metrics {
     registry: Registry,
@@ -46,6 +53,8 @@ pub struct Metrics {
     peak: Histogram,
     failures: Family<KindLabel, Counter>,
     restarts: Counter,
+    best: Family<ObjectiveLabel, Gauge<f64, AtomicU64>>,
+    front: Gauge,
 }
 
 impl Default for Metrics {
@@ -73,6 +82,8 @@ impl Metrics {
             )),
             failures: Family::default(),
             restarts: Counter::default(),
+            best: Family::default(),
+            front: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("trials", "Trials of the study by state", m.trials.clone());
@@ -116,7 +127,34 @@ impl Metrics {
             "Worker processes retired and replaced",
             m.restarts.clone(),
         );
+        registry.register(
+            "best_value",
+            "Best value of each objective so far (of the Pareto front, with several objectives)",
+            m.best.clone(),
+        );
+        registry.register(
+            "pareto_front_trials",
+            "Trials on the Pareto front (studies with several objectives)",
+            m.front.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Each objective's (name, best value so far); one without a value yet is not exported.
+    /// `front`: the Pareto front's size, for a study with several objectives.
+    pub fn set_best(&self, best: &[(String, Option<f64>)], front: Option<usize>) {
+        for (i, (name, b)) in best.iter().enumerate() {
+            if let Some(b) = b {
+                let label = ObjectiveLabel {
+                    objective: i.to_string(),
+                    name: name.clone(),
+                };
+                self.best.get_or_create(&label).set(*b);
+            }
+        }
+        if let Some(n) = front {
+            self.front.set(n as i64);
+        }
     }
 
     pub fn set_counts(&self, c: &Counts) {
@@ -246,5 +284,32 @@ pub async fn serve(
             let _ = sock.write_all(response.as_bytes()).await;
             let _ = sock.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_objective_has_its_best_and_a_front_its_size() {
+        let m = Metrics::new();
+        let best = [
+            ("loss".to_owned(), Some(0.25)),
+            ("latency_ms".to_owned(), Some(12.0)),
+            ("unset".to_owned(), None),
+        ];
+        m.set_best(&best, Some(7));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"best_value{objective="0",name="loss"} 0.25"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"best_value{objective="1",name="latency_ms"} 12.0"#),
+            "{text}"
+        );
+        assert!(!text.contains("unset"), "{text}");
+        assert!(text.contains("sweepd_pareto_front_trials 7"), "{text}");
     }
 }

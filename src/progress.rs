@@ -9,6 +9,7 @@
 //! display again below it, so the two never tear. Under journald or a pipe there is no
 //! display at all (`cli` decides): stderr gets the log lines as before.
 
+use crate::study::pareto::Front;
 use crate::study::Direction;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
@@ -34,11 +35,16 @@ pub struct Progress {
     pub gpus: BTreeMap<u32, usize>,
     /// Failures this run recorded, by kind (`classify::Kind` names), retried ones included.
     pub failures: BTreeMap<String, u64>,
-    /// The best value so far and its trial number.
+    /// The best value so far and its trial number (one objective).
     pub best: Option<(i64, f64)>,
+    /// Several objectives: the Pareto front's size and, per objective, its name and best value.
+    pub front: Option<FrontSummary>,
     /// Every device is quarantined by the circuit breaker.
     pub paused: bool,
 }
+
+/// A Pareto front in brief: its size and each objective's (name, best value).
+pub type FrontSummary = (usize, Vec<(String, Option<f64>)>);
 
 /// The part of the snapshot only outcomes change (failures, best), and the channel.
 #[derive(Debug)]
@@ -47,6 +53,10 @@ pub struct Tracker {
     direction: Direction,
     failures: BTreeMap<String, u64>,
     best: Option<(i64, f64)>,
+    /// Several objectives: the front, and each objective's name.
+    front: Option<(Front, Vec<String>)>,
+    /// One objective: its name (for the metrics).
+    name: String,
     finished_at_start: u64,
 }
 
@@ -63,7 +73,28 @@ impl Tracker {
             direction,
             failures: BTreeMap::new(),
             best,
+            front: None,
+            name: "values_0".to_owned(),
             finished_at_start,
+        }
+    }
+
+    /// Names the single objective (its metric name).
+    pub fn named(self, name: String) -> Tracker {
+        Tracker { name, ..self }
+    }
+
+    /// A tracker for a study with several objectives, named `names`, whose front is `front`
+    /// when the run starts.
+    pub fn several(
+        tx: watch::Sender<Progress>,
+        front: Front,
+        names: Vec<String>,
+        finished_at_start: u64,
+    ) -> Tracker {
+        Tracker {
+            front: Some((front, names)),
+            ..Tracker::new(tx, Direction::Minimize, None, finished_at_start)
         }
     }
 
@@ -71,7 +102,14 @@ impl Tracker {
         *self.failures.entry(kind.to_owned()).or_default() += 1;
     }
 
-    pub fn completed(&mut self, number: i64, value: f64) {
+    pub fn completed(&mut self, number: i64, values: &[f64]) {
+        if let Some((front, _)) = &mut self.front {
+            front.insert(number, values);
+            return;
+        }
+        let Some(&value) = values.first() else {
+            return;
+        };
         if self
             .best
             .is_none_or(|(_, b)| self.direction.better(value, b))
@@ -80,17 +118,51 @@ impl Tracker {
         }
     }
 
+    /// Several objectives: the front's size and each objective's (name, best value).
+    pub fn front(&self) -> Option<FrontSummary> {
+        self.front.as_ref().map(|(front, names)| {
+            let best = names.iter().cloned().zip(front.best()).collect();
+            (front.len(), best)
+        })
+    }
+
+    /// Per objective, its name and best value so far (the front's, with several objectives).
+    pub fn bests(&self) -> Vec<(String, Option<f64>)> {
+        match self.front() {
+            Some((_, best)) => best,
+            None => vec![(self.name.clone(), self.best.map(|b| b.1))],
+        }
+    }
+
+    /// The best value(s) so far in a few words, for the daemon's status line.
+    pub fn best_text(&self) -> String {
+        match (self.front(), self.best) {
+            (Some((0, _)), _) | (None, None) => "no result yet".to_owned(),
+            (Some((n, best)), _) => format!("Pareto front {n} trials ({})", bests_text(&best)),
+            (None, Some((_, b))) => format!("best {b:.6}"),
+        }
+    }
+
     /// Sends `p` with this tracker's part filled in. Nobody listening is fine.
     pub fn publish(&self, mut p: Progress) {
         p.finished_here = p.finished.saturating_sub(self.finished_at_start);
         p.failures = self.failures.clone();
         p.best = self.best;
+        p.front = self.front();
         self.tx.send_if_modified(|old| {
             let changed = *old != p;
             *old = p;
             changed
         });
     }
+}
+
+/// "loss 0.31, latency_ms 12": each objective's best.
+fn bests_text(best: &[(String, Option<f64>)]) -> String {
+    best.iter()
+        .map(|(name, b)| format!("{name} {}", b.map_or("-".into(), |b| b.to_string())))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Where the run stands with respect to stopping, for the display's first line.
@@ -137,9 +209,10 @@ pub fn render(p: &Progress, now: Instant, stopping: Stopping, spinner: &str) -> 
         let per: Vec<String> = p.gpus.iter().map(|(d, n)| format!("gpu{d} {n}")).collect();
         format!("running {}/{} ({})", p.running, p.max_par, per.join(", "))
     };
-    let best = match p.best {
-        Some((number, v)) => format!("best {v} (trial {number})"),
-        None => "best: no COMPLETE trial yet".to_owned(),
+    let best = match (&p.front, p.best) {
+        (Some((0, _)), _) | (None, None) => "best: no COMPLETE trial yet".to_owned(),
+        (Some((n, best)), _) => format!("Pareto front {n} trials, best {}", bests_text(best)),
+        (None, Some((number, v))) => format!("best {v} (trial {number})"),
     };
     let failures = if p.failures.is_empty() {
         "failures: none".to_owned()
@@ -377,8 +450,8 @@ mod tests {
     fn the_tracker_keeps_the_best_in_the_studys_direction() {
         let (tx, rx) = watch::channel(Progress::default());
         let mut t = Tracker::new(tx, Direction::Maximize, Some((3, 1.0)), 5);
-        t.completed(4, 0.5);
-        t.completed(6, 2.0);
+        t.completed(4, &[0.5]);
+        t.completed(6, &[2.0]);
         t.failed("oom");
         t.failed("oom");
         t.publish(Progress {
@@ -389,5 +462,39 @@ mod tests {
         assert_eq!(p.best, Some((6, 2.0)));
         assert_eq!(p.finished_here, 4);
         assert_eq!(p.failures.get("oom"), Some(&2));
+    }
+
+    #[test]
+    fn several_objectives_show_the_front_and_each_best() {
+        let (tx, rx) = watch::channel(Progress::default());
+        let d = [Direction::Minimize, Direction::Maximize];
+        let names = vec!["loss".to_owned(), "acc".to_owned()];
+        let mut t = Tracker::several(tx, Front::new(&d), names, 0);
+        assert_eq!(t.best_text(), "no result yet");
+        t.completed(0, &[1.0, 0.5]);
+        t.completed(1, &[0.5, 0.9]); // dominates trial 0
+        t.completed(2, &[0.2, 0.1]);
+        t.publish(Progress::default());
+        let p = rx.borrow().clone();
+        let want = vec![
+            ("loss".to_owned(), Some(0.2)),
+            ("acc".to_owned(), Some(0.9)),
+        ];
+        assert_eq!(p.front, Some((2, want)));
+        let (start, now) = (Instant::now(), Instant::now());
+        let text = render(
+            &Progress {
+                started: Some(start),
+                ..p
+            },
+            now,
+            Stopping::No,
+            "",
+        );
+        assert!(
+            text.contains("Pareto front 2 trials, best loss 0.2, acc 0.9"),
+            "{text}"
+        );
+        assert_eq!(t.best_text(), "Pareto front 2 trials (loss 0.2, acc 0.9)");
     }
 }

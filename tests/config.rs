@@ -710,13 +710,13 @@ fn exercise(c: &sweepd::config::Config) {
         c.study.sampler,
         &c.space,
         seed,
-        c.study.direction,
+        &c.study.directions,
         &c.sampler,
     ) else {
         return;
     };
     let mut model = sweepd::gpu::MemoryModel::new(&c.space, c.gpu.trial_memory);
-    let mut pruner = sweepd::pruner::Pruner::new(c.pruner.clone(), c.study.direction);
+    let mut pruner = sweepd::pruner::Pruner::new(c.pruner.clone(), c.study.directions[0]);
     for number in 0..4 {
         let Some(params) = s.sample(&c.space, &Default::default(), number) else {
             break;
@@ -732,7 +732,7 @@ fn exercise(c: &sweepd::config::Config) {
             number: number as i64,
             params,
             state: TrialState::Complete,
-            value: Some(number as f64),
+            values: vec![number as f64; c.study.directions.len()],
             constraints: Vec::new(),
         });
     }

@@ -715,6 +715,54 @@ fn assert_all_typed(e: &Exposition, body: &str) {
     }
 }
 
+#[test]
+fn metrics_export_each_objectives_best_and_the_pareto_fronts_size() {
+    let port = free_port();
+    let cfg = Cfg {
+        n_trials: Some(10_000),
+        max_par: 2,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/multi_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.05");
+    let toml = metrics_toml(&cfg, &format!("127.0.0.1:{port}")).replace(
+        "direction = \"minimize\"\n",
+        "directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\", \"accuracy\"]\n",
+    );
+    let sweep = Sweep::with_toml(&toml);
+    let child = sweep.spawn_run();
+    let (_, body, e) = scrape_until(port, Duration::from_secs(90), "a Pareto front", |e| {
+        e.get("sweepd_pareto_front_trials", &[]).unwrap_or(0.0) >= 1.0
+            && e.get(
+                "sweepd_best_value",
+                &[("objective", "1"), ("name", "accuracy")],
+            )
+            .is_some()
+    });
+    assert_family(&e, &body, "sweepd_best_value", "gauge");
+    assert_family(&e, &body, "sweepd_pareto_front_trials", "gauge");
+    let loss = e
+        .get("sweepd_best_value", &[("objective", "0"), ("name", "loss")])
+        .unwrap_or_else(|| panic!("the loss's best:\n{body}"));
+    let accuracy = e
+        .get(
+            "sweepd_best_value",
+            &[("objective", "1"), ("name", "accuracy")],
+        )
+        .unwrap();
+    // multi_worker.py: the loss lies in [0, 1], the accuracy at most 1.
+    assert!((0.0..=1.0).contains(&loss) && accuracy <= 1.0, "{body}");
+    sigterm(&child);
+    let out = wait_output(child, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+}
+
 fn metrics_toml(cfg: &Cfg, listen: &str) -> String {
     format!("{}\n[metrics]\nlisten = \"{listen}\"\n", cfg.to_toml())
 }

@@ -60,7 +60,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StudyConfig {
     pub name: String,
-    pub direction: Direction,
+    /// One per objective, never empty: `[study] direction` gives one, `directions` several.
+    pub directions: Vec<Direction>,
+    /// `[study] metric_names`: one per objective, stored as Optuna's `set_metric_names` does.
+    pub metric_names: Option<Vec<String>>,
     pub n_trials: Option<u64>,
     pub timeout: Option<Duration>,
     pub sampler: SamplerKind,
@@ -71,8 +74,18 @@ pub struct StudyConfig {
 pub enum SamplerKind {
     Random,
     Grid,
-    /// Tree-structured Parzen Estimator, tuned by [`SamplerConfig`].
+    /// Tree-structured Parzen Estimator, tuned by [`SamplerConfig`]; Optuna's multi-objective
+    /// TPE with several objectives.
     Tpe,
+    /// NSGA-II, Optuna's `NSGAIISampler`, tuned by [`SamplerConfig`].
+    Nsga2,
+}
+
+impl StudyConfig {
+    /// Whether the study has several objectives.
+    pub fn is_multi_objective(&self) -> bool {
+        self.directions.len() > 1
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,19 +282,30 @@ impl Default for RetryConfig {
     }
 }
 
-/// `[sampler]`: TPE's knobs; the random and grid samplers use only `seed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `[sampler]`: TPE's and NSGA-II's knobs; the random and grid samplers use only `seed`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
     /// Trials sampled at random before TPE takes over; default 10.
     pub n_startup_trials: usize,
     /// Default 24; at least 1.
     pub n_ei_candidates: usize,
-    /// Default true.
-    pub multivariate: bool,
+    /// TPE models the params jointly. Unset: Optuna's default, true with one objective and
+    /// false with several.
+    pub multivariate: Option<bool>,
     /// Default true.
     pub constant_liar: bool,
     /// Overrides `[study] seed` when set.
     pub seed: Option<u64>,
+    /// NSGA-II: trials in a generation; default 50, at least 2.
+    pub population_size: usize,
+    /// NSGA-II: probability that a child is a crossover of two parents; default 0.9.
+    pub crossover_prob: f64,
+    /// NSGA-II: probability that uniform crossover takes a param from the second parent;
+    /// default 0.5.
+    pub swapping_prob: f64,
+    /// NSGA-II: probability that a param of a child is drawn anew; unset: `1 / number of
+    /// params`, as Optuna.
+    pub mutation_prob: Option<f64>,
 }
 
 impl Default for SamplerConfig {
@@ -289,9 +313,13 @@ impl Default for SamplerConfig {
         SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
-            multivariate: true,
+            multivariate: None,
             constant_liar: true,
             seed: None,
+            population_size: 50,
+            crossover_prob: 0.9,
+            swapping_prob: 0.5,
+            mutation_prob: None,
         }
     }
 }
@@ -461,6 +489,9 @@ impl Config {
         let retry = v.retry(raw.retry.as_ref().map(|t| &t.0));
         let sampler = v.sampler(raw.sampler.as_ref().map(|t| &t.0));
         let pruner = v.pruner(raw.pruner.as_ref().map(|t| &t.0));
+        if let Some(study) = &study {
+            v.several_objectives(study, &pruner, raw.pruner.as_ref().map(|t| &t.0));
+        }
         let metrics = v.metrics(raw.metrics.as_ref().map(|t| &t.0));
         if let (Some(study), Some(space)) = (&study, &space) {
             if study.sampler == SamplerKind::Grid {

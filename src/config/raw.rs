@@ -36,6 +36,8 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawStudy {
     pub(crate) name: Option<Spanned<String>>,
     pub(crate) direction: Option<Spanned<String>>,
+    pub(crate) directions: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) metric_names: Option<Spanned<Vec<Spanned<String>>>>,
     // Integers are read as i64 (TOML's integer type) so that range errors become our own
     // problems, collected with the rest, instead of serde errors that stop the parse.
     pub(crate) n_trials: Option<Spanned<i64>>,
@@ -115,6 +117,11 @@ pub(crate) struct RawSampler {
     pub(crate) multivariate: Option<Spanned<bool>>,
     pub(crate) constant_liar: Option<Spanned<bool>>,
     pub(crate) seed: Option<Spanned<i64>>,
+    pub(crate) population_size: Option<Spanned<i64>>,
+    // Probabilities are a float or an integer (0, 1), so they are taken untyped.
+    pub(crate) crossover_prob: Option<Spanned<toml::Value>>,
+    pub(crate) swapping_prob: Option<Spanned<toml::Value>>,
+    pub(crate) mutation_prob: Option<Spanned<toml::Value>>,
 }
 
 /// Every pruner type's fields in one struct, like [`RawParam`].

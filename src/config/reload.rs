@@ -57,7 +57,9 @@ macro_rules! field {
 /// test fails until it has one). Restart keys are in the order the reload's warning lists them.
 pub const KEYS: &[Key] = &[
     field!("study.name", Restart, study.name),
-    field!("study.direction", Restart, study.direction),
+    // `direction` or `directions`: the one list of objectives either gives.
+    field!("study.directions", Restart, study.directions),
+    field!("study.metric_names", Restart, study.metric_names),
     field!("study.n_trials", Live, study.n_trials),
     field!("study.timeout", Live, study.timeout),
     field!("study.sampler", Restart, study.sampler),
@@ -109,6 +111,10 @@ pub const KEYS: &[Key] = &[
     field!("sampler.multivariate", Restart, sampler.multivariate),
     field!("sampler.constant_liar", Restart, sampler.constant_liar),
     field!("sampler.seed", Restart, sampler.seed),
+    field!("sampler.population_size", Restart, sampler.population_size),
+    field!("sampler.crossover_prob", Restart, sampler.crossover_prob),
+    field!("sampler.swapping_prob", Restart, sampler.swapping_prob),
+    field!("sampler.mutation_prob", Restart, sampler.mutation_prob),
     Key {
         name: "pruner",
         when: When::Restart,
@@ -163,7 +169,8 @@ const _: fn(&Config) = |c| {
     } = c;
     let StudyConfig {
         name: _,
-        direction: _,
+        directions: _,
+        metric_names: _,
         n_trials: _,
         timeout: _,
         sampler: _,
@@ -218,6 +225,10 @@ const _: fn(&Config) = |c| {
         multivariate: _,
         constant_liar: _,
         seed: _,
+        population_size: _,
+        crossover_prob: _,
+        swapping_prob: _,
+        mutation_prob: _,
     } = sampler;
     let MetricsConfig {
         listen: _,
@@ -417,7 +428,8 @@ mod tests {
         std::fs::write(dir.join("libnvidia-ml.so.1"), "").unwrap();
         let a = parse_in(dir, &cfg("", "", PX)).unwrap();
         let text = cfg(
-            "direction = \"maximize\"\nn_trials = 9\ntimeout = \"1h\"\nsampler = \"tpe\"\nseed = 3",
+            "direction = \"maximize\"\nmetric_names = [\"m\"]\nn_trials = 9\ntimeout = \"1h\"\n\
+             sampler = \"tpe\"\nseed = 3",
             "mode = \"oneshot\"\nrecycle_after = 5\nmax_par = 3\ntrial_timeout = \"1h\"\n\
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
@@ -430,7 +442,8 @@ mod tests {
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\noom_admission_factor = 0.5\n\
              oom_recovery = \"20m\"\nstop_after_same_error = 2\n\
              [sampler]\nn_startup_trials = 0\nn_ei_candidates = 48\nmultivariate = false\n\
-             constant_liar = false\nseed = 7\n\
+             constant_liar = false\nseed = 7\npopulation_size = 10\ncrossover_prob = 0.8\n\
+             swapping_prob = 0.4\nmutation_prob = 0.2\n\
              [pruner]\ntype = \"median\"\n\
              [metrics]\nlisten = \"127.0.0.1:9000\"\nallow_remote = true\n",
         )

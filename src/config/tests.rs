@@ -99,7 +99,7 @@ fn parses_full_example() {
     assert_eq!(c.base_dir, dir.path());
 
     assert_eq!(c.study.name, "example");
-    assert_eq!(c.study.direction, Direction::Maximize);
+    assert_eq!(c.study.directions, [Direction::Maximize]);
     assert_eq!(c.study.n_trials, Some(200));
     assert_eq!(c.study.timeout, Some(Duration::from_secs(90 * 60)));
     assert_eq!(c.study.sampler, SamplerKind::Random);
@@ -174,7 +174,7 @@ fn parses_full_example() {
 fn applies_defaults_for_optional_keys() {
     let dir = tempfile::tempdir().unwrap();
     let c = parse_in(dir.path(), &cfg("", "", PX)).unwrap();
-    assert_eq!(c.study.direction, Direction::Minimize);
+    assert_eq!(c.study.directions, [Direction::Minimize]);
     assert_eq!(c.study.sampler, SamplerKind::Random);
     assert_eq!(c.study.n_trials, None);
     assert_eq!(c.study.timeout, None);
@@ -546,9 +546,10 @@ fn defaults_when_new_tables_are_absent() {
         SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
-            multivariate: true,
+            multivariate: None,
             constant_liar: true,
             seed: None,
+            ..SamplerConfig::default()
         }
     );
     assert_eq!(c.pruner, PrunerConfig::None);
@@ -673,9 +674,10 @@ fn parses_every_new_setting() {
         SamplerConfig {
             n_startup_trials: 0,
             n_ei_candidates: 48,
-            multivariate: false,
+            multivariate: Some(false),
             constant_liar: false,
             seed: Some(7),
+            ..SamplerConfig::default()
         }
     );
     assert_eq!(
@@ -891,8 +893,17 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::zero_n_trials(cfg("n_trials = 0", "", PX), "study.n_trials", &[])]
 #[case::negative_seed(cfg("seed = -1", "", PX), "study.seed", &[])]
 #[case::unknown_direction_listing_allowed_values(cfg("direction = \"up\"", "", PX), "study.direction", &["\"minimize\", \"maximize\""])]
-#[case::unknown_sampler_listing_allowed_values(cfg("sampler = \"cmaes\"", "", PX), "study.sampler", &["\"random\", \"grid\", \"tpe\""])]
+#[case::unknown_sampler_listing_allowed_values(cfg("sampler = \"cmaes\"", "", PX), "study.sampler", &["\"random\", \"grid\", \"tpe\", \"nsga2\""])]
 #[case::unparseable_study_timeout(cfg("timeout = \"soon\"", "", PX), "study.timeout", &[])]
+// Several objectives.
+#[case::direction_and_directions(cfg("direction = \"minimize\"\ndirections = [\"minimize\", \"maximize\"]", "", PX), "study.directions", &["exclusive"])]
+#[case::no_directions(cfg("directions = []", "", PX), "study.directions", &["at least one"])]
+#[case::unknown_second_direction(cfg("directions = [\"minimize\", \"up\"]", "", PX), "study.directions[1]", &["\"minimize\", \"maximize\""])]
+#[case::a_metric_name_per_objective(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\"]", "", PX), "study.metric_names", &["names 1 metrics but `directions` gives 2 objectives"])]
+#[case::metric_names_for_one_direction(cfg("metric_names = [\"a\", \"b\"]", "", PX), "study.metric_names", &["`direction` (one objective) gives 1 objective:"])]
+#[case::metric_name_twice(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \"a\"]", "", PX), "study.metric_names[1]", &["named twice"])]
+#[case::empty_metric_name(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \" \"]", "", PX), "study.metric_names[1]", &["empty"])]
+#[case::pruner_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]", "", &format!("{PX}[pruner]\ntype = \"median\"\n")), "pruner.type", &["not supported with several objectives", "the study has 2"])]
 // The search space.
 #[case::missing_search_space(cfg("", "", ""), "params", &[])]
 #[case::empty_params_table(cfg("", "", "[params]\n"), "params", &["empty"])]
@@ -997,6 +1008,10 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::zero_n_ei_candidates(with("", "[sampler]\nn_ei_candidates = 0\n"), "sampler.n_ei_candidates", &[])]
 #[case::negative_n_startup_trials(with("", "[sampler]\nn_startup_trials = -1\n"), "sampler.n_startup_trials", &[])]
 #[case::negative_sampler_seed(with("", "[sampler]\nseed = -3\n"), "sampler.seed", &[])]
+#[case::population_of_one(with("", "[sampler]\npopulation_size = 1\n"), "sampler.population_size", &["between 2 and"])]
+#[case::crossover_prob_above_one(with("", "[sampler]\ncrossover_prob = 1.5\n"), "sampler.crossover_prob", &["between 0 and 1"])]
+#[case::swapping_prob_negative(with("", "[sampler]\nswapping_prob = -0.1\n"), "sampler.swapping_prob", &[])]
+#[case::mutation_prob_as_text(with("", "[sampler]\nmutation_prob = \"low\"\n"), "sampler.mutation_prob", &["must be a number"])]
 // [pruner]
 #[case::unknown_pruner_type(with("", "[pruner]\ntype = \"hyperband\"\nmin_resource = 1\n"), "pruner.type", &["\"none\", \"median\", \"asha\""])]
 #[case::asha_key_on_median(with("", "[pruner]\ntype = \"median\"\nmin_resource = 2\n"), "pruner.min_resource", &["\"asha\""])]
@@ -1146,4 +1161,37 @@ fn reload_keeps_par_over_the_files_max_par() {
     let applied = running.apply_live(&reloaded);
     assert_eq!(applied.worker.max_par, 5);
     assert_eq!(applied.study.n_trials, Some(9));
+}
+
+#[test]
+fn several_objectives_with_names_and_nsga2_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = cfg(
+        "directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\", \"acc\"]\n\
+         sampler = \"nsga2\"",
+        "",
+        &format!(
+            "{PX}[sampler]\npopulation_size = 20\ncrossover_prob = 1\nswapping_prob = 0.25\n\
+             mutation_prob = 0.1\n[pruner]\ntype = \"none\"\n"
+        ),
+    );
+    let c = parse_in(dir.path(), &text).unwrap();
+    assert_eq!(
+        c.study.directions,
+        [Direction::Minimize, Direction::Maximize]
+    );
+    assert!(c.study.is_multi_objective());
+    assert_eq!(
+        c.study.metric_names,
+        Some(vec!["loss".to_owned(), "acc".to_owned()])
+    );
+    assert_eq!(c.study.sampler, SamplerKind::Nsga2);
+    assert_eq!(c.sampler.population_size, 20);
+    assert_eq!(c.sampler.crossover_prob, 1.0);
+    assert_eq!(c.sampler.swapping_prob, 0.25);
+    assert_eq!(c.sampler.mutation_prob, Some(0.1));
+    // One direction may be named too, as Optuna's set_metric_names allows.
+    let one = parse_in(dir.path(), &cfg("metric_names = [\"loss\"]", "", PX)).unwrap();
+    assert_eq!(one.study.directions, [Direction::Minimize]);
+    assert_eq!(one.study.metric_names, Some(vec!["loss".to_owned()]));
 }

@@ -32,7 +32,9 @@ pub enum Message {
     },
     Result {
         trial_id: i64,
-        value: Result<f64, String>,
+        /// The objective's values: a number is one value, an array one per objective. `Err`:
+        /// the text of what is not a number.
+        value: Result<Vec<f64>, String>,
     },
     Pruned {
         trial_id: i64,
@@ -158,7 +160,10 @@ pub fn parse_line(line: &str) -> Event {
         "result" => match trial_id {
             Some(trial_id) => Event::Msg(Message::Result {
                 trial_id,
-                value: number(&v["value"]),
+                value: numbers(match v.get("values") {
+                    Some(values) => values,
+                    None => &v["value"],
+                }),
             }),
             None => Event::Garbage(format!("result without trial_id: {}", clip(line, 200))),
         },
@@ -173,6 +178,14 @@ pub fn parse_line(line: &str) -> Event {
         },
         "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
         other => Event::Msg(Message::Other(other.to_owned())),
+    }
+}
+
+/// An objective's values: one protocol number, or an array of them (one per objective).
+pub fn numbers(v: &Value) -> Result<Vec<f64>, String> {
+    match v {
+        Value::Array(items) => items.iter().map(number).collect(),
+        one => number(one).map(|x| vec![x]),
     }
 }
 
@@ -214,8 +227,38 @@ mod tests {
         }
         assert!(matches!(
             parse_line(r#"{"type":"result","trial_id":3,"value":"-inf"}"#),
-            Event::Msg(Message::Result { value: Ok(v), .. }) if v == f64::NEG_INFINITY
+            Event::Msg(Message::Result { value: Ok(v), .. }) if v == [f64::NEG_INFINITY]
         ));
+    }
+
+    #[test]
+    fn a_result_carries_one_value_per_objective() {
+        let values = |line: &str| match parse_line(line) {
+            Event::Msg(Message::Result { value, .. }) => value,
+            e => panic!("{e:?}"),
+        };
+        assert_eq!(
+            values(r#"{"type":"result","trial_id":1,"value":[1.5,"inf",-2]}"#),
+            Ok(vec![1.5, f64::INFINITY, -2.0])
+        );
+        assert_eq!(
+            values(r#"{"type":"result","trial_id":1,"values":[0.5, 3]}"#),
+            Ok(vec![0.5, 3.0])
+        );
+        assert_eq!(
+            values(r#"{"type":"result","trial_id":1,"value":[]}"#),
+            Ok(vec![])
+        );
+        assert_eq!(
+            values(r#"{"type":"result","trial_id":1,"value":[1.0, "x"]}"#),
+            Err("x".into())
+        );
+        assert_eq!(
+            values(r#"{"type":"result","trial_id":1,"value":[1.0, [2.0]]}"#),
+            Err("[2.0]".into())
+        );
+        let nan = values(r#"{"type":"result","trial_id":1,"value":[1.0, "nan"]}"#).unwrap();
+        assert!(nan[1].is_nan());
         assert!(matches!(
             parse_line(r#"{"type":"future_thing"}"#),
             Event::Msg(Message::Other(_))

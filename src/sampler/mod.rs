@@ -20,6 +20,7 @@ use crate::config::{SamplerConfig, SamplerKind};
 use crate::study::{Direction, Params, SearchSpace, TrialRecord};
 
 pub mod grid;
+pub mod nsga2;
 pub mod random;
 #[cfg(test)]
 mod testkit;
@@ -55,21 +56,21 @@ pub fn build(
     kind: SamplerKind,
     space: &SearchSpace,
     seed: Option<u64>,
-    direction: Direction,
+    directions: &[Direction],
     settings: &SamplerConfig,
 ) -> Result<Box<dyn Sampler>, String> {
     validate(space)?;
+    let settings = SamplerConfig {
+        seed,
+        ..settings.clone()
+    };
     Ok(match kind {
         SamplerKind::Random => Box::new(RandomSampler::new(seed)),
         SamplerKind::Grid => Box::new(GridSampler::new(space, seed)?),
-        SamplerKind::Tpe => Box::new(tpe::TpeSampler::new(
-            space,
-            direction,
-            SamplerConfig {
-                seed,
-                ..settings.clone()
-            },
+        SamplerKind::Tpe => Box::new(tpe::TpeSampler::with_directions(
+            space, directions, settings,
         )),
+        SamplerKind::Nsga2 => Box::new(nsga2::Nsga2Sampler::new(directions, settings)),
     })
 }
 
@@ -104,13 +105,18 @@ mod tests {
                 spec("opt", cat(2)),
             ],
         };
-        for kind in [SamplerKind::Random, SamplerKind::Grid, SamplerKind::Tpe] {
+        for kind in [
+            SamplerKind::Random,
+            SamplerKind::Grid,
+            SamplerKind::Tpe,
+            SamplerKind::Nsga2,
+        ] {
             let make = |space| {
                 build(
                     kind,
                     space,
                     Some(1),
-                    Direction::Minimize,
+                    &[Direction::Minimize],
                     &Default::default(),
                 )
             };

@@ -50,7 +50,7 @@ pub(crate) fn record(
         number,
         params: params.clone(),
         state: TrialState::Complete,
-        value: Some(value),
+        values: vec![value],
         constraints,
     }
 }

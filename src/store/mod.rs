@@ -59,7 +59,7 @@ pub use hosts::{FailedOver, HostView};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
-pub use views::{Curve, TrialView};
+pub use views::{Candidate, Curve, TrialView};
 pub use workers::WorkerView;
 
 use crate::study::Direction;
@@ -146,8 +146,30 @@ pub struct Store {
 pub struct Study {
     pub id: i64,
     pub name: String,
-    pub direction: Direction,
+    /// One per objective (`study_directions` in objective order), never empty.
+    pub directions: Vec<Direction>,
+    /// Optuna's `study.metric_names`, when set (and one per objective).
+    pub metric_names: Option<Vec<String>>,
 }
+
+impl Study {
+    /// Whether the study has several objectives.
+    pub fn is_multi_objective(&self) -> bool {
+        self.directions.len() > 1
+    }
+
+    /// Objective `i`'s name: its metric name, else `values_i` (what Optuna's dataframes call
+    /// it).
+    pub fn objective_name(&self, i: usize) -> String {
+        self.metric_names
+            .as_ref()
+            .and_then(|n| n.get(i).cloned())
+            .unwrap_or_else(|| format!("values_{i}"))
+    }
+}
+
+/// The study system attribute Optuna's `set_metric_names` writes.
+pub const METRIC_NAMES_ATTR: &str = "study:metric_names";
 
 /// Names the database an sqlx error happened on (and, through [`StoreError::Sql`]'s message,
 /// the file system's state when that is the cause): `query.execute(..).await.at(&self.path)?`.
@@ -373,21 +395,36 @@ impl Store {
         }
     }
 
-    /// Finds the study, or creates it the way `optuna.create_study` does.
-    pub async fn ensure_study(&self, name: &str, direction: Direction) -> Result<Study> {
-        match self.ensure_study_once(name, direction).await {
+    /// Finds the study, or creates it the way `optuna.create_study` does: one
+    /// `study_directions` row per objective. `metric_names`, when given, are stored as
+    /// Optuna's `set_metric_names` stores them (the study system attribute
+    /// `study:metric_names`), replacing any set before.
+    pub async fn ensure_study(
+        &self,
+        name: &str,
+        directions: &[Direction],
+        metric_names: Option<&[String]>,
+    ) -> Result<Study> {
+        match self.ensure_study_once(name, directions, metric_names).await {
             // Daemons on several hosts creating the study at once (PostgreSQL, where the
             // transactions do not wait for each other): the loser's insert hits the unique
             // name, and a second look finds the winner's study.
             Err(StoreError::Sql {
                 source: sqlx::Error::Database(e),
                 ..
-            }) if e.is_unique_violation() => self.ensure_study_once(name, direction).await,
+            }) if e.is_unique_violation() => {
+                self.ensure_study_once(name, directions, metric_names).await
+            }
             other => other,
         }
     }
 
-    async fn ensure_study_once(&self, name: &str, direction: Direction) -> Result<Study> {
+    async fn ensure_study_once(
+        &self,
+        name: &str,
+        directions: &[Direction],
+        metric_names: Option<&[String]>,
+    ) -> Result<Study> {
         let mut tx = self.begin_write().await?;
         let existing: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT CAST(study_id AS BIGINT) FROM studies WHERE study_name = $1"
@@ -396,22 +433,25 @@ impl Store {
         .fetch_optional(c)
         .await)
         .at(&self.path)?;
+        let wanted: Vec<&str> = directions.iter().map(Direction::as_optuna).collect();
         let id = match existing {
             Some(id) => {
-                let found: Option<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
+                let found: Vec<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
                     "SELECT CAST(direction AS TEXT) FROM study_directions \
-                     WHERE study_id = $1 AND objective = 0",
+                     WHERE study_id = $1 ORDER BY objective",
                 )
                 .bind(id)
-                .fetch_optional(c)
+                .fetch_all(c)
                 .await)
                 .at(&self.path)?;
-                if let Some(found) = found.filter(|f| f != direction.as_optuna()) {
+                // A study without direction rows (being created by another writer) is taken
+                // as it is.
+                if !found.is_empty() && found != wanted {
                     return Err(StoreError::DirectionMismatch {
                         path: self.path.clone(),
                         name: name.to_owned(),
-                        found,
-                        wanted: direction.as_optuna().to_owned(),
+                        found: found.join(", "),
+                        wanted: wanted.join(", "),
                     });
                 }
                 id
@@ -426,51 +466,96 @@ impl Store {
                 .fetch_one(c)
                 .await)
                 .at(&self.path)?;
-                sql!(tx.conn(), |c| sqlx::query(
-                    "INSERT INTO study_directions (direction, study_id, objective) VALUES ($1, $2, 0)",
-                )
-                .bind(engine::Label::direction(direction.as_optuna()))
-                .bind(id)
-                .execute(c)
-                .await
-                .map(|r| r.rows_affected()))
-                .at(&self.path)?;
+                for (objective, direction) in directions.iter().enumerate() {
+                    sql!(tx.conn(), |c| sqlx::query(
+                        "INSERT INTO study_directions (direction, study_id, objective) \
+                         VALUES ($1, $2, $3)",
+                    )
+                    .bind(engine::Label::direction(direction.as_optuna()))
+                    .bind(id)
+                    .bind(objective as i64)
+                    .execute(c)
+                    .await
+                    .map(|r| r.rows_affected()))
+                    .at(&self.path)?;
+                }
                 id
             }
         };
+        if let Some(names) = metric_names {
+            sql!(tx.conn(), |c| sqlx::query(
+                "INSERT INTO study_system_attributes (study_id, key, value_json) \
+                 VALUES ($1, $2, $3) \
+                 ON CONFLICT (study_id, key) DO UPDATE SET value_json = excluded.value_json",
+            )
+            .bind(id)
+            .bind(METRIC_NAMES_ATTR)
+            .bind(json!(names).to_string())
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+        }
         tx.commit().await.at(&self.path)?;
         Ok(Study {
             id,
             name: name.to_owned(),
-            direction,
+            directions: directions.to_vec(),
+            metric_names: metric_names.map(<[String]>::to_vec),
         })
     }
 
     /// Looks a study up without creating it (read-only commands).
     pub async fn find_study(&self, name: &str) -> Result<Study> {
-        let (id, direction): (i64, Option<String>) = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-                "SELECT CAST(s.study_id AS BIGINT), CAST(d.direction AS TEXT) FROM studies s \
-                 LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
-                 WHERE s.study_name = $1",
-            )
-            .bind(name)
-            .fetch_optional(c)
-            .await
-        })
+        let mut conn = self.acquire().await?;
+        let id: i64 = sql!(conn.conn(), |c| sqlx::query_scalar(
+            "SELECT CAST(study_id AS BIGINT) FROM studies WHERE study_name = $1"
+        )
+        .bind(name)
+        .fetch_optional(c)
+        .await)
         .at(&self.path)?
         .ok_or_else(|| StoreError::NoStudy {
             path: self.path.clone(),
             name: name.to_owned(),
         })?;
+        let found: Vec<String> = sql!(conn.conn(), |c| sqlx::query_scalar(
+            "SELECT CAST(direction AS TEXT) FROM study_directions \
+             WHERE study_id = $1 ORDER BY objective",
+        )
+        .bind(id)
+        .fetch_all(c)
+        .await)
+        .at(&self.path)?;
+        let mut directions: Vec<Direction> = found
+            .iter()
+            .map(|d| {
+                if d == "MAXIMIZE" {
+                    Direction::Maximize
+                } else {
+                    Direction::Minimize
+                }
+            })
+            .collect();
+        if directions.is_empty() {
+            directions.push(Direction::Minimize);
+        }
+        let names: Option<String> = sql!(conn.conn(), |c| sqlx::query_scalar(
+            "SELECT value_json FROM study_system_attributes WHERE study_id = $1 AND key = $2",
+        )
+        .bind(id)
+        .bind(METRIC_NAMES_ATTR)
+        .fetch_optional(c)
+        .await)
+        .at(&self.path)?;
+        let metric_names = names
+            .and_then(|j| serde_json::from_str::<Vec<String>>(&j).ok())
+            .filter(|n| n.len() == directions.len());
         Ok(Study {
             id,
             name: name.to_owned(),
-            direction: if direction.as_deref() == Some("MAXIMIZE") {
-                Direction::Maximize
-            } else {
-                Direction::Minimize
-            },
+            directions,
+            metric_names,
         })
     }
 }

@@ -508,8 +508,8 @@ impl Store {
         let Some(number) = number else {
             return Ok(None);
         };
-        let value = match how {
-            Finish::Complete(v) => Some(*v),
+        let values = match how {
+            Finish::Complete(values) => values.clone(),
             // Optuna records a pruned trial's last intermediate value as its value.
             Finish::Pruned => sql!(tx.conn(), |c| sqlx::query_as::<_, (Option<f64>, String)>(
                 "SELECT intermediate_value, CAST(intermediate_value_type AS TEXT) \
@@ -520,24 +520,33 @@ impl Store {
             .fetch_optional(c)
             .await)
             .at(&self.path)?
-            .and_then(|(value, value_type)| read_value(value, Some(&value_type))),
-            Finish::Fail(_) => None,
+            .and_then(|(value, value_type)| read_value(value, Some(&value_type)))
+            .into_iter()
+            .collect(),
+            Finish::Fail(_) => Vec::new(),
         };
-        if let Some(v) = value {
-            let (v, t) = encode_value(v);
+        // One row per objective, infinities as Optuna stores them (NULL and INF_POS/INF_NEG).
+        let mut negative_zeros = Vec::new();
+        for (objective, v) in values.iter().enumerate() {
+            let (stored, value_type) = encode_value(*v);
             sql!(tx.conn(), |c| sqlx::query(
-                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES ($1, 0, $2, $3)",
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) \
+                 VALUES ($1, $2, $3, $4)",
             )
             .bind(trial_id)
-            .bind(v)
-            .bind(Label::value_type(t))
+            .bind(objective as i64)
+            .bind(stored)
+            .bind(Label::value_type(value_type))
             .execute(c)
             .await
             .map(|r| r.rows_affected()))
             .at(&self.path)?;
+            if is_negative_zero(*v) {
+                negative_zeros.push(objective as i64);
+            }
         }
-        if value.is_some_and(is_negative_zero) {
-            self.note_negative_zeros(tx, trial_id, |z| z.values.push(0))
+        if !negative_zeros.is_empty() {
+            self.note_negative_zeros(tx, trial_id, |z| z.values = negative_zeros)
                 .await?;
         }
         for (key, value) in attrs {

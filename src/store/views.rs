@@ -4,8 +4,9 @@
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
 use super::engine::{sql, Label};
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
-use crate::study::{Counts, Direction, Distribution, Params, TrialRecord, TrialState};
+use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialRecord, TrialState};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// The columns of a [`TrialRow`].
 const TRIAL_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
@@ -32,8 +33,13 @@ pub struct TrialView {
     pub trial_id: i64,
     pub number: i64,
     pub state: String,
-    /// Finite values as numbers; infinities as the strings "inf"/"-inf".
+    /// Finite values as numbers; infinities as the strings "inf"/"-inf". A study with several
+    /// objectives has none (null): see `values`.
     pub value: Value,
+    /// A study with several objectives: one value per objective (as `value`), null when the
+    /// trial has none. Absent for a single-objective study.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<Value>,
     /// External form: the float, the int, the categorical choice.
     pub params: serde_json::Map<String, Value>,
     pub datetime_start: Option<String>,
@@ -44,14 +50,15 @@ pub struct TrialView {
     pub fail_reason: Option<String>,
 }
 
-/// What a sampler learns of a trial besides its params and attributes (see `Store::history`).
-#[derive(sqlx::FromRow)]
-struct HistoryRow {
-    trial_id: i64,
-    number: Option<i64>,
-    state: String,
-    value: Option<f64>,
-    value_type: Option<String>,
+/// A COMPLETE trial as the Pareto front is chosen from (see `Store::front_candidates`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub trial_id: i64,
+    pub number: i64,
+    /// One per objective, in objective order.
+    pub values: Vec<f64>,
+    /// Optuna's `constraints`; empty when not set.
+    pub constraints: Vec<f64>,
 }
 
 /// A finished trial's intermediate values: (number, completed, [(step, value)]).
@@ -91,34 +98,35 @@ impl Store {
     /// Every trial of the study as the sampler learns from it: typed params, state, value and
     /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
     pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        let rows: Vec<HistoryRow> = sql!(self.acquire().await?.conn(), |c| {
+        let rows: Vec<(i64, Option<i64>, String)> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_as(
-            "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, CAST(t.number AS BIGINT) AS number, \
-             CAST(t.state AS TEXT) AS state, v.value, CAST(v.value_type AS TEXT) AS value_type \
-             FROM trials t \
-             LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
-             WHERE t.study_id = $1 ORDER BY t.trial_id",
-        )
-        .bind(study.id)
-        .fetch_all(c)
-        .await
+                "SELECT CAST(trial_id AS BIGINT), CAST(number AS BIGINT), CAST(state AS TEXT) \
+             FROM trials WHERE study_id = $1 ORDER BY trial_id",
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await
         })
         .at(&self.path)?;
         let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
-        let mut index = std::collections::HashMap::with_capacity(rows.len());
-        for row in rows {
-            let Some(state) = row.state.parse::<TrialState>().ok() else {
+        let mut index = HashMap::with_capacity(rows.len());
+        for (trial_id, number, state) in rows {
+            let Some(state) = state.parse::<TrialState>().ok() else {
                 continue;
             };
-            let value = read_value(row.value, row.value_type.as_deref());
-            index.insert(row.trial_id, records.len());
+            index.insert(trial_id, records.len());
             records.push(TrialRecord {
-                number: row.number.unwrap_or(0),
+                number: number.unwrap_or(0),
                 params: Params::new(),
                 state,
-                value,
+                values: Vec::new(),
                 constraints: Vec::new(),
             });
+        }
+        for (trial_id, values) in self.values_of(study).await? {
+            if let Some(&i) = index.get(&trial_id) {
+                records[i].values = values;
+            }
         }
         let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_as(
@@ -160,7 +168,9 @@ impl Store {
             let record = &mut records[i];
             if key == NEGATIVE_ZERO_ATTR {
                 let zeros = NegativeZeros::parse(Some(&json));
-                record.value = record.value.map(|v| zeros.value(0, v));
+                for (objective, v) in record.values.iter_mut().enumerate() {
+                    *v = zeros.value(objective as i64, *v);
+                }
                 zeros.params(&mut record.params);
             } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
                 record.constraints = cs.iter().filter_map(Value::as_f64).collect();
@@ -200,15 +210,38 @@ impl Store {
         .at(&self.path)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows.into_iter().rev() {
-            out.push(self.view(row).await?);
+            out.push(self.view(study, row).await?);
         }
         Ok(out)
     }
 
-    /// The best COMPLETE trial for the study's direction.
+    /// Every trial's values, by trial id, in objective order (a NaN stored by another writer
+    /// reads as NaN).
+    async fn values_of(&self, study: &Study) -> Result<HashMap<i64, Vec<f64>>> {
+        let rows: Vec<(i64, Option<f64>, Option<String>)> =
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                "SELECT CAST(v.trial_id AS BIGINT), v.value, CAST(v.value_type AS TEXT) \
+                 FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id \
+                 WHERE t.study_id = $1 ORDER BY v.trial_id, v.objective",
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)?;
+        let mut out: HashMap<i64, Vec<f64>> = HashMap::new();
+        for (trial_id, value, value_type) in rows {
+            out.entry(trial_id)
+                .or_default()
+                .push(read_value(value, value_type.as_deref()).unwrap_or(f64::NAN));
+        }
+        Ok(out)
+    }
+
+    /// The best COMPLETE trial for a single-objective study's direction (the first objective's,
+    /// for a study with several: see `front_candidates` for those).
     pub async fn best(&self, study: &Study) -> Result<Option<TrialView>> {
         // INF_NEG/INF_POS rows have a NULL value: order them by type first.
-        let order = match study.direction {
+        let order = match study.directions[0] {
             Direction::Minimize => {
                 "CASE v.value_type WHEN 'INF_NEG' THEN 0 WHEN 'FINITE' THEN 1 ELSE 2 END, v.value ASC"
             }
@@ -227,13 +260,84 @@ impl Store {
             .await)
         .at(&self.path)?;
         match id {
-            Some(id) => self.trial(id).await.map(Some),
+            Some(id) => self.trial(study, id).await.map(Some),
             None => Ok(None),
         }
     }
 
-    /// One trial by id.
-    pub async fn trial(&self, trial_id: i64) -> Result<TrialView> {
+    /// What the Pareto front is chosen from, as Optuna's `study.best_trials` chooses: every
+    /// COMPLETE trial in trial order with its values and constraints, and whether the study is
+    /// a constrained one (some trial, in any state, has constraints).
+    pub async fn front_candidates(&self, study: &Study) -> Result<(Vec<Candidate>, bool)> {
+        let rows: Vec<(i64, i64)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+            "SELECT CAST(trial_id AS BIGINT), CAST(number AS BIGINT) FROM trials \
+             WHERE study_id = $1 AND state = 'COMPLETE' ORDER BY trial_id",
+        )
+        .bind(study.id)
+        .fetch_all(c)
+        .await)
+        .at(&self.path)?;
+        let mut values = self.values_of(study).await?;
+        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+                "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \
+                 FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+                 WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
+            )
+            .bind(study.id)
+            .bind(NEGATIVE_ZERO_ATTR)
+            .fetch_all(c)
+            .await
+        })
+        .at(&self.path)?;
+        let mut constraints: HashMap<i64, Vec<f64>> = HashMap::new();
+        let mut constrained = false;
+        for (trial_id, key, json) in attrs {
+            if key == NEGATIVE_ZERO_ATTR {
+                let zeros = NegativeZeros::parse(Some(&json));
+                if let Some(vs) = values.get_mut(&trial_id) {
+                    for (objective, v) in vs.iter_mut().enumerate() {
+                        *v = zeros.value(objective as i64, *v);
+                    }
+                }
+            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
+                constrained |= !cs.is_empty();
+                constraints.insert(trial_id, cs.iter().filter_map(Value::as_f64).collect());
+            }
+        }
+        let candidates = rows
+            .into_iter()
+            .map(|(trial_id, number)| Candidate {
+                trial_id,
+                number,
+                values: values.remove(&trial_id).unwrap_or_default(),
+                constraints: constraints.remove(&trial_id).unwrap_or_default(),
+            })
+            .collect();
+        Ok((candidates, constrained))
+    }
+
+    /// A study's Pareto front as Optuna's `study.best_trials` chooses it (the rule is
+    /// `study::pareto::best_trials`), in trial order: each trial's values as read, and as shown.
+    pub async fn best_trials(&self, study: &Study) -> Result<Vec<(Candidate, TrialView)>> {
+        let (candidates, constrained) = self.front_candidates(study).await?;
+        let on = pareto::best_trials(
+            candidates
+                .iter()
+                .map(|c| (&c.values[..], &c.constraints[..])),
+            &study.directions,
+            constrained,
+        );
+        let mut front = Vec::with_capacity(on.len());
+        for i in on {
+            let view = self.trial(study, candidates[i].trial_id).await?;
+            front.push((candidates[i].clone(), view));
+        }
+        Ok(front)
+    }
+
+    /// One trial of `study` by id.
+    pub async fn trial(&self, study: &Study, trial_id: i64) -> Result<TrialView> {
         let row = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&format!(
             "{TRIAL_COLUMNS} WHERE t.trial_id = $1"
         ))
@@ -241,16 +345,18 @@ impl Store {
         .fetch_one(c)
         .await)
         .at(&self.path)?;
-        self.view(row).await
+        self.view(study, row).await
     }
 
-    /// A `TrialView` from its row, with its params and attributes.
-    async fn view(&self, row: TrialRow) -> Result<TrialView> {
+    /// A `TrialView` from its row, with its params, attributes and (for a study with several
+    /// objectives) values.
+    async fn view(&self, study: &Study, row: TrialRow) -> Result<TrialView> {
         let mut view = TrialView {
             trial_id: row.trial_id,
             number: row.number,
             state: row.state,
             value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
+            values: None,
             params: serde_json::Map::new(),
             datetime_start: row.datetime_start,
             datetime_complete: row.datetime_complete,
@@ -259,6 +365,23 @@ impl Store {
             fail_kind: None,
             fail_reason: None,
         };
+        if study.is_multi_objective() {
+            view.value = Value::Null;
+            let rows: Vec<(Option<f64>, String)> =
+                sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
+                    "SELECT value, CAST(value_type AS TEXT) FROM trial_values \
+                     WHERE trial_id = $1 ORDER BY objective",
+                )
+                .bind(view.trial_id)
+                .fetch_all(c)
+                .await)
+                .at(&self.path)?;
+            view.values = Some(if rows.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(rows.iter().map(|(v, t)| decode_value(*v, t)).collect())
+            });
+        }
         self.fill_details(&mut view).await?;
         Ok(view)
     }
@@ -302,6 +425,13 @@ impl Store {
                     let zeros = NegativeZeros::parse(Some(&json));
                     if let Some(v) = view.value.as_f64() {
                         view.value = json!(zeros.value(0, v));
+                    }
+                    if let Some(Value::Array(vs)) = &mut view.values {
+                        for (objective, v) in vs.iter_mut().enumerate() {
+                            if let Some(x) = v.as_f64() {
+                                *v = json!(zeros.value(objective as i64, x));
+                            }
+                        }
                     }
                     for name in &zeros.params {
                         if view.params.get(name).and_then(Value::as_f64) == Some(0.0) {

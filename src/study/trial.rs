@@ -211,7 +211,8 @@ pub struct Failure {
 /// How a trial ended, as recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
-    Complete(f64),
+    /// One value per objective, in the order of the study's directions.
+    Complete(Vec<f64>),
     Pruned,
     Fail(Failure),
 }
@@ -247,11 +248,19 @@ pub struct TrialRecord {
     pub number: i64,
     pub params: Params,
     pub state: TrialState,
-    /// The objective value (COMPLETE, or the last intermediate value of a PRUNED trial).
-    pub value: Option<f64>,
+    /// One value per objective for a COMPLETE trial; for a PRUNED one (single objective only)
+    /// its last intermediate value, if it has one; empty otherwise.
+    pub values: Vec<f64>,
     /// Optuna's `constraints` system attribute: a value > 0 means infeasible (e.g. the trial
     /// ran out of GPU memory even alone on the device). Empty when not set.
     pub constraints: Vec<f64>,
+}
+
+impl TrialRecord {
+    /// The first objective's value (a single-objective study's only one).
+    pub fn value(&self) -> Option<f64> {
+        self.values.first().copied()
+    }
 }
 
 /// Trial counts of a study, by state.
@@ -322,7 +331,7 @@ mod tests {
         assert!(fail(false).spends());
         assert!(!fail(true).spends());
         assert!(Finish::Pruned.spends());
-        assert_eq!(Finish::Complete(1.0).state(), TrialState::Complete);
+        assert_eq!(Finish::Complete(vec![1.0]).state(), TrialState::Complete);
     }
 
     #[test]

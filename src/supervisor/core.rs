@@ -79,8 +79,6 @@ pub(super) struct Core {
     pub(super) pending: std::collections::VecDeque<(Candidate, u32)>,
     pub(super) gpu: Option<GpuCtl>,
     pub(super) breaker: Breaker,
-    /// The best value so far, for the status line.
-    pub(super) best: Option<f64>,
     /// Params found infeasible (OOM alone on a device): proposals resembling them are redrawn,
     /// whatever the sampler.
     pub(super) infeasible: Vec<Params>,
@@ -159,7 +157,8 @@ pub(super) enum Next {
 
 /// How a trial ended, before the retry policy turns it into a [`Finish`].
 pub(super) enum Outcome {
-    Complete(f64),
+    /// One value per objective, already checked against the study's objectives.
+    Complete(Vec<f64>),
     Pruned,
     Failed {
         kind: FailureKind,
@@ -738,10 +737,10 @@ impl Core {
         } = f;
         let (trial_id, number, device, peak) = (*trial_id, *number, *device, *peak);
         let now = Instant::now();
-        let (state, value) = match &how {
-            Finish::Complete(v) => (TrialState::Complete, Some(*v)),
-            Finish::Pruned => (TrialState::Pruned, None),
-            Finish::Fail(_) => (TrialState::Fail, None),
+        let (state, values) = match &how {
+            Finish::Complete(v) => (TrialState::Complete, v.clone()),
+            Finish::Pruned => (TrialState::Pruned, Vec::new()),
+            Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
         self.tally.finished_own(trial_id, f.spends());
         if self.fatal.is_some() {
@@ -761,17 +760,9 @@ impl Core {
             }
         }
         match &how {
-            Finish::Complete(v) => self.progress.completed(number, *v),
+            Finish::Complete(v) => self.progress.completed(number, v),
             Finish::Fail(f) => self.progress.failed(f.kind.as_str()),
             Finish::Pruned => {}
-        }
-        if let Some(v) = value.filter(|_| state == TrialState::Complete) {
-            if self
-                .best
-                .is_none_or(|b| self.config.study.direction.better(v, b))
-            {
-                self.best = Some(v);
-            }
         }
         match &how {
             // The breaker is for faults that may clear by themselves (a device, a driver, the
@@ -814,7 +805,7 @@ impl Core {
             number,
             params: params.clone(),
             state,
-            value,
+            values,
             constraints: f.constraints.clone(),
         });
         Ok(())

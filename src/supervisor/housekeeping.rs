@@ -221,9 +221,7 @@ pub(super) fn status_line(cfg: &Config, core: &Core) -> String {
         Some(n) => format!("{}/{n} done", core.tally.finished),
         None => format!("{} done", core.tally.finished),
     };
-    let best = core
-        .best
-        .map_or("no result yet".into(), |b| format!("best {b:.6}"));
+    let best = core.progress.best_text();
     format!(
         "running {}/{} on {on}, {done}, {best}",
         core.running, cfg.worker.max_par

@@ -43,6 +43,7 @@ use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler;
 use crate::store::{self, DaemonId, DaemonLockError, Holder, Store, StoreError};
+use crate::study::pareto::{self, Front};
 use crate::study::{Counts, DaemonState, Tally, TrialState};
 use core::{Core, GpuCtl};
 use policy::{Breaker, SameError};
@@ -243,7 +244,11 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         );
     }
     let study = store
-        .ensure_study(&config.study.name, config.study.direction)
+        .ensure_study(
+            &config.study.name,
+            &config.study.directions,
+            config.study.metric_names.as_deref(),
+        )
         .await?;
     let me = DaemonId {
         pid: std::process::id(),
@@ -289,6 +294,42 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             .await;
     }
     result
+}
+
+/// The progress tracker, starting from the study's best trial (one objective) or its Pareto
+/// front (several), as the database holds them.
+async fn tracker(
+    store: &Store,
+    study: &crate::store::Study,
+    control: &Control,
+    finished: u64,
+) -> Result<Tracker, RunError> {
+    let tx = control.progress.clone();
+    if !study.is_multi_objective() {
+        let best = store
+            .best(study)
+            .await?
+            .and_then(|b| Some((b.number, b.value.as_f64()?)));
+        return Ok(
+            Tracker::new(tx, study.directions[0], best, finished).named(study.objective_name(0))
+        );
+    }
+    let (candidates, constrained) = store.front_candidates(study).await?;
+    let mut front = Front::new(&study.directions);
+    let on = pareto::best_trials(
+        candidates
+            .iter()
+            .map(|c| (&c.values[..], &c.constraints[..])),
+        &study.directions,
+        constrained,
+    );
+    for i in on {
+        front.insert(candidates[i].number, &candidates[i].values);
+    }
+    let names = (0..study.directions.len())
+        .map(|i| study.objective_name(i))
+        .collect();
+    Ok(Tracker::several(tx, front, names, finished))
 }
 
 /// Stops the daemon at once when its study was deleted from the database: running trials
@@ -343,7 +384,7 @@ async fn run_locked(
         config.study.sampler,
         &config.space,
         config.sampler.seed.or(config.study.seed),
-        config.study.direction,
+        &config.study.directions,
         &config.sampler,
     )
     .map_err(RunError::Sampler)?;
@@ -363,7 +404,8 @@ async fn run_locked(
     for (params, peak) in store.peaks(&study).await? {
         model.record(&params, peak);
     }
-    let mut pruner = Pruner::new(config.pruner.clone(), config.study.direction);
+    // `check` refuses a pruner with several objectives: this one is then "none".
+    let mut pruner = Pruner::new(config.pruner.clone(), config.study.directions[0]);
     for (number, completed, values) in store.intermediate_history(&study).await? {
         pruner.load(number, completed, &values);
     }
@@ -414,20 +456,11 @@ async fn run_locked(
                 cfg: config.retry.clone(),
                 devices: HashMap::new(),
             },
-            best: store.best(&study).await?.and_then(|b| b.value.as_f64()),
             infeasible,
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             halted: false,
-            progress: Tracker::new(
-                control.progress.clone(),
-                config.study.direction,
-                store
-                    .best(&study)
-                    .await?
-                    .and_then(|b| Some((b.number, b.value.as_f64()?))),
-                counts.finished(),
-            ),
+            progress: tracker(&store, &study, &control, counts.finished()).await?,
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
@@ -443,6 +476,10 @@ async fn run_locked(
         metrics: metrics.clone(),
         par_override: control.par_override,
     });
+    {
+        let core = shared.core.lock().await;
+        metrics.set_best(&core.progress.bests(), core.progress.front().map(|f| f.0));
+    }
     let slots_done = CancellationToken::new();
     if let Some(addr) = config.metrics.listen {
         let listener = tokio::net::TcpListener::bind(addr)

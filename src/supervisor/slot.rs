@@ -302,9 +302,15 @@ pub(super) async fn finish_and_next(
         _ => None,
     };
     sh.metrics.trial_ended(duration, peak, failure);
-    sh.core.lock().await.publish();
+    {
+        let core = sh.core.lock().await;
+        core.publish();
+        let front = core.progress.front().map(|f| f.0);
+        sh.metrics.set_best(&core.progress.bests(), front);
+    }
     let what = match &how {
-        Finish::Complete(v) => format!("COMPLETE value={v}"),
+        Finish::Complete(v) if v.len() == 1 => format!("COMPLETE value={}", v[0]),
+        Finish::Complete(v) => format!("COMPLETE values={}", super::trial::values_text(v)),
         Finish::Pruned => "PRUNED".to_owned(),
         Finish::Fail(f) => format!(
             "FAIL {}: {}{}",

@@ -81,14 +81,21 @@ pub(super) async fn run_trial(
                 heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
                 match ev {
                 Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id => {
-                    let prune = sh.core.lock().await.report(c, step, value).await;
-                    let answer = json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": prune});
+                    let n_objectives = cfg.study.directions.len();
+                    let answer = if n_objectives > 1 {
+                        // As Optuna's `Trial.report`: refused, nothing recorded; the helper
+                        // raises this as NotImplementedError.
+                        json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": false,
+                               "error": report_refused(n_objectives)})
+                    } else {
+                        let prune = sh.core.lock().await.report(c, step, value).await;
+                        json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": prune})
+                    };
                     let _ = w.send(&answer).await;
                 }
                 Event::Msg(Message::Result { trial_id, value }) if trial_id == c.trial_id => {
                     let o = match value {
-                        Ok(v) if v.is_nan() => failed(FailureKind::BadValue, "the objective returned NaN".into(), None),
-                        Ok(v) => Outcome::Complete(v),
+                        Ok(values) => judge_values(values, cfg.study.directions.len(), "the objective returned"),
                         Err(text) => failed(FailureKind::BadValue, format!("the objective returned a non-number: {text}"), None),
                     };
                     if result_file.is_none() { break (o, Fate::Keep); }
@@ -146,7 +153,7 @@ pub(super) async fn run_trial(
                         break (o, fate);
                     }
                     if let Some(file) = result_file {
-                        match read_result_file(file) {
+                        match read_result_file(file, cfg.study.directions.len()) {
                             Some(o) if status.success() => break (o, fate),
                             None if status.success() => {
                                 let why = "worker exited 0 without writing a result to SWEEPD_RESULT_FILE".to_owned();
@@ -217,7 +224,7 @@ pub(super) async fn run_trial(
         }
     };
     let end = match &result {
-        Outcome::Complete(v) => format!("COMPLETE {v}"),
+        Outcome::Complete(v) => format!("COMPLETE {}", values_text(v)),
         Outcome::Pruned => "PRUNED".into(),
         Outcome::Failed { kind, reason, .. } => format!("FAIL {}: {reason}", kind.as_str()),
     };
@@ -241,35 +248,165 @@ pub(super) async fn run_trial(
     (result, fate)
 }
 
-/// A oneshot result file: a bare number or `{"value": x}`. `None` when absent or empty.
-pub(super) fn read_result_file(path: &PathBuf) -> Option<Outcome> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
+/// The answer to a `report` from a study with several objectives (Optuna refuses
+/// `Trial.report` there too).
+pub(super) fn report_refused(n_objectives: usize) -> String {
+    format!(
+        "Trial.report is not supported for multi-objective optimization (this study has \
+         {n_objectives} objectives): nothing was recorded, and such a study cannot be pruned"
+    )
+}
+
+/// One value, or several as `[a, b]`, for log lines.
+pub(super) fn values_text(values: &[f64]) -> String {
+    match values {
+        [one] => one.to_string(),
+        many => format!(
+            "[{}]",
+            many.iter()
+                .map(f64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
-    let value = match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(m)) => m.get("value").cloned().unwrap_or_default(),
-        Ok(v) => v,
-        Err(_) => serde_json::Value::String(text.to_owned()),
-    };
-    let parsed = match &value {
-        serde_json::Value::Number(n) => n.as_f64(),
-        serde_json::Value::String(s) => s.trim().parse::<f64>().ok(),
-        _ => None,
-    };
+}
+
+/// The values a worker returned, judged: one per objective, none NaN (infinities are values,
+/// stored as Optuna stores them), else the trial fails as `bad_value`. `what` begins the
+/// reason ("the objective returned", "the result file holds").
+pub(super) fn judge_values(values: Vec<f64>, n_objectives: usize, what: &str) -> Outcome {
     let bad = |reason: String| Outcome::Failed {
         kind: FailureKind::BadValue,
         reason,
         tail: None,
         error: None,
     };
+    if values.len() != n_objectives {
+        return bad(format!(
+            "{what} {} value{} but the study has {n_objectives} objective{}",
+            values.len(),
+            if values.len() == 1 { "" } else { "s" },
+            if n_objectives == 1 { "" } else { "s" },
+        ));
+    }
+    match values.iter().position(|v| v.is_nan()) {
+        Some(_) if n_objectives == 1 => bad(format!("{what} NaN")),
+        Some(i) => bad(format!("{what} NaN for objective {i}")),
+        None => Outcome::Complete(values),
+    }
+}
+
+/// A oneshot result file: a bare number, `{"value": x}`, a JSON array of one number per
+/// objective or `{"values": [...]}`. `None` when absent or empty.
+pub(super) fn read_result_file(path: &PathBuf, n_objectives: usize) -> Option<Outcome> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let value = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => m
+            .get("values")
+            .or_else(|| m.get("value"))
+            .cloned()
+            .unwrap_or_default(),
+        Ok(v) => v,
+        Err(_) => serde_json::Value::String(text.to_owned()),
+    };
+    // A number written as text ("1.5", Python's repr of a float) is a number too.
+    let parsed = match &value {
+        serde_json::Value::String(s) => s.trim().parse::<f64>().ok().map(|v| vec![v]),
+        v => process::numbers(v).ok(),
+    };
     Some(match parsed {
-        Some(v) if !v.is_nan() => Outcome::Complete(v),
-        Some(_) => bad("the result file holds NaN".into()),
-        None => bad(format!(
-            "the result file holds a non-number: {}",
-            process::clip(text, 200)
-        )),
+        Some(values) => judge_values(values, n_objectives, "the result file holds"),
+        None => Outcome::Failed {
+            kind: FailureKind::BadValue,
+            reason: format!(
+                "the result file holds a non-number: {}",
+                process::clip(text, 200)
+            ),
+            tail: None,
+            error: None,
+        },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(o: Outcome) -> Result<Vec<f64>, String> {
+        match o {
+            Outcome::Complete(v) => Ok(v),
+            Outcome::Failed {
+                kind: FailureKind::BadValue,
+                reason,
+                ..
+            } => Err(reason),
+            _ => panic!("neither complete nor bad_value"),
+        }
+    }
+
+    #[test]
+    fn values_are_one_per_objective_and_never_nan() {
+        let j = |v: Vec<f64>, n| judged(judge_values(v, n, "the objective returned"));
+        assert_eq!(j(vec![1.0, -2.0], 2), Ok(vec![1.0, -2.0]));
+        assert_eq!(
+            j(vec![f64::INFINITY, f64::NEG_INFINITY], 2).unwrap().len(),
+            2
+        );
+        assert_eq!(
+            j(vec![1.0], 2),
+            Err("the objective returned 1 value but the study has 2 objectives".into())
+        );
+        assert_eq!(
+            j(vec![1.0, 2.0, 3.0], 1),
+            Err("the objective returned 3 values but the study has 1 objective".into())
+        );
+        assert_eq!(
+            j(vec![1.0, f64::NAN], 2),
+            Err("the objective returned NaN for objective 1".into())
+        );
+        assert_eq!(
+            j(vec![f64::NAN], 1),
+            Err("the objective returned NaN".into())
+        );
+        assert_eq!(
+            j(vec![], 2).unwrap_err(),
+            "the objective returned 0 values but the study has 2 objectives"
+        );
+    }
+
+    #[test]
+    fn result_files_in_every_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let read = |text: &str, n| {
+            std::fs::write(&path, text).unwrap();
+            read_result_file(&path, n).map(judged)
+        };
+        assert_eq!(read("1.5\n", 1), Some(Ok(vec![1.5])));
+        assert_eq!(read(r#"{"value": 2}"#, 1), Some(Ok(vec![2.0])));
+        assert_eq!(read("[0.5, 3]", 2), Some(Ok(vec![0.5, 3.0])));
+        assert_eq!(
+            read(r#"{"values": [0.5, "-inf"]}"#, 2),
+            Some(Ok(vec![0.5, f64::NEG_INFINITY]))
+        );
+        assert_eq!(read(r#"{"value": [1, 2]}"#, 2), Some(Ok(vec![1.0, 2.0])));
+        assert_eq!(read("", 2), None);
+        let count = read("[1.0]", 2).unwrap().unwrap_err();
+        assert_eq!(
+            count,
+            "the result file holds 1 value but the study has 2 objectives"
+        );
+        let nan = read(r#"[1.0, "nan"]"#, 2).unwrap().unwrap_err();
+        assert_eq!(nan, "the result file holds NaN for objective 1");
+        let junk = read(r#"[1.0, "fast"]"#, 2).unwrap().unwrap_err();
+        assert!(junk.contains("non-number"), "{junk}");
+        assert_eq!(
+            read("nan", 1),
+            Some(Err("the result file holds NaN".into()))
+        );
+    }
 }

@@ -466,8 +466,9 @@ class PersistentTests(Base):
         self.assertEqual(final["value"], 7.0)
         _, final = w.run_trial(2, 1, {"steps": 0, "mode": "bool"})
         self.assertIs(final["value"], True)
+        # A list is one value per objective (see test_several_objectives.py).
         _, final = w.run_trial(3, 2, {"steps": 0, "mode": "list"})
-        self.assertEqual(final["value"], "[1, 2]")
+        self.assertEqual(final["value"], [1.0, 2.0])
 
     def test_shutdown_exits_zero(self):
         w = self.generic()

@@ -25,7 +25,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 pub(crate) const DIRECTIONS: &str = "\"minimize\", \"maximize\"";
-pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\"";
+pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\", \"nsga2\"";
 pub(crate) const MODES: &str = "\"persistent\", \"oneshot\"";
 pub(crate) const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
 pub(crate) const DEFAULT_STORAGE_URL: &str = "sqlite://sweepd.db";
@@ -92,6 +92,9 @@ pub(crate) const MAX_EXEC_STRING_BYTES: usize = 64 * KIB as usize;
 /// `[sampler] n_ei_candidates`: TPE draws and scores this many candidates per proposal (Optuna's
 /// default is 24); far more only costs time and memory.
 pub(crate) const MAX_EI_CANDIDATES: i64 = 100_000;
+/// `[sampler] population_size`: NSGA-II ranks a generation and its parents (twice this many
+/// trials) on every new generation.
+pub(crate) const MAX_POPULATION: i64 = 100_000;
 /// The largest integer a `usize` setting may take, as the `i64` TOML reads.
 pub(crate) const USIZE_MAX: i64 = if usize::BITS >= 64 {
     i64::MAX
@@ -206,18 +209,8 @@ impl Validator<'_> {
                 n.get_ref().clone()
             }
         };
-        let direction = self
-            .choice(
-                raw.direction.as_ref(),
-                "study.direction",
-                DIRECTIONS,
-                |s| match s {
-                    "minimize" => Some(Direction::Minimize),
-                    "maximize" => Some(Direction::Maximize),
-                    _ => None,
-                },
-            )
-            .unwrap_or(Direction::Minimize);
+        let directions = self.directions(raw);
+        let metric_names = self.metric_names(raw, directions.len());
         let sampler = self
             .choice(
                 raw.sampler.as_ref(),
@@ -227,6 +220,7 @@ impl Validator<'_> {
                     "random" => Some(SamplerKind::Random),
                     "grid" => Some(SamplerKind::Grid),
                     "tpe" => Some(SamplerKind::Tpe),
+                    "nsga2" => Some(SamplerKind::Nsga2),
                     _ => None,
                 },
             )
@@ -252,12 +246,112 @@ impl Validator<'_> {
         });
         (self.problems.len() == before).then_some(StudyConfig {
             name,
-            direction,
+            directions,
+            metric_names,
             n_trials,
             timeout,
             sampler,
             seed,
         })
+    }
+
+    /// `direction` (one objective, the default "minimize") or `directions` (several), never
+    /// both.
+    fn directions(&mut self, raw: &RawStudy) -> Vec<Direction> {
+        let parse = |s: &str| match s {
+            "minimize" => Some(Direction::Minimize),
+            "maximize" => Some(Direction::Maximize),
+            _ => None,
+        };
+        let Some(list) = &raw.directions else {
+            let one = self.choice(raw.direction.as_ref(), "study.direction", DIRECTIONS, parse);
+            return vec![one.unwrap_or(Direction::Minimize)];
+        };
+        if raw.direction.is_some() {
+            self.at(
+                list,
+                "study.directions",
+                "`direction` and `directions` are exclusive: give one objective's `direction`, \
+                 or every objective's in `directions`",
+            );
+        }
+        if list.get_ref().is_empty() {
+            self.at(
+                list,
+                "study.directions",
+                format!("must name at least one direction ({DIRECTIONS})"),
+            );
+            return vec![Direction::Minimize];
+        }
+        list.get_ref()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                self.choice(
+                    Some(d),
+                    &format!("study.directions[{i}]"),
+                    DIRECTIONS,
+                    parse,
+                )
+                .unwrap_or(Direction::Minimize)
+            })
+            .collect()
+    }
+
+    /// `metric_names`: one distinct, non-empty name per objective.
+    fn metric_names(&mut self, raw: &RawStudy, n_objectives: usize) -> Option<Vec<String>> {
+        let list = raw.metric_names.as_ref()?;
+        let names: Vec<String> = list.get_ref().iter().map(|n| n.get_ref().clone()).collect();
+        if names.len() != n_objectives {
+            let which = if raw.directions.is_some() {
+                "`directions`"
+            } else {
+                "`direction` (one objective)"
+            };
+            self.at(
+                list,
+                "study.metric_names",
+                format!(
+                    "names {} metrics but {which} gives {n_objectives} objective{}: one name per \
+                     objective",
+                    names.len(),
+                    if n_objectives == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        for (i, n) in list.get_ref().iter().enumerate() {
+            let key = format!("study.metric_names[{i}]");
+            if n.get_ref().trim().is_empty() {
+                self.at(n, &key, "must not be empty");
+            } else if let Err(message) = check_name(n.get_ref()) {
+                self.at(n, &key, message);
+            } else if names[..i].contains(n.get_ref()) {
+                self.at(n, &key, format!("{:?} is named twice", n.get_ref()));
+            }
+        }
+        Some(names)
+    }
+
+    /// What several objectives rule out: pruning (Optuna refuses `Trial.report` with several
+    /// objectives, and so does the protocol).
+    pub(crate) fn several_objectives(
+        &mut self,
+        study: &StudyConfig,
+        pruner: &PrunerConfig,
+        raw: Option<&RawPruner>,
+    ) {
+        if !study.is_multi_objective() || *pruner == PrunerConfig::None {
+            return;
+        }
+        let message = format!(
+            "pruning is not supported with several objectives (the study has {}), as in Optuna: \
+             remove [pruner] or set `type = \"none\"`",
+            study.directions.len()
+        );
+        match raw.and_then(|r| r.kind.as_ref()) {
+            Some(kind) => self.at(kind, "pruner.type", message),
+            None => self.at_key("pruner", message),
+        }
     }
 
     pub(crate) fn storage(
@@ -356,10 +450,7 @@ impl Validator<'_> {
                 1..=MAX_EI_CANDIDATES,
                 d.n_ei_candidates,
             ),
-            multivariate: raw
-                .multivariate
-                .as_ref()
-                .map_or(d.multivariate, |b| *b.get_ref()),
+            multivariate: raw.multivariate.as_ref().map(|b| *b.get_ref()),
             constant_liar: raw
                 .constant_liar
                 .as_ref()
@@ -368,6 +459,19 @@ impl Validator<'_> {
                 .seed
                 .as_ref()
                 .map(|s| self.int(Some(s), "sampler.seed", 0..=i64::MAX, 0)),
+            population_size: self.int(
+                raw.population_size.as_ref(),
+                "sampler.population_size",
+                2..=MAX_POPULATION,
+                d.population_size,
+            ),
+            crossover_prob: self
+                .probability(raw.crossover_prob.as_ref(), "sampler.crossover_prob")
+                .unwrap_or(d.crossover_prob),
+            swapping_prob: self
+                .probability(raw.swapping_prob.as_ref(), "sampler.swapping_prob")
+                .unwrap_or(d.swapping_prob),
+            mutation_prob: self.probability(raw.mutation_prob.as_ref(), "sampler.mutation_prob"),
         }
     }
 
@@ -613,6 +717,26 @@ impl Validator<'_> {
     }
 
     /// A keyword setting: the parsed value, or `None` (and a problem) if it is not one of `allowed`.
+    /// A number between 0 and 1.
+    pub(crate) fn probability(
+        &mut self,
+        raw: Option<&Spanned<toml::Value>>,
+        key: &str,
+    ) -> Option<f64> {
+        let raw = raw?;
+        match float_value(raw.get_ref()) {
+            Ok(p) if (0.0..=1.0).contains(&p) => Some(p),
+            Ok(p) => {
+                self.at(raw, key, format!("must be between 0 and 1 (got {p})"));
+                None
+            }
+            Err(message) => {
+                self.at(raw, key, message);
+                None
+            }
+        }
+    }
+
     pub(crate) fn choice<T>(
         &mut self,
         raw: Option<&Spanned<String>>,

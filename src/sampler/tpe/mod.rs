@@ -1,4 +1,5 @@
-//! Tree-structured Parzen Estimator, after Optuna 5.0's `TPESampler` (single objective).
+//! Tree-structured Parzen Estimator, after Optuna 5.0's `TPESampler`, with one objective or
+//! several.
 //!
 //! References: Watanabe 2023, "Tree-structured Parzen Estimator: Understanding Its Algorithm
 //! Components and Their Roles for Better Empirical Performance", and Optuna 5.0's
@@ -9,7 +10,8 @@
 //!
 //! This file is the sampler (startup, proposals, what a told trial becomes); the parts have
 //! their own: `model` (how one param is modelled), `split` (the history and its
-//! below/above split), `parzen` (the estimators), `truncnorm` (their kernels' normal).
+//! below/above split), `multi` (the split with several objectives), `parzen` (the estimators),
+//! `truncnorm` (their kernels' normal).
 //!
 //! Components, with Optuna 5.0's defaults:
 //! - **startup**: until `n_startup_trials` trials are COMPLETE or PRUNED, proposals come from
@@ -52,6 +54,12 @@
 //!   mass of an interval computed in the left tail by symmetry, and inverse-CDF draws solved by
 //!   Newton's method on `log_ndtr` from Optuna's initial guesses, as `_truncnorm.py`.
 //!
+//! - **several objectives** (Optuna's multi-objective TPE, `with_directions`): `gamma(n) =
+//!   ceil(0.1 n)` trials go below, chosen by non-domination rank with the last rank cut by
+//!   greedy hypervolume subset selection (`multi`); below's kernels all weigh 1 (Optuna 5.0),
+//!   above keeps the fading weights; `multivariate` defaults to false, as Optuna's. Pruned and
+//!   infeasible trials follow the feasible COMPLETE ones as with one objective.
+//!
 //! Deliberate differences from Optuna:
 //! - FAIL trials with a violated constraint (e.g. out of memory even alone on the device) are
 //!   kept as infeasible trials so that their region is avoided; they do not count in `n` nor
@@ -79,7 +87,7 @@
 
 use crate::config::SamplerConfig;
 use crate::sampler::{RandomSampler, Sampler};
-use crate::study::{Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
+use crate::study::{pareto, Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 use model::Model;
 use parzen::Estimator;
 use rand::{Rng, SeedableRng};
@@ -88,6 +96,7 @@ use split::{History, Rank};
 use std::collections::HashMap;
 
 mod model;
+mod multi;
 mod parzen;
 mod split;
 mod truncnorm;
@@ -96,7 +105,8 @@ pub use split::HISTORY_WINDOW;
 
 /// The TPE sampler. History is kept here, one compact row of model coordinates per trial.
 pub struct TpeSampler {
-    direction: Direction,
+    /// One per objective: several make it Optuna's multi-objective TPE.
+    directions: Vec<Direction>,
     /// `[sampler]`, with `seed` the one resolved for this study (`[sampler]`, else `[study]`).
     settings: SamplerConfig,
     /// The space the sampler was built for; `models` and every history row follow its order.
@@ -112,6 +122,15 @@ pub struct TpeSampler {
 
 impl TpeSampler {
     pub fn new(space: &SearchSpace, direction: Direction, settings: SamplerConfig) -> TpeSampler {
+        TpeSampler::with_directions(space, &[direction], settings)
+    }
+
+    /// A TPE sampler for a study with these objectives (several: multi-objective TPE).
+    pub fn with_directions(
+        space: &SearchSpace,
+        directions: &[Direction],
+        settings: SamplerConfig,
+    ) -> TpeSampler {
         let models = space.params.iter().map(|p| Model::new(&p.dist)).collect();
         let index = space
             .params
@@ -120,7 +139,7 @@ impl TpeSampler {
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
         TpeSampler {
-            direction,
+            directions: directions.to_vec(),
             random: RandomSampler::new(settings.seed),
             settings,
             space: space.clone(),
@@ -141,7 +160,7 @@ impl TpeSampler {
     }
 
     fn loss(&self, value: f64) -> f64 {
-        let l = match self.direction {
+        let l = match self.directions[0] {
             Direction::Minimize => value,
             Direction::Maximize => -value,
         };
@@ -152,9 +171,25 @@ impl TpeSampler {
         }
     }
 
+    fn is_multi_objective(&self) -> bool {
+        self.directions.len() > 1
+    }
+
+    /// Optuna's default: multivariate with one objective, independent with several.
+    fn multivariate(&self) -> bool {
+        self.settings
+            .multivariate
+            .unwrap_or(!self.is_multi_objective())
+    }
+
     /// The history split for a proposal for trial `current` (see [`History::split`]).
     fn split(&self, current: Option<i64>) -> (Vec<&[f64]>, Vec<&[f64]>) {
-        self.history.split(current, self.settings.constant_liar)
+        if self.is_multi_objective() {
+            self.history
+                .split_multi(current, self.settings.constant_liar)
+        } else {
+            self.history.split(current, self.settings.constant_liar)
+        }
     }
 
     /// One TPE proposal for the params `dims` (indices into `space`) jointly.
@@ -166,7 +201,7 @@ impl TpeSampler {
         rng: &mut ChaCha8Rng,
     ) -> Vec<ParamValue> {
         let models: Vec<&Model> = dims.iter().map(|&i| &self.models[i]).collect();
-        let l = Estimator::new(&models, dims, below);
+        let l = Estimator::weighted(&models, dims, below, self.is_multi_objective());
         let g = Estimator::new(&models, dims, above);
         let n_cand = self.settings.n_ei_candidates.max(1);
         let cands = l.sample(rng, n_cand);
@@ -230,7 +265,7 @@ impl Sampler for TpeSampler {
         }
         if !free.is_empty() {
             let (below, above) = self.split(i64::try_from(seed_key).ok());
-            let groups: Vec<Vec<usize>> = if self.settings.multivariate {
+            let groups: Vec<Vec<usize>> = if self.multivariate() {
                 vec![free]
             } else {
                 free.into_iter().map(|i| vec![i]).collect()
@@ -271,8 +306,20 @@ impl Sampler for TpeSampler {
             Some(Rank::Infeasible { violation, counted })
         } else {
             match record.state {
-                TrialState::Complete => record.value.map(|v| Rank::Complete(self.loss(v))),
-                TrialState::Pruned => Some(Rank::Pruned(record.value.map(|v| self.loss(v)))),
+                // A COMPLETE trial of another count of values (written by another tool) is
+                // not ranked.
+                TrialState::Complete if record.values.len() != self.directions.len() => None,
+                TrialState::Complete if self.is_multi_objective() => {
+                    let losses = pareto::losses(&record.values, &self.directions);
+                    // A NaN (stored by another writer) ranks as the worst, as with one objective.
+                    let losses = losses
+                        .into_iter()
+                        .map(|l| if l.is_nan() { f64::INFINITY } else { l })
+                        .collect();
+                    Some(Rank::Front(losses))
+                }
+                TrialState::Complete => record.value().map(|v| Rank::Complete(self.loss(v))),
+                TrialState::Pruned => Some(Rank::Pruned(record.value().map(|v| self.loss(v)))),
                 _ => None,
             }
         };
@@ -295,7 +342,7 @@ mod tests {
                 &space,
                 Direction::Minimize,
                 SamplerConfig {
-                    multivariate,
+                    multivariate: Some(multivariate),
                     ..seeded(11)
                 },
             );
@@ -396,7 +443,7 @@ mod tests {
         };
         for multivariate in [true, false] {
             let settings = SamplerConfig {
-                multivariate,
+                multivariate: Some(multivariate),
                 ..seeded(5)
             };
             let mut s = TpeSampler::new(&space, Direction::Minimize, settings);
@@ -626,6 +673,86 @@ mod tests {
         odd.insert("c".into(), ParamValue::Choice(9));
         let c = s.coords(&odd);
         assert!(c.iter().all(|x| x.is_nan()), "{c:?}");
+    }
+
+    /// Two objectives on `x_space`'s x in [-10, 10]: (x + 10)/20 and a ZDT1-like second one
+    /// whose front is x in the lower half of the domain (`g` is 1 there).
+    fn two_objectives(p: &Params) -> Vec<f64> {
+        let x = f_of(p, "x");
+        let f1 = (x + 10.0) / 20.0;
+        let g = 1.0 + 9.0 * (x.max(0.0) / 10.0);
+        vec![f1, g * (1.0 - (f1 / g).sqrt())]
+    }
+
+    fn run_multi(s: &mut dyn Sampler, n: i64) -> Vec<Vec<f64>> {
+        let space = x_space();
+        (0..n)
+            .map(|k| {
+                let p = s.sample(&space, &Params::new(), k as u64).unwrap();
+                s.observe(k, &p);
+                let v = two_objectives(&p);
+                s.tell(&TrialRecord {
+                    number: k,
+                    params: p,
+                    state: TrialState::Complete,
+                    values: v.clone(),
+                    constraints: vec![],
+                });
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn several_objectives_split_by_rank_and_learn_the_front() {
+        let d = [Direction::Minimize, Direction::Minimize];
+        let mut s = TpeSampler::with_directions(&x_space(), &d, seeded(1));
+        assert!(
+            !s.multivariate(),
+            "Optuna's default with several objectives"
+        );
+        run_multi(&mut s, 30);
+        let (below, above) = s.split(None);
+        // ceil(0.1 * 30) = 3 below, all on the front (x <= 0: g = 1), the rest above.
+        assert_eq!((below.len(), above.len()), (3, 27));
+        let model = match &s.models[0] {
+            Model::Numeric(n) => *n,
+            _ => unreachable!(),
+        };
+        for row in &below {
+            let x = model.value(row[0]);
+            assert!(matches!(x, ParamValue::Float(x) if x <= 0.0), "{x:?} below");
+        }
+        // Learning: after 10 random trials, most proposals land in the front's half.
+        let (mut on_front, mut random_on_front) = (0, 0);
+        for seed in 0..4 {
+            let mut s = TpeSampler::with_directions(&x_space(), &d, seeded(seed));
+            let v = run_multi(&mut s, 60);
+            on_front += v[20..].iter().filter(|v| v[0] <= 0.5).count();
+            let mut r = RandomSampler::new(Some(seed));
+            let v = run_multi(&mut r, 60);
+            random_on_front += v[20..].iter().filter(|v| v[0] <= 0.5).count();
+        }
+        assert!(
+            on_front > random_on_front + 30,
+            "tpe {on_front}/160 on the front's half, random {random_on_front}/160"
+        );
+    }
+
+    #[test]
+    fn several_objectives_ignore_trials_of_another_count() {
+        let d = [Direction::Minimize, Direction::Maximize];
+        let mut s = TpeSampler::with_directions(&x_space(), &d, seeded(2));
+        s.tell(&record(0, &xp(1.0), 1.0, vec![]));
+        assert_eq!(s.history.n_counted(), 0);
+        s.tell(&TrialRecord {
+            number: 1,
+            params: xp(2.0),
+            state: TrialState::Complete,
+            values: vec![1.0, f64::NAN],
+            constraints: vec![],
+        });
+        assert_eq!(s.history.n_counted(), 1);
     }
 
     #[test]

@@ -63,13 +63,28 @@ enum DimKernels {
 impl Estimator {
     /// `rows`: history rows in trial-number order; those lacking one of `dims` are skipped.
     pub(super) fn new(models: &[&Model], dims: &[usize], rows: &[&[f64]]) -> Estimator {
+        Estimator::weighted(models, dims, rows, false)
+    }
+
+    /// [`Estimator::new`]; `uniform`: every observation weighs the same (Optuna 5.0's "below"
+    /// with several objectives) instead of the older ones fading.
+    pub(super) fn weighted(
+        models: &[&Model],
+        dims: &[usize],
+        rows: &[&[f64]],
+        uniform: bool,
+    ) -> Estimator {
         let kept: Vec<&[f64]> = rows
             .iter()
             .copied()
             .filter(|r| dims.iter().all(|&i| !r[i].is_nan()))
             .collect();
         let n = kept.len();
-        let mut weights = default_weights(n);
+        let mut weights = if uniform {
+            vec![1.0; n]
+        } else {
+            default_weights(n)
+        };
         weights.push(PRIOR_WEIGHT);
         if n == 0 {
             weights = vec![1.0];

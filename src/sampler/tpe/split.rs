@@ -6,6 +6,7 @@
 //! rank order kept as trials are told, so that a long history's best are read off its first
 //! entries instead of re-ranking the study for every proposal.
 
+use super::multi;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// Past this many finished trials, "above" keeps only the newest this many (see the module
@@ -13,10 +14,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 pub const HISTORY_WINDOW: usize = 1000;
 
 /// Where a finished trial ranks in the split.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) enum Rank {
     /// Feasible COMPLETE: the objective as a loss (negated when maximizing, NaN as +inf).
     Complete(f64),
+    /// Feasible COMPLETE in a study with several objectives: one loss per objective.
+    Front(Box<[f64]>),
     /// Feasible PRUNED: the last intermediate value as a loss; `None` = pruned without one.
     Pruned(Option<f64>),
     /// Some constraint > 0. `counted`: COMPLETE or PRUNED (counts in `n` and the startup).
@@ -52,6 +55,8 @@ impl RankKey {
     fn of(f: &Finished) -> RankKey {
         let (class, missing, key) = match f.rank {
             Rank::Complete(loss) => (0, false, loss),
+            // Not ranked by one number: the split of several objectives ranks them itself.
+            Rank::Front(_) => (0, false, 0.0),
             Rank::Pruned(l) => (1, l.is_none(), l.unwrap_or(0.0)),
             Rank::Infeasible { violation, .. } => (2, false, violation),
         };
@@ -176,6 +181,58 @@ impl History {
         self.finish_split(below, above, current, constant_liar)
     }
 
+    /// [`Self::split`] for a study with several objectives (see [`super::multi`]): the
+    /// feasible COMPLETE trials by non-domination rank and hypervolume, then pruned and
+    /// infeasible ones as with one objective. Past [`HISTORY_WINDOW`] finished trials, "above"
+    /// keeps the newest of the rest, as with one objective.
+    pub(super) fn split_multi(
+        &self,
+        current: Option<i64>,
+        constant_liar: bool,
+    ) -> (Vec<&[f64]>, Vec<&[f64]>) {
+        let mut n_below = multi::gamma(self.n_counted());
+        let front: Vec<&Finished> = self
+            .finished
+            .iter()
+            .filter(|f| matches!(f.rank, Rank::Front(_)))
+            .collect();
+        // In trial order, as Optuna reads the study's trials.
+        let mut front = front;
+        front.sort_by_key(|f| f.number);
+        let rows: Vec<&[f64]> = front
+            .iter()
+            .map(|f| match &f.rank {
+                Rank::Front(l) => &l[..],
+                _ => unreachable!("filtered"),
+            })
+            .collect();
+        let chosen = multi::select_below(&rows, n_below);
+        n_below -= chosen.len();
+        let mut best: HashSet<i64> = chosen.iter().map(|&i| front[i].number).collect();
+        // Then the rest in split order (pruned by value, then infeasible by violation).
+        for k in self.ranked.iter().filter(|k| k.class > 0).take(n_below) {
+            best.insert(k.number);
+        }
+        fn row(f: &Finished) -> (i64, &[f64]) {
+            (f.number, &f.coords[..])
+        }
+        let below: Rows = self
+            .finished
+            .iter()
+            .filter(|f| best.contains(&f.number))
+            .map(row)
+            .collect();
+        let above: Rows = self
+            .finished
+            .iter()
+            .rev()
+            .filter(|f| !best.contains(&f.number))
+            .take(HISTORY_WINDOW)
+            .map(row)
+            .collect();
+        self.finish_split(below, above, current, constant_liar)
+    }
+
     /// Every finished trial ranked: the best `gamma(n)` below, the rest above.
     fn rank_all(&self) -> (Rows<'_>, Rows<'_>) {
         let mut complete = Vec::new();
@@ -184,6 +241,7 @@ impl History {
         for f in &self.finished {
             match f.rank {
                 Rank::Complete(loss) => complete.push((f, loss)),
+                Rank::Front(_) => unreachable!("split_multi ranks several objectives"),
                 Rank::Pruned(loss) => pruned.push((f, loss)),
                 Rank::Infeasible { violation, .. } => infeasible.push((f, violation)),
             }
@@ -297,7 +355,7 @@ mod tests {
             number: n,
             params: xp(n as f64),
             state: TrialState::Pruned,
-            value: v,
+            values: v.into_iter().collect(),
             constraints: vec![],
         };
         s.tell(&record(0, &xp(0.0), 5.0, vec![]));
@@ -334,14 +392,14 @@ mod tests {
             number: 3,
             params: xp(3.0),
             state: TrialState::Fail,
-            value: None,
+            values: vec![],
             constraints: vec![],
         });
         s2.tell(&TrialRecord {
             number: 4,
             params: xp(4.0),
             state: TrialState::Fail,
-            value: None,
+            values: vec![],
             constraints: vec![],
         });
         // n = 19 -> 2 below: pruned 5, then pruned-without-value 2 before the infeasible.
@@ -351,7 +409,7 @@ mod tests {
                 number: n,
                 params: xp(n as f64),
                 state: TrialState::Fail,
-                value: None,
+                values: vec![],
                 constraints: vec![],
             });
         }
@@ -399,7 +457,7 @@ mod tests {
             number: n,
             params: xp(n as f64 - 5.0),
             state: TrialState::Fail,
-            value: None,
+            values: vec![],
             constraints: c,
         };
         for n in 0..9 {
