@@ -734,6 +734,7 @@ fn exercise(c: &sweepd::config::Config) {
             state: TrialState::Complete,
             value: Some(number as f64),
             constraints: Vec::new(),
+            distributions: Default::default(),
         });
     }
     for p in &c.space.params {

@@ -8,8 +8,9 @@
 //! (`validate`, and `params` for the search space). `reload` says what a new file may change in
 //! a running daemon.
 //!
-//! Besides the required `[study]`, `[worker]` and `[params.*]`, every table is optional with
-//! documented defaults: `[storage]`, `[worker.env]`, `[worker.allocator]`, `[gpu]`, `[retry]`,
+//! Besides the required `[study]` and `[worker]`, every table is optional with documented
+//! defaults: `[params.*]` (the static part of the search space: the objective may define the
+//! rest as it runs), `[storage]`, `[worker.env]`, `[worker.allocator]`, `[gpu]`, `[retry]`,
 //! `[sampler]`, `[pruner]`, `[metrics]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
 //! a TOML integer of bytes or a string with a unit, see [`crate::units`].
 //!
@@ -25,7 +26,10 @@
 mod params;
 mod raw;
 mod reload;
+mod storage;
 mod validate;
+
+pub use storage::{parse_storage_url, StorageUrl, DEFAULT_STORAGE_URL};
 
 use crate::study::{Direction, SearchSpace};
 use crate::units::GIB;
@@ -36,6 +40,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use validate::Validator;
+
+/// The longest param name (Optuna's `trial_params.param_name` is VARCHAR(512)).
+pub(crate) use validate::MAX_NAME_CHARS as MAX_PARAM_NAME_CHARS;
 
 /// A validated `supervisor.toml`.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +55,8 @@ pub struct Config {
     pub study: StudyConfig,
     pub storage: StorageConfig,
     pub worker: WorkerConfig,
-    /// Params in the order the file declares them.
+    /// `[params]` in the order the file declares them: the static part of the search space,
+    /// sampled before a trial starts (empty when the objective defines every param as it runs).
     pub space: SearchSpace,
     pub gpu: GpuConfig,
     pub retry: RetryConfig,
@@ -81,6 +89,8 @@ pub struct StorageConfig {
     pub url: String,
     /// The SQLite file the URL names, absolute.
     pub path: PathBuf,
+    /// Set when the URL is in sweepd's old two-slash form: `check` prints it and `run` logs it.
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +282,10 @@ pub struct SamplerConfig {
     pub n_ei_candidates: usize,
     /// Default true.
     pub multivariate: bool,
+    /// Optuna's `group=True`: with a search space the objective defines as it runs, each group
+    /// of params that always occur together (a branch) is modelled jointly. Default: true with
+    /// `multivariate` (Optuna's default is false; see docs/configuration.md), never without it.
+    pub group: bool,
     /// Default true.
     pub constant_liar: bool,
     /// Overrides `[study] seed` when set.
@@ -284,6 +298,7 @@ impl Default for SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
             multivariate: true,
+            group: true,
             constant_liar: true,
             seed: None,
         }

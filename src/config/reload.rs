@@ -93,6 +93,7 @@ pub const KEYS: &[Key] = &[
     ),
     field!("sampler.n_ei_candidates", Restart, sampler.n_ei_candidates),
     field!("sampler.multivariate", Restart, sampler.multivariate),
+    field!("sampler.group", Restart, sampler.group),
     field!("sampler.constant_liar", Restart, sampler.constant_liar),
     field!("sampler.seed", Restart, sampler.seed),
     Key {
@@ -155,7 +156,11 @@ const _: fn(&Config) = |c| {
         sampler: _,
         seed: _,
     } = study;
-    let StorageConfig { url: _, path: _ } = storage;
+    let StorageConfig {
+        url: _,
+        path: _,
+        warning: _,
+    } = storage;
     let WorkerConfig {
         command: _,
         mode: _,
@@ -197,6 +202,7 @@ const _: fn(&Config) = |c| {
         n_startup_trials: _,
         n_ei_candidates: _,
         multivariate: _,
+        group: _,
         constant_liar: _,
         seed: _,
     } = sampler;
@@ -403,7 +409,7 @@ mod tests {
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
              log_max_total = \"2GiB\"\n[worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
-            "[storage]\nurl = \"sqlite://other.db\"\n\
+            "[storage]\nurl = \"sqlite:///other.db\"\n\
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
              max_par_per_device = 2\npoll_interval = \"2s\"\nnvml_lib = \"libnvidia-ml.so.1\"\n\

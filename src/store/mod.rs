@@ -20,6 +20,7 @@
 //! transaction needs them) and imports nothing of sweepd's but `study`. One file per concern:
 //! `schema` (opening the file, version checks, migrations, file modes), `trials` (starting,
 //! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
+//! `suggested` (what a running trial's objective adds: suggested params, user attributes),
 //! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
 //! read back for the CLI and for a restarted daemon's sampler, pruner and memory model),
 //! `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
@@ -42,6 +43,7 @@ mod daemon;
 mod mirror;
 mod schema;
 mod sqlite;
+mod suggested;
 mod sync;
 mod tally;
 mod telemetry;
@@ -53,6 +55,7 @@ mod workers;
 pub use attrs::OWNER_ATTR;
 pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
+pub use suggested::{ParamRefused, FAIL_REASON_USER_ATTR};
 pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use views::{Curve, TrialView};
@@ -304,6 +307,14 @@ impl Store {
     }
 
     /// Looks a study up without creating it (read-only commands).
+    /// Every study's name, in creation order.
+    pub async fn study_names(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT study_name FROM studies ORDER BY study_id")
+            .fetch_all(&self.pool)
+            .await
+            .at(&self.path)
+    }
+
     pub async fn find_study(&self, name: &str) -> Result<Study> {
         let (id, direction): (i64, Option<String>) = sqlx::query_as(
             "SELECT s.study_id, d.direction FROM studies s \

@@ -111,6 +111,7 @@ impl Store {
                 state,
                 value,
                 constraints: Vec::new(),
+                distributions: Default::default(),
             });
         }
         let params: Vec<(i64, String, f64, String)> = sqlx::query_as(
@@ -125,11 +126,12 @@ impl Store {
             let Some(&i) = index.get(&trial_id) else {
                 continue;
             };
-            if let Some(v) = Distribution::from_optuna_json(&dist)
-                .ok()
-                .and_then(|d| d.from_internal(internal))
-            {
-                records[i].params.insert(name, v);
+            let Ok(d) = Distribution::from_optuna_json(&dist) else {
+                continue;
+            };
+            if let Some(v) = d.from_internal(internal) {
+                records[i].params.insert(name.clone(), v);
+                records[i].distributions.insert(name, d);
             }
         }
         let attrs: Vec<(i64, String, String)> = sqlx::query_as(
