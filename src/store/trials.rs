@@ -359,12 +359,15 @@ impl Store {
         };
         self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
             .await?;
-        for (name, v) in &claimed.params {
-            if skip.contains(name) {
+        // In the order the space defines them, as `trials` shows them.
+        for spec in &space.params {
+            let Some(v) = claimed.params.get(&spec.name) else {
+                continue;
+            };
+            if skip.contains(&spec.name) {
                 continue;
             }
-            let spec = space.get(name).expect("sampled params are in the space");
-            self.insert_param(tx, claimed.trial_id, name, &spec.dist, v)
+            self.insert_param(tx, claimed.trial_id, &spec.name, &spec.dist, v)
                 .await?;
         }
         Ok(Started::Yes(claimed))

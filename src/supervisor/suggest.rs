@@ -69,9 +69,8 @@ impl Live {
                 return Answer::Have(v.clone());
             }
             return Answer::Refuse(format!(
-                "`{name}` = {} was given to this trial before it started (from [params], or by \
-                 the attempt this trial retries), and that value is not in {}: make the \
-                 objective's search space and [params.{name}] agree",
+                "`{name}` = {} (from [params.{name}], or the attempt this trial retries) is not \
+                 in the distribution the objective asks for: make them agree; asked for {}",
                 old.external(v),
                 dist.optuna_json()
             ));

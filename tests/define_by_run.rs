@@ -1,0 +1,310 @@
+//! Define-by-run: objectives written exactly as for Optuna (`tests/workers/define_by_run.py`)
+//! run under sweepd with protocol 2, and what sweepd records compared row by row with what
+//! Optuna itself records for the same calls (the same objective run by `study.optimize` with
+//! sweepd's params enqueued, `tests/py/optuna_replay.py`).
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn worker() -> Vec<String> {
+    vec![
+        python(),
+        repo()
+            .join("tests/workers/define_by_run.py")
+            .to_string_lossy()
+            .into_owned(),
+    ]
+}
+
+/// A study of `objective` (see define_by_run.py) with no `[params]` unless `params` says.
+fn study(name: &str, objective: &str, mode: &'static str, n_trials: u64, params: &str) -> Cfg {
+    Cfg {
+        name: name.into(),
+        n_trials: Some(n_trials),
+        max_par: 2,
+        mode,
+        sampler: "tpe",
+        command: worker(),
+        params: params.into(),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_OBJECTIVE", objective)
+}
+
+/// Everything Optuna's tools read of trial `number` of `study` in `db`, one line per row, as
+/// stored: the state, the value, each param (its name, internal value and `distribution_json`
+/// text) in the order it was recorded, intermediate values, and user attributes (`value_json`
+/// text) but sweepd's own `sweepd:` ones. Numbers are read as doubles and printed as the
+/// shortest text that reads back to them, so two lines are equal only if every bit is.
+fn recorded(db: &Path, study: &str, number: i64, params_in_order: bool) -> Vec<String> {
+    let q = |sql: &str| {
+        sql_column(
+            db,
+            &sql.replace("STUDY", &study.replace('\'', "''"))
+                .replace("NUMBER", &number.to_string()),
+        )
+    };
+    let trial = "(SELECT t.trial_id FROM trials t JOIN studies s ON s.study_id = t.study_id \
+                 WHERE s.study_name = 'STUDY' AND t.number = NUMBER)";
+    // A query's rows as "label number" lines: `label` and `number` are its two columns' SQL.
+    let zip = |label: &str, number: &str, from: &str| -> Vec<String> {
+        let labels = q(&format!("SELECT {label} {from}"));
+        let numbers = q(&format!("SELECT {number} {from}"));
+        assert_eq!(labels.len(), numbers.len());
+        labels
+            .into_iter()
+            .zip(numbers)
+            .map(|(l, n)| format!("{l} {n}"))
+            .collect()
+    };
+    let mut rows = q(&format!(
+        "SELECT 'state ' || state FROM trials WHERE trial_id = {trial}"
+    ));
+    rows.extend(zip(
+        "'value ' || objective || ' ' || value_type",
+        "value",
+        &format!("FROM trial_values WHERE trial_id = {trial} ORDER BY objective"),
+    ));
+    let order = if params_in_order {
+        "param_id"
+    } else {
+        "param_name"
+    };
+    rows.extend(zip(
+        "'param ' || param_name || ' ' || distribution_json",
+        "param_value",
+        &format!("FROM trial_params WHERE trial_id = {trial} ORDER BY {order}"),
+    ));
+    rows.extend(zip(
+        "'step ' || step || ' ' || intermediate_value_type",
+        "intermediate_value",
+        &format!("FROM trial_intermediate_values WHERE trial_id = {trial} ORDER BY step"),
+    ));
+    rows.extend(q(&format!(
+        "SELECT 'user_attr ' || key || ' ' || value_json FROM trial_user_attributes \
+         WHERE trial_id = {trial} AND key NOT LIKE 'sweepd:%' ORDER BY key"
+    )));
+    rows
+}
+
+/// Runs `objective` under Optuna with every trial of sweepd's study enqueued, and checks
+/// that both recorded the same trials. Returns sweepd's trials' states.
+fn same_as_optuna(sweep: &Sweep, name: &str, objective: &str, in_order: bool) -> Vec<String> {
+    let replay = sweep.path("optuna.db");
+    let n: i64 = sweep
+        .optuna(
+            "optuna_replay.py",
+            &[name, objective, replay.to_str().unwrap()],
+        )
+        .trim()
+        .parse()
+        .unwrap();
+    let states = sweep.states();
+    assert_eq!(n as usize, states.len());
+    for number in 0..n {
+        let ours = recorded(&sweep.db, name, number, in_order);
+        let theirs = recorded(&replay, "replay", number, in_order);
+        assert_eq!(ours, theirs, "trial {number}: sweepd vs Optuna");
+    }
+    states
+}
+
+fn define_by_run_matches_optuna(mode: &'static str) {
+    let name = format!("models-{mode}");
+    // TPE after 4 random trials: relative (group) and independent sampling both run.
+    let cfg = study(
+        &name,
+        "models",
+        mode,
+        16,
+        "[sampler]\nn_startup_trials = 4\n",
+    );
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    // Each trial's params follow its branch: never another model's params.
+    let mut models = std::collections::BTreeSet::new();
+    for t in &trials {
+        let p = t["params"].as_object().unwrap();
+        let model = p["model"].as_str().unwrap();
+        models.insert(model.to_owned());
+        let others: &[&str] = match model {
+            "svc" => &["rf_max_depth", "n_layers", "dropout"],
+            "forest" => &["svc_c", "n_layers", "dropout"],
+            _ => &["svc_c", "rf_max_depth"],
+        };
+        for o in others {
+            assert!(
+                !p.contains_key(*o),
+                "trial {}: {model} has {o}: {p:?}",
+                t["number"]
+            );
+        }
+        if model == "mlp" {
+            let layers = p["n_layers"].as_i64().unwrap();
+            for i in 0..3 {
+                assert_eq!(
+                    p.contains_key(&format!("n_units_l{i}")),
+                    i < layers,
+                    "trial {}: {p:?}",
+                    t["number"]
+                );
+            }
+        }
+    }
+    assert!(
+        models.len() >= 2,
+        "the study tried one model only: {models:?}"
+    );
+    let states = same_as_optuna(&sweep, &name, "models", true);
+    assert!(
+        states.iter().all(|s| s == "COMPLETE" || s == "PRUNED"),
+        "{states:?}"
+    );
+    assert!(
+        states.iter().any(|s| s == "PRUNED"),
+        "no pruned trial: {states:?}"
+    );
+}
+
+#[test]
+fn define_by_run_trials_are_recorded_as_optuna_records_them_persistent() {
+    define_by_run_matches_optuna("persistent");
+}
+
+#[test]
+fn define_by_run_trials_are_recorded_as_optuna_records_them_oneshot() {
+    define_by_run_matches_optuna("oneshot");
+}
+
+#[test]
+fn conflicting_distributions_are_refused_as_optuna_refuses_them() {
+    // One trial at a time, so that the first use of each name is the same trial as Optuna's.
+    let cfg = Cfg {
+        max_par: 1,
+        sampler: "random",
+        ..study("conflict", "conflict", "persistent", 12, "")
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let states = same_as_optuna(&sweep, "conflict", "conflict", true);
+    let trials = sweep.trials();
+    for (t, state) in trials.iter().zip(&states) {
+        let n = t["number"].as_i64().unwrap();
+        let why = t["fail_reason"].as_str().unwrap_or_default();
+        match n % 6 {
+            1 => assert!(
+                why.contains("Cannot set different distribution kind to the same parameter name."),
+                "trial {n}: {why}"
+            ),
+            3 => assert!(
+                why.contains("Cannot set different log configuration to the same parameter name."),
+                "trial {n}: {why}"
+            ),
+            5 => assert!(
+                why.contains("CategoricalDistribution does not support dynamic value space."),
+                "trial {n}: {why}"
+            ),
+            _ => assert_eq!(state, "COMPLETE", "trial {n}: {why}"),
+        }
+    }
+    // Optuna failed the same trials (`same_as_optuna` compared the states; Optuna 5 keeps the
+    // reason in its log only).
+    assert_eq!(
+        states.iter().filter(|s| *s == "FAIL").count(),
+        6,
+        "{states:?}"
+    );
+}
+
+#[test]
+fn toml_params_are_sampled_up_front_and_the_objective_suggests_the_rest() {
+    // `lr` and `model` in [params] (as Optuna writes them); the rest suggested. The same
+    // distribution returns the pre-sampled value; a name outside [params] is sampled when asked.
+    let params = r#"
+[params.model]
+type = "categorical"
+choices = ["svc", "forest", "mlp"]
+
+[params.lr]
+type = "float"
+low = 1e-5
+high = 1e-1
+log = true
+"#;
+    let cfg = study("mixed", "models", "persistent", 8, params);
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    assert!(trials.iter().all(|t| t["state"] != "FAIL"), "{trials:?}");
+    for t in &trials {
+        // [params] first, in the config's order; then what the objective suggested.
+        let names: Vec<&String> = t["params"].as_object().unwrap().keys().collect();
+        assert_eq!(names[..2], ["model", "lr"], "trial {}", t["number"]);
+        assert!(names.len() > 2, "trial {}: {names:?}", t["number"]);
+    }
+    // sweepd wrote [params] when the trial started, Optuna as the objective asked: the rows
+    // are the same, in another order.
+    same_as_optuna(&sweep, "mixed", "models", false);
+}
+
+#[test]
+fn a_presampled_param_outside_the_objectives_distribution_fails_the_trial_saying_why() {
+    // Log scale as the objective's, but a range the objective's does not reach.
+    let params = "[params.lr]\ntype = \"float\"\nlow = 0.2\nhigh = 0.9\nlog = true\n";
+    let cfg = Cfg {
+        max_par: 1,
+        ..study("disagree", "models", "persistent", 2, params)
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for t in sweep.trials() {
+        assert_eq!(t["state"], "FAIL");
+        let why = t["fail_reason"].as_str().unwrap();
+        assert!(
+            why.contains("ValueError") && why.contains("[params.lr]") && why.contains("not in"),
+            "{why}"
+        );
+    }
+}
+
+#[test]
+fn enqueued_params_are_used_and_the_rest_suggested() {
+    let cfg = study("enq", "models", "persistent", 1, "");
+    let sweep = Sweep::new(&cfg);
+    assert!(sweep.run(&[], LIMIT).status.success());
+    // Some params fixed, as an Optuna user enqueues them: the branch and one of its params.
+    sweep.optuna(
+        "optuna_enqueue.py",
+        &["enq", r#"{"model": "mlp", "n_layers": 2, "dropout": 0.3}"#],
+    );
+    std::fs::write(
+        &sweep.config,
+        cfg.to_toml().replace("n_trials = 1", "n_trials = 2"),
+    )
+    .unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t = &sweep.trials()[1];
+    assert_eq!(t["state"], "COMPLETE", "{t}");
+    let p = &t["params"];
+    assert_eq!(
+        (&p["model"], &p["n_layers"], &p["dropout"]),
+        (&json!("mlp"), &json!(2), &json!(0.3))
+    );
+    for name in ["n_units_l0", "n_units_l1", "lr"] {
+        assert!(p[name].is_number(), "{name}: {p}");
+    }
+    assert!(p.get("n_units_l2").is_none(), "{p}");
+    same_as_optuna(&sweep, "enq", "models", true);
+}
