@@ -308,3 +308,137 @@ fn enqueued_params_are_used_and_the_rest_suggested() {
     assert!(p.get("n_units_l2").is_none(), "{p}");
     same_as_optuna(&sweep, "enq", "models", true);
 }
+
+#[test]
+fn optuna_dashboard_shows_why_a_trial_failed_while_the_study_runs() {
+    let cfg = Cfg {
+        name: "dash".into(),
+        n_trials: Some(40),
+        max_par: 2,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_RAISE_ON", "3")
+    .env("SWEEPD_TEST_SLEEP", "0.2");
+    let sweep = Sweep::new(&cfg);
+    let mut child = sweep.spawn_run();
+    // The dashboard reads the live database (no "database is locked" on either side) until
+    // the failed trial is there with its reason.
+    let mut shown = None;
+    wait_until(LIMIT, "the dashboard to show trial 3 failed", || {
+        let page: serde_json::Value =
+            serde_json::from_str(&sweep.optuna("dashboard_api.py", &["dash"])).unwrap();
+        shown = page["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["number"] == 3 && t["state"] == "Fail")
+            .cloned();
+        shown.is_some()
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the study is still running"
+    );
+    let reason = shown.unwrap()["user_attrs"]["sweepd:fail_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.starts_with("user_error: ") && reason.contains("rejected param in trial 3"),
+        "{reason}"
+    );
+    sigterm(&child);
+    let out = wait_output(child, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Whether the test Python can import `module`.
+fn importable(module: &str) -> bool {
+    std::process::Command::new(python())
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `examples/NAME.toml` as shipped, with the test Python running `examples/NAME.py`, the
+/// database where the harness looks, and a smaller budget.
+fn example(name: &str, n_trials: u64) -> Sweep {
+    let toml = std::fs::read_to_string(repo().join(format!("examples/{name}.toml"))).unwrap();
+    let q = |s: &str| serde_json::to_string(s).unwrap();
+    let script = repo().join(format!("examples/{name}.py"));
+    let command = format!("command = [\"python3\", \"{name}.py\"]");
+    assert!(toml.contains(&command), "{toml}");
+    let url = format!("url = \"sqlite:///{name}.db\"");
+    assert!(toml.contains(&url), "{toml}");
+    let toml = toml
+        .replace(
+            &command,
+            &format!(
+                "command = [{}, {}]",
+                q(&python()),
+                q(script.to_str().unwrap())
+            ),
+        )
+        .replace(&url, "url = \"sqlite:///study.db\"")
+        .replace("n_trials = 100", &format!("n_trials = {n_trials}"));
+    Sweep::with_toml(&toml)
+}
+
+#[test]
+fn the_scikit_learn_example_runs_as_ported_from_optuna_examples() {
+    assert!(
+        importable("sklearn"),
+        "scikit-learn is in requirements-test.txt: run the tests through `make test`"
+    );
+    let sweep = example("sklearn_simple", 12);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    assert_eq!(trials.len(), 12);
+    for t in &trials {
+        assert_eq!(t["state"], "COMPLETE", "{t}");
+        let accuracy = t["value"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&accuracy), "{t}");
+        let p = t["params"].as_object().unwrap();
+        // Each trial carries its own classifier's params only.
+        match p["classifier"].as_str().unwrap() {
+            "SVC" => assert!(
+                p.contains_key("svc_c") && !p.contains_key("rf_max_depth"),
+                "{t}"
+            ),
+            _ => assert!(
+                p.contains_key("rf_max_depth") && !p.contains_key("svc_c"),
+                "{t}"
+            ),
+        }
+    }
+    // A random forest of depth >= 2 on iris scores well above chance (1/3).
+    let best: serde_json::Value =
+        serde_json::from_slice(&sweep.sweepd(&["best", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert!(best["value"].as_f64().unwrap() > 0.8, "{best}");
+}
+
+#[test]
+fn the_pytorch_example_runs_as_ported_from_optuna_examples() {
+    if !importable("torch") {
+        eprintln!(
+            "SKIPPED the_pytorch_example_runs_as_ported_from_optuna_examples: PyTorch is not \
+             installed in the test Python (it is optional; `pip install torch` to run it)"
+        );
+        return;
+    }
+    let sweep = example("pytorch_simple", 6);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    assert_eq!(trials.len(), 6);
+    for t in &trials {
+        assert!(t["state"] == "COMPLETE" || t["state"] == "PRUNED", "{t}");
+        let p = t["params"].as_object().unwrap();
+        let layers = p["n_layers"].as_i64().unwrap();
+        for i in 0..3 {
+            assert_eq!(p.contains_key(&format!("n_units_l{i}")), i < layers, "{t}");
+        }
+    }
+}
