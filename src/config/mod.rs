@@ -283,8 +283,8 @@ pub struct SamplerConfig {
     /// Default true.
     pub multivariate: bool,
     /// Optuna's `group=True`: with a search space the objective defines as it runs, each group
-    /// of params that always occur together (a branch) is modelled jointly. Default: true with
-    /// `multivariate` (Optuna's default is false; see docs/configuration.md), never without it.
+    /// of params that always occur together (a branch) is modelled jointly. Default false, as
+    /// Optuna's; needs `multivariate`.
     pub group: bool,
     /// Default true.
     pub constant_liar: bool,
@@ -298,7 +298,7 @@ impl Default for SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
             multivariate: true,
-            group: true,
+            group: false,
             constant_liar: true,
             seed: None,
         }

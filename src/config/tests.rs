@@ -545,7 +545,7 @@ fn defaults_when_new_tables_are_absent() {
     assert_eq!(
         c.sampler,
         SamplerConfig {
-            group: true,
+            group: false,
             n_startup_trials: 10,
             n_ei_candidates: 24,
             multivariate: true,

@@ -331,7 +331,7 @@ impl Validator<'_> {
                 false
             }
             Some(g) => *g.get_ref(),
-            None => multivariate && d.group,
+            None => d.group,
         };
         SamplerConfig {
             n_startup_trials: self.int(
