@@ -442,3 +442,126 @@ fn the_pytorch_example_runs_as_ported_from_optuna_examples() {
         }
     }
 }
+
+/// `sweepd ARGS` run in `dir`, without a config argument.
+fn sweepd_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sweepd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run sweepd")
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn status_trials_and_best_read_a_study_by_storage_url_without_a_config() {
+    let cfg = Cfg {
+        sampler: "random",
+        ..study("by-url", "models", "persistent", 6, "")
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = sweep.dir.path();
+    // Optuna's relative URL, from the study's directory; the study found alone in it.
+    let out = sweepd_in(
+        dir,
+        &["status", "--storage", "sqlite:///study.db", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["study"], "by-url");
+    assert_eq!(v["finished"], 6);
+    assert!(v["n_trials"].is_null(), "no config, no budget: {v}");
+    // CSV: one column per param, in the order the objective first suggested them, not the
+    // alphabet's; trial 0 suggested `model` first.
+    let out = sweepd_in(
+        dir,
+        &[
+            "trials",
+            "--storage",
+            "sqlite:///study.db",
+            "--study",
+            "by-url",
+            "--csv",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    assert_eq!(header[7], "params_model", "{text}");
+    assert!(header.contains(&"params_lr"), "{text}");
+    assert_eq!(text.lines().count(), 7, "{text}");
+    // The four-slash absolute URL, from anywhere; `best --csv` is one row.
+    let abs = format!("sqlite:///{}", sweep.db.display());
+    let out = sweepd_in(Path::new("/"), &["best", "--storage", &abs, "--csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 2, "{}", stdout(&out));
+    for cmd in ["status", "gpus"] {
+        let out = sweepd_in(dir, &[cmd, "--storage", "sqlite:///study.db", "--csv"]);
+        assert!(out.status.success(), "{cmd}: {}", stderr(&out));
+        assert!(stdout(&out).lines().next().unwrap().contains(','), "{cmd}");
+    }
+    // sweepd's old two-slash form still works, with a warning.
+    let out = sweepd_in(dir, &["best", "--storage", "sqlite://study.db", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("sqlite:///study.db"),
+        "{}",
+        stderr(&out)
+    );
+    // Two studies in one file: the name is needed, and the message lists them.
+    sweep.optuna("optuna_create.py", &["another", "minimize", "0"]);
+    let out = sweepd_in(dir, &["trials", "--storage", "sqlite:///study.db"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("by-url, another") && stderr(&out).contains("--study"),
+        "{}",
+        stderr(&out)
+    );
+    // A config and a storage URL name the study twice: refused.
+    let out = sweepd_in(
+        dir,
+        &[
+            "status",
+            "-c",
+            "supervisor.toml",
+            "--storage",
+            "sqlite:///study.db",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn check_says_the_objective_defines_the_params_and_lists_the_static_ones_as_csv() {
+    let sweep = Sweep::new(&study("chk", "models", "persistent", 1, ""));
+    let out = sweep.sweepd(&["check"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("the objective defines every param as it runs"),
+        "{}",
+        stdout(&out)
+    );
+    let with = Sweep::new(&study(
+        "chk",
+        "models",
+        "persistent",
+        1,
+        "[params.lr]\ntype = \"float\"\nlow = 1e-5\nhigh = 0.1\nlog = true\n",
+    ));
+    let out = with.sweepd(&["check"]).output().unwrap();
+    assert!(
+        stdout(&out).contains("the objective may suggest more"),
+        "{}",
+        stdout(&out)
+    );
+    let out = with.sweepd(&["check", "--csv"]).output().unwrap();
+    assert_eq!(
+        stdout(&out),
+        "name,type,low,high,step,log,choices\nlr,float,0.00001,0.1,,true,\n"
+    );
+}
