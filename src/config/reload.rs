@@ -426,6 +426,8 @@ mod tests {
         let mut b = parse_in(dir, &text).unwrap();
         // 1 is the only value a valid file has (multi-GPU trials are refused for now).
         b.gpu.gpus_per_trial = 2;
+        // `group` needs `multivariate`, which differs the other way (a has the defaults).
+        b.sampler.group = true;
         (a, b)
     }
 
