@@ -144,6 +144,8 @@ pub(super) struct Finishing {
     /// Every param the trial had (the static ones and those its objective suggested).
     pub(super) params: Params,
     pub(super) dists: Dists,
+    /// `params` as the worker saw them, in the order the trial got them (the log line).
+    pub(super) shown: serde_json::Value,
     pub(super) how: Finish,
     pub(super) attrs: Vec<(&'static str, serde_json::Value)>,
     pub(super) device: Option<u32>,
@@ -375,22 +377,25 @@ impl Core {
     fn live_trial(&self, claimed: &Claimed, candidate: Candidate) -> Live {
         let space = &self.config.space;
         let mut params = claimed.params.clone();
-        let mut dists: Dists = claimed
-            .params
-            .keys()
-            .filter_map(|n| Some((n.clone(), space.get(n)?.dist.clone())))
-            .collect();
+        let (mut dists, mut order) = (Dists::new(), Vec::new());
+        for spec in &space.params {
+            if claimed.params.contains_key(&spec.name) {
+                dists.insert(spec.name.clone(), spec.dist.clone());
+                order.push(spec.name.clone());
+            }
+        }
         let (proposal, enqueued) = match candidate {
             Candidate::New(p) => (p, Default::default()),
             Candidate::Waiting(w, p) => {
                 for (name, d, v) in w.extra {
                     dists.insert(name.clone(), d);
-                    params.insert(name, v);
+                    params.insert(name.clone(), v);
+                    order.push(name);
                 }
                 (p, w.enqueued)
             }
         };
-        Live::new(params, dists, proposal.relative, enqueued)
+        Live::new(params, dists, order, proposal.relative, enqueued)
     }
 
     /// The objective of running trial `c` asks for param `name` from `dist` (Optuna's JSON
@@ -638,7 +643,7 @@ impl Core {
             self.finish_end(&f).await?;
         } // else someone else finished it: nothing to count twice
         Ok(Finished {
-            params: external_json(&f.params, &f.dists),
+            params: f.shown.clone(),
             how: f.how,
             peak: f.peak,
             next: None,
@@ -674,7 +679,7 @@ impl Core {
                 self.finished_elsewhere(&f);
             }
             return Ok(Finished {
-                params: external_json(&f.params, &f.dists),
+                params: f.shown.clone(),
                 how: f.how,
                 peak: f.peak,
                 next: None,
@@ -703,7 +708,7 @@ impl Core {
         }
         let next = self.started(plan, started);
         Ok(Finished {
-            params: external_json(&f.params, &f.dists),
+            params: f.shown.clone(),
             how: f.how,
             peak: f.peak,
             next,
@@ -733,8 +738,11 @@ impl Core {
     ) -> Finishing {
         self.running = self.running.saturating_sub(1);
         // Every param the trial had: what it started with and what its objective suggested.
-        let (params, dists) = match self.live.remove(&c.trial_id) {
-            Some(l) => (l.params, l.dists),
+        let (params, dists, shown) = match self.live.remove(&c.trial_id) {
+            Some(l) => {
+                let shown = l.external();
+                (l.params, l.dists, shown)
+            }
             None => {
                 let space = &self.config.space;
                 let dists = c
@@ -742,7 +750,8 @@ impl Core {
                     .keys()
                     .filter_map(|n| Some((n.clone(), space.get(n)?.dist.clone())))
                     .collect();
-                (c.params.clone(), dists)
+                let shown = external_json(&c.params, &dists);
+                (c.params.clone(), dists, shown)
             }
         };
         let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
@@ -833,6 +842,7 @@ impl Core {
             number: c.number,
             params,
             dists,
+            shown,
             how,
             attrs,
             device,

@@ -19,6 +19,9 @@ pub(super) struct Live {
     /// with.
     pub(super) params: Params,
     pub(super) dists: Dists,
+    /// The names of `params` in the order the trial got them: the static space's, then what
+    /// its objective suggested, as the trial's rows are written (the log shows them so).
+    order: Vec<String>,
     /// Names its objective has asked for.
     asked: BTreeSet<String>,
     /// The sampler's relative values for it (Optuna's `relative_params`), for names not in
@@ -42,14 +45,17 @@ pub(super) enum Answer {
 }
 
 impl Live {
+    /// `order`: the names of `params` in the order they were written.
     pub(super) fn new(
         params: Params,
         dists: Dists,
+        order: Vec<String>,
         relative: Relative,
         enqueued: serde_json::Map<String, Value>,
     ) -> Live {
         Live {
             params,
+            order,
             dists,
             asked: BTreeSet::new(),
             relative,
@@ -101,10 +107,22 @@ impl Live {
         if !self.params.contains_key(name) {
             self.params.insert(name.to_owned(), v.clone());
             self.dists.insert(name.to_owned(), dist.clone());
+            self.order.push(name.to_owned());
         }
         self.relative.remove(name);
         self.enqueued.remove(name);
         self.asked.insert(name.to_owned());
+    }
+
+    /// Its params as the worker saw them, in the order the trial got them.
+    pub(super) fn external(&self) -> Value {
+        let mut obj = serde_json::Map::new();
+        for name in &self.order {
+            if let (Some(v), Some(d)) = (self.params.get(name), self.dists.get(name)) {
+                obj.insert(name.clone(), d.external(v));
+            }
+        }
+        Value::Object(obj)
     }
 
     /// What the constant liar sees of the trial while it runs: its params, and its relative
@@ -139,7 +157,7 @@ mod tests {
         );
         let mut enqueued = serde_json::Map::new();
         enqueued.insert("opt".into(), json!("c1"));
-        let mut l = Live::new(params, dists, relative, enqueued);
+        let mut l = Live::new(params, dists, vec!["x".into()], relative, enqueued);
         l.asked("n_layers", &int(1, 3, 1, false), &ParamValue::Int(2));
         l
     }
@@ -217,8 +235,17 @@ mod tests {
             l.answer("lr", &float(1e-4, 1e-1, None, true)),
             Answer::Have(ParamValue::Float(1e-3))
         );
-        let names: Vec<&String> = l.params.keys().collect();
-        assert_eq!(names, ["lr", "n_layers", "x"]);
+        assert_eq!(
+            l.external(),
+            serde_json::json!({"x": 0.25, "n_layers": 2, "lr": 1e-3})
+        );
+        let shown = l.external();
+        let names: Vec<&String> = shown.as_object().unwrap().keys().collect();
+        assert_eq!(
+            names,
+            ["x", "n_layers", "lr"],
+            "in the order the trial got them"
+        );
         // Asking for a param it had from the start marks it asked, and changes nothing else.
         l.asked("x", &float(0.0, 0.5, None, false), &ParamValue::Float(0.25));
         assert_eq!(l.dists["x"], float(0.0, 1.0, None, false));
