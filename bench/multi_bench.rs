@@ -185,6 +185,11 @@ fn main() {
                 state: TrialState::Complete,
                 values: v.clone(),
                 constraints: vec![],
+                distributions: space
+                    .params
+                    .iter()
+                    .map(|p| (p.name.clone(), p.dist.clone()))
+                    .collect(),
             });
             values.push(v);
             last = p;

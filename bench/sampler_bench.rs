@@ -369,12 +369,18 @@ fn drive(
                 assert!(spec.dist.contains(v), "{}: {v:?} out of domain", spec.name);
             }
             let (value, constraints) = f(&params);
+            let distributions = space
+                .params
+                .iter()
+                .map(|p| (p.name.clone(), p.dist.clone()))
+                .collect();
             let record = TrialRecord {
                 number: n as i64,
                 params,
                 state: TrialState::Complete,
                 values: vec![value],
                 constraints,
+                distributions,
             };
             let t1 = Instant::now();
             s.tell(&record);

@@ -1,13 +1,15 @@
 //! Commands and their rendering: `run`, `check`, `status`, `trials`, `best`.
 //!
-//! Every data-printing command has `--json`. `status`, `trials` and `best` only read the
-//! database, so they work while `run` is going and after it. Errors become exit codes here and
+//! Every data-printing command has `--json` and `--csv` (the CSV rendering is `cli/csv.rs`).
+//! `status`, `trials` and `best` only read the database, so they work while `run` is going and
+//! after it, and from a storage URL and a study name without a config (`--storage`, `--study`),
+//! as Optuna's own tools are pointed at a study. Errors become exit codes here and
 //! nowhere else: 0 ok, 1 runtime failure, 2 bad config or usage, 3 database problem,
 //! 4 another daemon already runs the study, 5 the study was deleted from the database while
 //! `run` was running it, 6 the study's trials keep failing with the same error in the objective.
 
-use crate::config::{Config, ConfigError, Overrides, SamplerKind, WorkerMode};
-use crate::store::{time, Candidate, Store, StoreError, TrialView};
+use crate::config::{parse_storage_url, Config, ConfigError, Overrides, SamplerKind, WorkerMode};
+use crate::store::{time, Candidate, Store, StoreError, Target, TrialView};
 use crate::study::{DaemonCommand, DaemonState, Distribution, TrialState};
 use crate::supervisor::{self, RunError};
 use crate::units;
@@ -28,11 +30,29 @@ pub struct Cli {
     pub command: Command,
 }
 
+mod csv;
+
 #[derive(Args, Debug, Clone)]
 pub struct ConfigArg {
     /// The study's config file.
     #[arg(short = 'c', long = "config", default_value = "supervisor.toml")]
     pub config: PathBuf,
+}
+
+/// Which study a reading command looks at: the config's, or one named by storage URL.
+#[derive(Args, Debug, Clone)]
+pub struct StudyArg {
+    /// The study's config file.
+    #[arg(short = 'c', long = "config", default_value = "supervisor.toml")]
+    pub config: PathBuf,
+    /// Read the study from this storage URL instead of a config's: `sqlite:///NAME.db`
+    /// (relative to the current directory, as Optuna reads it) or `sqlite:////ABS/PATH`.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    pub storage: Option<String>,
+    /// The study's name: with --storage, needed when the database holds more than one study;
+    /// with a config, another study in the config's database.
+    #[arg(long, value_name = "NAME")]
+    pub study: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -52,20 +72,25 @@ pub enum Command {
     Check {
         #[command(flatten)]
         cfg: ConfigArg,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "csv")]
         json: bool,
+        /// The static params (`[params]`) as CSV.
+        #[arg(long)]
+        csv: bool,
     },
     /// Trials by state, running trials, best so far, progress against the budget.
     Status {
         #[command(flatten)]
-        cfg: ConfigArg,
-        #[arg(long)]
+        cfg: StudyArg,
+        #[arg(long, conflicts_with = "csv")]
         json: bool,
+        #[arg(long)]
+        csv: bool,
     },
     /// List trials, oldest first.
     Trials {
         #[command(flatten)]
-        cfg: ConfigArg,
+        cfg: StudyArg,
         /// Only trials in this state.
         #[arg(long, value_enum, ignore_case = true)]
         state: Option<StateArg>,
@@ -81,7 +106,7 @@ pub enum Command {
     /// `study.best_trials`), in trial order.
     Best {
         #[command(flatten)]
-        cfg: ConfigArg,
+        cfg: StudyArg,
         #[arg(long, conflicts_with = "csv")]
         json: bool,
         #[arg(long)]
@@ -90,14 +115,16 @@ pub enum Command {
     /// GPUs as the running daemon last read them: memory, PAR per device, why it waits.
     Gpus {
         #[command(flatten)]
-        cfg: ConfigArg,
-        #[arg(long)]
+        cfg: StudyArg,
+        #[arg(long, conflicts_with = "csv")]
         json: bool,
+        #[arg(long)]
+        csv: bool,
     },
     /// Lift the circuit breaker's quarantines of a paused study now.
     Resume {
         #[command(flatten)]
-        cfg: ConfigArg,
+        cfg: StudyArg,
     },
 }
 
@@ -191,6 +218,9 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             let config = Config::load_with(&cfg.config, &Overrides { max_par: par })?;
             let display = wants_display(log_format).then(crate::progress::Display::new);
             init_logging(log_format, display.as_ref().map(|d| d.log_writer()));
+            if let Some(w) = &config.storage.warning {
+                tracing::warn!("{w}");
+            }
             let control = supervisor::Control {
                 par_override: par,
                 ..Default::default()
@@ -229,20 +259,26 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
-        Command::Check { cfg, json } => {
+        Command::Check { cfg, json, csv } => {
             let config = Config::load(&cfg.config)?;
-            print_check(&config, json);
+            if csv {
+                csv::params(&config.space);
+            } else {
+                print_check(&config, json);
+            }
             Ok(())
         }
-        Command::Status { cfg, json } => status(&cfg, json).await,
-        Command::Gpus { cfg, json } => {
-            let (store, study) = open_study(&cfg).await?;
+        Command::Status { cfg, json, csv } => status(&cfg, json, csv).await,
+        Command::Gpus { cfg, json, csv } => {
+            let Opened { store, study, .. } = open_study(&cfg).await?;
             let rows = store.gpus(&study).await?;
             if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&rows).expect("serializable")
                 );
+            } else if csv {
+                csv::gpus(&rows);
             } else if rows.is_empty() {
                 println!(
                     "no GPU readings: the study runs CPU-only, or its daemon has not read NVML yet"
@@ -253,7 +289,7 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Resume { cfg } => {
-            let (store, study) = open_study(&cfg).await?;
+            let Opened { store, study, .. } = open_study(&cfg).await?;
             store.send_command(&study, DaemonCommand::Resume).await?;
             println!("resume requested: the running daemon lifts its quarantines within a second");
             Ok(())
@@ -266,25 +302,26 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             csv,
         } => {
             let state = state.map(TrialState::from);
-            let (store, study) = open_study(&cfg).await?;
-            let trials = store.trials(&study, state, limit).await?;
+            let opened = open_study(&cfg).await?;
+            let trials = opened.store.trials(&opened.study, state, limit).await?;
             if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&trials).expect("serializable")
                 );
             } else if csv {
-                print_csv(&study, &trials);
+                csv::trials(&opened.study, &trials, opened.static_names());
             } else {
                 print_table(&trials);
             }
             Ok(())
         }
         Command::Best { cfg, json, csv } => {
-            let (store, study) = open_study(&cfg).await?;
+            let opened = open_study(&cfg).await?;
+            let (store, study) = (&opened.store, &opened.study);
             if study.is_multi_objective() {
                 let front: Vec<TrialView> = store
-                    .best_trials(&study)
+                    .best_trials(study)
                     .await?
                     .into_iter()
                     .map(|t| t.1)
@@ -295,26 +332,29 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
                         serde_json::to_string_pretty(&front).expect("serializable")
                     );
                 } else if csv {
-                    print_csv(&study, &front);
+                    csv::trials(study, &front, opened.static_names());
                 } else if front.is_empty() {
                     println!("no feasible COMPLETE trial yet: the Pareto front is empty");
                 } else {
                     println!(
                         "Pareto front: {} trials ({})",
                         front.len(),
-                        objectives_text(&study)
+                        objectives_text(study)
                     );
                     print_table(&front);
                 }
                 return Ok(());
             }
-            let best = store.best(&study).await?;
+            let best = store.best(study).await?;
+            if csv {
+                csv::trials(study, best.as_slice(), opened.static_names());
+                return Ok(());
+            }
             match (best, json) {
                 (b, true) => println!(
                     "{}",
                     serde_json::to_string_pretty(&b).expect("serializable")
                 ),
-                (b, false) if csv => print_csv(&study, b.as_slice()),
                 (Some(b), false) => println!(
                     "best: trial {} value {} params {}",
                     b.number,
@@ -365,11 +405,89 @@ fn front_bests(study: &crate::store::Study, front: &[Candidate]) -> Vec<Value> {
         .collect()
 }
 
-async fn open_study(cfg: &ConfigArg) -> Result<(Store, crate::store::Study), CliError> {
-    let config = Config::load(&cfg.config)?;
-    let store = Store::open_existing_target(&supervisor::target(&config)).await?;
-    let study = store.find_study(&config.study.name).await?;
-    Ok((store, study))
+/// A study opened for reading, with its config when it was named by one.
+struct Opened {
+    store: Store,
+    study: crate::store::Study,
+    config: Option<Config>,
+    /// The database file, or the PostgreSQL URL without its password.
+    path: PathBuf,
+}
+
+impl Opened {
+    /// The `[params]` names, in the order the config declares them (none without a config):
+    /// columns come in the order the space defines them.
+    fn static_names(&self) -> Vec<String> {
+        self.config.as_ref().map_or_else(Vec::new, |c| {
+            c.space.params.iter().map(|p| p.name.clone()).collect()
+        })
+    }
+}
+
+/// The study a reading command names: the config's (or `--study` in the config's database),
+/// or `--study` in the database of `--storage` (the only study there when not named).
+async fn open_study(arg: &StudyArg) -> Result<Opened, CliError> {
+    let (config, target) = match &arg.storage {
+        Some(url) => {
+            let cwd = std::env::current_dir()
+                .map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
+            let target = match crate::config::postgres_url(url) {
+                Some(pg) => {
+                    let url = pg.map_err(CliError::Usage)?;
+                    Target::Postgres {
+                        label: crate::config::redact(&url),
+                        url,
+                    }
+                }
+                None => {
+                    let parsed = parse_storage_url(url, &cwd).map_err(CliError::Usage)?;
+                    if let Some(w) = &parsed.warning {
+                        let _ = writeln!(std::io::stderr(), "sweepd: warning: {w}");
+                    }
+                    Target::Sqlite(parsed.path)
+                }
+            };
+            (None, target)
+        }
+        None => {
+            let config = Config::load(&arg.config)?;
+            let target = supervisor::target(&config);
+            (Some(config), target)
+        }
+    };
+    let path = target.label();
+    let store = Store::open_existing_target(&target).await?;
+    let name = match (&arg.study, &config) {
+        (Some(name), _) => name.clone(),
+        (None, Some(c)) => c.study.name.clone(),
+        (None, None) => {
+            let names = store.study_names().await?;
+            match names.as_slice() {
+                [only] => only.clone(),
+                [] => {
+                    return Err(CliError::Usage(format!(
+                        "{} holds no study",
+                        path.display()
+                    )))
+                }
+                many => {
+                    return Err(CliError::Usage(format!(
+                        "{} holds {} studies ({}): name one with --study",
+                        path.display(),
+                        many.len(),
+                        many.join(", ")
+                    )))
+                }
+            }
+        }
+    };
+    let study = store.find_study(&name).await?;
+    Ok(Opened {
+        store,
+        study,
+        config,
+        path,
+    })
 }
 
 /// Whether `sweepd run` draws the live progress display: for a person, i.e. stderr is a
@@ -515,7 +633,7 @@ fn print_check(config: &Config, as_json: bool) {
             "sampler": match config.study.sampler { SamplerKind::Random => "random", SamplerKind::Grid => "grid", SamplerKind::Tpe => "tpe", SamplerKind::Nsga2 => "nsga2" },
             "seed": config.study.seed,
         },
-        "storage": {"url": config.storage.url, "path": config.storage.path},
+        "storage": {"url": config.storage.url, "path": config.storage.path, "warning": config.storage.warning},
         "worker": {
             "command": w.command,
             "mode": match w.mode { WorkerMode::Persistent => "persistent", WorkerMode::Oneshot => "oneshot" },
@@ -530,6 +648,7 @@ fn print_check(config: &Config, as_json: bool) {
             "final_env": final_env(config),
         },
         "params": params,
+        "params_note": params_note(config),
     });
     if as_json {
         println!(
@@ -557,6 +676,9 @@ fn print_check(config: &Config, as_json: bool) {
         budget_text(config)
     );
     println!("storage   {}", config.storage.path.display());
+    if let Some(w) = &config.storage.warning {
+        println!("          warning: {w}");
+    }
     println!(
         "worker    {:?} ({}), max_par {}, recycle_after {}",
         w.command,
@@ -569,9 +691,18 @@ fn print_check(config: &Config, as_json: bool) {
     for (k, v) in final_env(config) {
         println!("  {k}={v}");
     }
-    println!("params");
+    println!("params    {}", params_note(config));
     for p in &config.space.params {
         println!("  {:<16} {}", p.name, describe_dist(&p.dist));
+    }
+}
+
+/// What `check` says of the search space: the static part is all it can know.
+fn params_note(config: &Config) -> &'static str {
+    match (config.space.params.is_empty(), config.study.sampler) {
+        (true, _) => "none in [params]: the objective defines every param as it runs (suggest_*)",
+        (false, SamplerKind::Grid) => "the grid, sampled before each trial starts",
+        (false, _) => "sampled before each trial starts; the objective may suggest more as it runs",
     }
 }
 
@@ -624,10 +755,14 @@ fn describe_dist(d: &Distribution) -> String {
     }
 }
 
-async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
-    let config = Config::load(&cfg.config)?;
-    let store = Store::open_existing_target(&supervisor::target(&config)).await?;
-    let study = store.find_study(&config.study.name).await?;
+async fn status(cfg: &StudyArg, as_json: bool, as_csv: bool) -> Result<(), CliError> {
+    let Opened {
+        store,
+        study,
+        config,
+        path,
+    } = open_study(cfg).await?;
+    let n_trials = config.as_ref().and_then(|c| c.study.n_trials);
     let counts = store.counts(&study).await?;
     let running = store
         .trials(&study, Some(TrialState::Running), None)
@@ -644,7 +779,11 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     let hosts = store.hosts(&study).await?;
     let several_hosts = store.engine() == crate::store::Engine::Postgres;
     let gone_after = if several_hosts {
-        config.storage.host_timeout
+        config
+            .as_ref()
+            .map_or(crate::config::DEFAULT_HOST_TIMEOUT, |c| {
+                c.storage.host_timeout
+            })
     } else {
         supervisor::DAEMON_GONE_AFTER
     };
@@ -669,6 +808,18 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             .and_then(time::age)
             .map(|a| a.as_millis() as f64 / 1000.0)
     };
+    if as_csv {
+        csv::status(
+            &study,
+            &path,
+            &counts,
+            n_trials,
+            best.as_ref(),
+            daemon.as_ref(),
+            alive,
+        );
+        return Ok(());
+    }
     if as_json {
         let running: Vec<Value> = running
             .iter()
@@ -680,10 +831,10 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
             "direction": (!study.is_multi_objective()).then(|| study.directions[0].as_optuna()),
             "directions": study.directions.iter().map(|d| d.as_optuna()).collect::<Vec<_>>(),
             "metric_names": study.metric_names,
-            "database": config.storage.path,
+            "database": path,
             "counts": counts,
             "finished": counts.finished(),
-            "n_trials": config.study.n_trials,
+            "n_trials": n_trials,
             "running": running,
             "best": if study.is_multi_objective() { None } else { best.as_ref() },
             "pareto_front": front.as_ref().map(|f| json!({
@@ -718,11 +869,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
     } else {
         study.directions[0].as_optuna().to_owned()
     };
-    println!(
-        "study {} ({objectives}) in {}",
-        study.name,
-        config.storage.path.display()
-    );
+    println!("study {} ({objectives}) in {}", study.name, path.display());
     if several_hosts {
         for h in &hosts {
             let d = &h.daemon;
@@ -774,7 +921,7 @@ async fn status(cfg: &ConfigArg, as_json: bool) -> Result<(), CliError> {
         ),
         None => println!("daemon    none has run this study yet"),
     }
-    let progress = match config.study.n_trials {
+    let progress = match n_trials {
         Some(n) => format!("{}/{n} finished", counts.finished()),
         None => format!("{} finished", counts.finished()),
     };
@@ -881,23 +1028,18 @@ fn worker_clip(s: &str, n: usize) -> String {
     crate::process::clip(s, n)
 }
 
-fn value_text(v: &Value) -> String {
-    match v {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// A trial's value, or its values as `[a, b]` in a study with several objectives.
 fn values_text(t: &TrialView) -> String {
     match &t.values {
         Some(Value::Array(vs)) => format!(
             "[{}]",
-            vs.iter().map(value_text).collect::<Vec<_>>().join(", ")
+            vs.iter()
+                .map(csv::value_text)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Some(_) => String::new(),
-        None => value_text(&t.value),
+        None => csv::value_text(&t.value),
     }
 }
 
@@ -924,79 +1066,6 @@ fn print_table(trials: &[TrialView]) {
             ));
         }
         println!("{line}");
-    }
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
-/// Trials as CSV. A study with several objectives has a column per objective in place of
-/// `value`, named as Optuna's `trials_dataframe` names them (`values_0`, or `values_NAME` with
-/// metric names).
-fn print_csv(study: &crate::store::Study, trials: &[TrialView]) {
-    let mut names: Vec<&String> = trials.iter().flat_map(|t| t.params.keys()).collect();
-    names.sort();
-    names.dedup();
-    let value_columns: Vec<String> = if study.is_multi_objective() {
-        (0..study.directions.len())
-            .map(|i| match &study.metric_names {
-                Some(_) => format!("values_{}", study.objective_name(i)),
-                None => format!("values_{i}"),
-            })
-            .collect()
-    } else {
-        vec!["value".to_owned()]
-    };
-    let mut header = vec!["number".to_owned(), "state".to_owned()];
-    header.extend(value_columns.iter().cloned());
-    header.extend(
-        [
-            "datetime_start",
-            "datetime_complete",
-            "fail_kind",
-            "fail_reason",
-        ]
-        .map(str::to_owned),
-    );
-    header.extend(names.iter().map(|n| format!("params_{n}")));
-    println!(
-        "{}",
-        header
-            .iter()
-            .map(|h| csv_field(h))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    for t in trials {
-        let mut row = vec![t.number.to_string(), t.state.clone()];
-        match &t.values {
-            Some(Value::Array(vs)) => row.extend(vs.iter().map(value_text)),
-            Some(_) => row.extend(value_columns.iter().map(|_| String::new())),
-            None => row.push(value_text(&t.value)),
-        }
-        row.extend([
-            t.datetime_start.clone().unwrap_or_default(),
-            t.datetime_complete.clone().unwrap_or_default(),
-            t.fail_kind.clone().unwrap_or_default(),
-            t.fail_reason.clone().unwrap_or_default(),
-        ]);
-        row.extend(
-            names
-                .iter()
-                .map(|n| t.params.get(*n).map(value_text).unwrap_or_default()),
-        );
-        println!(
-            "{}",
-            row.iter()
-                .map(|f| csv_field(f))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
     }
 }
 

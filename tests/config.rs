@@ -191,7 +191,7 @@ fn with_params(params: &str) -> String {
 #[case::log_dir_a_broken_symlink(edit(|d| { std::os::unix::fs::symlink(d.join("gone"), d.join("logs")).unwrap(); quick().to_toml() }), "worker.log_dir", "broken symbolic link")]
 #[case::oneshot_results_a_file(edit(|d| { std::fs::create_dir(d.join("logs")).unwrap(); std::fs::write(d.join("logs/results"), "").unwrap(); Cfg { mode: "oneshot", ..quick() }.to_toml() }), "worker.log_dir", "is not a directory")]
 #[case::cwd_with_nul(edit(|_| with_worker("cwd = \"a\\u0000b\"")), "worker.cwd", "NUL")]
-#[case::storage_url_with_nul(edit(|_| quick().to_toml().replace("sqlite://study.db", "sqlite://st\\u0000udy.db")), "storage.url", "NUL")]
+#[case::storage_url_with_nul(edit(|_| quick().to_toml().replace("sqlite:///study.db", "sqlite:///st\\u0000udy.db")), "storage.url", "NUL")]
 #[case::nvml_lib_with_nul(edit(|_| with_table("gpu", "nvml_lib = \"lib\\u0000.so\"")), "gpu.nvml_lib", "NUL")]
 // Integers whose extremes would make the daemon allocate without bound.
 #[case::n_ei_candidates(edit(|_| with_table("sampler", "n_ei_candidates = 9223372036854775807")), "sampler.n_ei_candidates", "between 1 and 100000")]
@@ -266,7 +266,7 @@ impl Doc {
             ("study", "n_trials", n_trials.to_string()),
             ("study", "sampler", q("random")),
             ("study", "seed", "7".into()),
-            ("storage", "url", q("sqlite://study.db")),
+            ("storage", "url", q("sqlite:///study.db")),
             (
                 "worker",
                 "command",
@@ -533,8 +533,10 @@ fn pool(kind: Kind) -> Vec<String> {
                     "supervisor.toml",
                     "sqlite://",
                     "sqlite://study.db",
+                    "sqlite:///study.db",
                     "sqlite://no/such/dir/x.db",
-                    "sqlite:///dev/null",
+                    "sqlite:////dev/null",
+                    "sqlite:///:memory:",
                 ]
                 .iter()
                 .map(|s| q(s)),
@@ -734,6 +736,7 @@ fn exercise(c: &sweepd::config::Config) {
             state: TrialState::Complete,
             values: vec![number as f64; c.study.directions.len()],
             constraints: Vec::new(),
+            distributions: Default::default(),
         });
     }
     for p in &c.space.params {

@@ -1550,8 +1550,10 @@ fn files_sweepd_creates_are_not_readable_by_other_users() {
 
 #[test]
 fn a_metrics_port_in_use_is_a_metrics_error_not_a_gpu_error() {
-    let port = free_port();
-    let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // The port is taken by binding port 0 and keeping it: asking for a free port and binding it
+    // afterwards races with every other test (and process) that does the same.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
     let sweep = Sweep::with_toml(&metrics_toml(&Cfg::default(), &format!("127.0.0.1:{port}")));
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);

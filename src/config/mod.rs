@@ -8,8 +8,9 @@
 //! (`validate`, and `params` for the search space). `reload` says what a new file may change in
 //! a running daemon.
 //!
-//! Besides the required `[study]`, `[worker]` and `[params.*]`, every table is optional with
-//! documented defaults: `[storage]`, `[worker.env]`, `[worker.allocator]`, `[gpu]`, `[retry]`,
+//! Besides the required `[study]` and `[worker]`, every table is optional with documented
+//! defaults: `[params.*]` (the static part of the search space: the objective may define the
+//! rest as it runs), `[storage]`, `[worker.env]`, `[worker.allocator]`, `[gpu]`, `[retry]`,
 //! `[sampler]`, `[pruner]`, `[metrics]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
 //! a TOML integer of bytes or a string with a unit, see [`crate::units`].
 //!
@@ -25,7 +26,12 @@
 mod params;
 mod raw;
 mod reload;
+mod storage;
 mod validate;
+
+pub use storage::{
+    parse_storage_url, postgres_url, redact, StorageUrl, DEFAULT_HOST_TIMEOUT, DEFAULT_STORAGE_URL,
+};
 
 use crate::study::{Direction, SearchSpace};
 use crate::units::GIB;
@@ -36,6 +42,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use validate::Validator;
+
+/// The longest param name (Optuna's `trial_params.param_name` is VARCHAR(512)).
+pub(crate) use validate::MAX_NAME_CHARS as MAX_PARAM_NAME_CHARS;
 
 /// A validated `supervisor.toml`.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +57,8 @@ pub struct Config {
     pub study: StudyConfig,
     pub storage: StorageConfig,
     pub worker: WorkerConfig,
-    /// Params in the order the file declares them.
+    /// `[params]` in the order the file declares them: the static part of the search space,
+    /// sampled before a trial starts (empty when the objective defines every param as it runs).
     pub space: SearchSpace,
     pub gpu: GpuConfig,
     pub retry: RetryConfig,
@@ -100,6 +110,8 @@ pub struct StorageConfig {
     /// How long another host's daemon may stay silent before this one fails its trials over
     /// (PostgreSQL, several hosts).
     pub host_timeout: Duration,
+    /// Set when the URL is in sweepd's old two-slash form: `check` prints it and `run` logs it.
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,6 +304,10 @@ pub struct SamplerConfig {
     /// TPE models the params jointly. Unset: Optuna's default, true with one objective and
     /// false with several.
     pub multivariate: Option<bool>,
+    /// Optuna's `group=True`: with a search space the objective defines as it runs, each group
+    /// of params that always occur together (a branch) is modelled jointly. Default false, as
+    /// Optuna's; needs `multivariate`.
+    pub group: bool,
     /// Default true.
     pub constant_liar: bool,
     /// Overrides `[study] seed` when set.
@@ -314,6 +330,7 @@ impl Default for SamplerConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
             multivariate: None,
+            group: false,
             constant_liar: true,
             seed: None,
             population_size: 50,

@@ -1,5 +1,7 @@
-//! `[params.*]`: the search space. Each param is one flat raw table checked by its `type` (float,
-//! int, categorical) into a [`Distribution`], in file order. Then the limits of what a trial's
+//! `[params.*]`: the static part of the search space, optional. Each param is one flat raw
+//! table checked by its `type` (float, int, categorical) into a [`Distribution`], in file order.
+//! Without it (or beside it) the objective defines its params as it runs (`suggest_*`,
+//! protocol 2); only the grid sampler needs the whole space here. Then the limits of what a trial's
 //! params can be on their way to a worker and to Optuna's tables (one protocol line, one
 //! environment variable, `distribution_json`), and, for the grid sampler, a finite grid of a
 //! sane size.
@@ -14,13 +16,6 @@ use toml::Spanned;
 impl Validator<'_> {
     pub(crate) fn space(&mut self, raw: Option<&Entries<Table<RawParam>>>) -> Option<SearchSpace> {
         let entries = raw.map_or(&[][..], |e| &e.0);
-        if entries.is_empty() {
-            self.at_key(
-                "params",
-                "the search space is empty: define at least one [params.NAME] table",
-            );
-            return None;
-        }
         let before = self.problems.len();
         let mut params = Vec::new();
         for (name, raw) in entries {
@@ -383,6 +378,16 @@ impl Validator<'_> {
         space: &SearchSpace,
     ) {
         let names = raw_params.map_or(&[][..], |e| &e.0);
+        if space.params.is_empty() {
+            let message = "the grid sampler searches a static space: define the grid in \
+                           [params.NAME] tables (the params an objective suggests as it runs \
+                           need sampler = \"tpe\" or \"random\")";
+            match raw_study.and_then(|s| s.sampler.as_ref()) {
+                Some(s) => self.at(s, "study.sampler", message),
+                None => self.at_key("study.sampler", message),
+            }
+            return;
+        }
         match space.grid_lens() {
             Err(continuous) => {
                 for i in continuous {

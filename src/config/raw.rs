@@ -115,6 +115,7 @@ pub(crate) struct RawSampler {
     pub(crate) n_startup_trials: Option<Spanned<i64>>,
     pub(crate) n_ei_candidates: Option<Spanned<i64>>,
     pub(crate) multivariate: Option<Spanned<bool>>,
+    pub(crate) group: Option<Spanned<bool>>,
     pub(crate) constant_liar: Option<Spanned<bool>>,
     pub(crate) seed: Option<Spanned<i64>>,
     pub(crate) population_size: Option<Spanned<i64>>,

@@ -109,6 +109,7 @@ pub const KEYS: &[Key] = &[
     ),
     field!("sampler.n_ei_candidates", Restart, sampler.n_ei_candidates),
     field!("sampler.multivariate", Restart, sampler.multivariate),
+    field!("sampler.group", Restart, sampler.group),
     field!("sampler.constant_liar", Restart, sampler.constant_liar),
     field!("sampler.seed", Restart, sampler.seed),
     field!("sampler.population_size", Restart, sampler.population_size),
@@ -181,6 +182,7 @@ const _: fn(&Config) = |c| {
         path: _,
         postgres: _,
         host_timeout: _,
+        warning: _,
     } = storage;
     let WorkerConfig {
         command: _,
@@ -223,6 +225,7 @@ const _: fn(&Config) = |c| {
         n_startup_trials: _,
         n_ei_candidates: _,
         multivariate: _,
+        group: _,
         constant_liar: _,
         seed: _,
         population_size: _,
@@ -434,7 +437,7 @@ mod tests {
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
              log_max_total = \"2GiB\"\n[worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
-            "[storage]\nurl = \"sqlite://other.db\"\nhost_timeout = \"2m\"\n\
+            "[storage]\nurl = \"sqlite:///other.db\"\nhost_timeout = \"2m\"\n\
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
              max_par_per_device = 2\npoll_interval = \"2s\"\nnvml_lib = \"libnvidia-ml.so.1\"\n\
@@ -452,6 +455,8 @@ mod tests {
         let mut b = parse_in(dir, &text).unwrap();
         // 1 is the only value a valid file has (multi-GPU trials are refused for now).
         b.gpu.gpus_per_trial = 2;
+        // `group` needs `multivariate`, which differs the other way (a has the defaults).
+        b.sampler.group = true;
         (a, b)
     }
 

@@ -15,7 +15,7 @@ sampler = "random"
 seed = 1
 
 [storage]
-url = "sqlite://sweepd.db"
+url = "sqlite:///sweepd.db"
 
 [worker]
 command = ["python3", "examples/quadratic_worker.py"]
@@ -105,7 +105,7 @@ fn parses_full_example() {
     assert_eq!(c.study.sampler, SamplerKind::Random);
     assert_eq!(c.study.seed, Some(1));
 
-    assert_eq!(c.storage.url, "sqlite://sweepd.db");
+    assert_eq!(c.storage.url, "sqlite:///sweepd.db");
     assert_eq!(c.storage.path, dir.path().join("sweepd.db"));
 
     let w = &c.worker;
@@ -179,8 +179,9 @@ fn applies_defaults_for_optional_keys() {
     assert_eq!(c.study.n_trials, None);
     assert_eq!(c.study.timeout, None);
     assert_eq!(c.study.seed, None);
-    assert_eq!(c.storage.url, "sqlite://sweepd.db");
+    assert_eq!(c.storage.url, "sqlite:///sweepd.db");
     assert_eq!(c.storage.path, dir.path().join("sweepd.db"));
+    assert_eq!(c.storage.warning, None);
     let w = &c.worker;
     assert_eq!(w.mode, WorkerMode::Persistent);
     assert_eq!(w.recycle_after, None);
@@ -250,12 +251,46 @@ fn resolves_paths_against_the_config_directory() {
     let text = cfg(
         "",
         "cwd = \"./run\"\nlog_dir = \"run/logs\"",
-        &format!("[storage]\nurl = \"sqlite://run/s.db\"\n{PX}"),
+        &format!("[storage]\nurl = \"sqlite:///run/s.db\"\n{PX}"),
     );
     let c = parse_in(dir.path(), &text).unwrap();
     assert_eq!(c.worker.cwd, dir.path().join("run"));
     assert_eq!(c.worker.log_dir, dir.path().join("run/logs"));
     assert_eq!(c.storage.path, dir.path().join("run/s.db"));
+    assert_eq!(c.storage.warning, None);
+}
+
+#[test]
+fn the_old_two_slash_storage_url_still_works_with_a_deprecation_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = cfg("", "", &format!("[storage]\nurl = \"sqlite://s.db\"\n{PX}"));
+    let c = parse_in(dir.path(), &text).unwrap();
+    assert_eq!(c.storage.path, dir.path().join("s.db"));
+    let w = c.storage.warning.expect("a warning");
+    assert!(w.contains("sqlite:///s.db"), "{w}");
+}
+
+#[test]
+fn sqlite_three_slashes_meant_absolute_is_refused_with_the_four_slash_url() {
+    // sweepd used to read sqlite:///abs as absolute; now, as SQLAlchemy, it is relative, and
+    // <config dir>/tmp does not exist: the message names the URL that means /tmp.
+    let dir = tempfile::tempdir().unwrap();
+    let text = cfg(
+        "",
+        "",
+        &format!("[storage]\nurl = \"sqlite:///tmp/s.db\"\n{PX}"),
+    );
+    let e = parse_in(dir.path(), &text).unwrap_err().to_string();
+    assert!(e.contains("sqlite:////tmp/s.db"), "{e}");
+}
+
+#[test]
+fn params_are_optional_the_objective_defines_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for text in [cfg("", "", ""), cfg("", "", "[params]\n")] {
+        let c = parse_in(dir.path(), &text).unwrap();
+        assert!(c.space.params.is_empty());
+    }
 }
 
 #[test]
@@ -265,7 +300,7 @@ fn sqlite_url_with_absolute_path() {
     let text = cfg(
         "",
         "",
-        &format!("[storage]\nurl = \"sqlite://{}\"\n{PX}", db.display()),
+        &format!("[storage]\nurl = \"sqlite:///{}\"\n{PX}", db.display()),
     );
     let c = parse_in(dir.path(), &text).unwrap();
     assert_eq!(c.storage.path, db);
@@ -486,7 +521,7 @@ fn rejects_storage_in_missing_directory() {
     let text = cfg(
         "",
         "",
-        &format!("[storage]\nurl = \"sqlite://no/such/s.db\"\n{PX}"),
+        &format!("[storage]\nurl = \"sqlite:///no/such/s.db\"\n{PX}"),
     );
     let e = parse_in(dir.path(), &text).unwrap_err();
     assert_eq!(e.problems.len(), 1);
@@ -544,6 +579,7 @@ fn defaults_when_new_tables_are_absent() {
     assert_eq!(
         c.sampler,
         SamplerConfig {
+            group: false,
             n_startup_trials: 10,
             n_ei_candidates: 24,
             multivariate: None,
@@ -672,6 +708,7 @@ fn parses_every_new_setting() {
     assert_eq!(
         c.sampler,
         SamplerConfig {
+            group: false,
             n_startup_trials: 0,
             n_ei_candidates: 48,
             multivariate: Some(false),
@@ -905,8 +942,8 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::empty_metric_name(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \" \"]", "", PX), "study.metric_names[1]", &["empty"])]
 #[case::pruner_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]", "", &format!("{PX}[pruner]\ntype = \"median\"\n")), "pruner.type", &["not supported with several objectives", "the study has 2"])]
 // The search space.
-#[case::missing_search_space(cfg("", "", ""), "params", &[])]
-#[case::empty_params_table(cfg("", "", "[params]\n"), "params", &["empty"])]
+#[case::grid_without_params(cfg("sampler = \"grid\"", "", ""), "study.sampler", &["static space", "[params.NAME]"])]
+#[case::group_without_multivariate(cfg("", "", &format!("[sampler]\nmultivariate = false\ngroup = true\n{PX}")), "sampler.group", &["multivariate = true"])]
 #[case::low_not_below_high(LOW_ABOVE_HIGH.into(), "params.lr.low", &[])]
 #[case::int_low_equal_to_high(cfg("", "", "[params.n]\ntype = \"int\"\nlow = 3\nhigh = 3\n"), "params.n.low", &[])]
 #[case::missing_bound(cfg("", "", "[params.x]\ntype = \"float\"\nlow = 0\n"), "params.x.high", &[])]

@@ -46,6 +46,19 @@ pub enum Message {
         traceback: String,
     },
     Heartbeat,
+    /// Protocol 2: the objective asks for a param's value (`distribution` in Optuna's JSON
+    /// form, checked by whoever answers).
+    Suggest {
+        trial_id: i64,
+        name: String,
+        distribution: Value,
+    },
+    /// Protocol 2: Optuna's `trial.set_user_attr(key, value)`.
+    UserAttr {
+        trial_id: i64,
+        key: String,
+        value: Value,
+    },
     /// A well-formed message of a type this version does not know: ignored.
     Other(String),
 }
@@ -176,6 +189,24 @@ pub fn parse_line(line: &str) -> Event {
             }),
             None => Event::Garbage(format!("error without trial_id: {}", clip(line, 200))),
         },
+        "suggest" => match (trial_id, v["name"].as_str(), v.get("distribution")) {
+            (Some(trial_id), Some(name), Some(d @ Value::Object(_))) => {
+                Event::Msg(Message::Suggest {
+                    trial_id,
+                    name: name.to_owned(),
+                    distribution: d.clone(),
+                })
+            }
+            _ => Event::Garbage(format!("malformed suggest: {}", clip(line, 200))),
+        },
+        "user_attr" => match (trial_id, v["key"].as_str(), v.get("value")) {
+            (Some(trial_id), Some(key), Some(value)) => Event::Msg(Message::UserAttr {
+                trial_id,
+                key: key.to_owned(),
+                value: value.clone(),
+            }),
+            _ => Event::Garbage(format!("malformed user_attr: {}", clip(line, 200))),
+        },
         "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
         other => Event::Msg(Message::Other(other.to_owned())),
     }
@@ -263,6 +294,30 @@ mod tests {
             parse_line(r#"{"type":"future_thing"}"#),
             Event::Msg(Message::Other(_))
         ));
+        match parse_line(
+            r#"{"type":"suggest","trial_id":7,"name":"lr","distribution":{"name":"FloatDistribution","attributes":{"step":null,"low":1e-05,"high":0.1,"log":true}}}"#,
+        ) {
+            Event::Msg(Message::Suggest {
+                trial_id: 7,
+                name,
+                distribution,
+            }) => {
+                assert_eq!(name, "lr");
+                assert_eq!(distribution["attributes"]["low"], 1e-5);
+            }
+            e => panic!("{e:?}"),
+        }
+        match parse_line(r#"{"type":"user_attr","trial_id":7,"key":"k","value":{"a":[1,null]}}"#) {
+            Event::Msg(Message::UserAttr {
+                trial_id: 7,
+                key,
+                value,
+            }) => assert_eq!(
+                (key.as_str(), value),
+                ("k", serde_json::json!({"a": [1, null]}))
+            ),
+            e => panic!("{e:?}"),
+        }
     }
 
     #[test]
@@ -277,6 +332,14 @@ mod tests {
             parse_line(r#"{"type":"report","trial_id":1}"#),
             Event::Garbage(_)
         ));
+        for bad in [
+            r#"{"type":"suggest","trial_id":1,"name":"x"}"#,
+            r#"{"type":"suggest","trial_id":1,"name":3,"distribution":{}}"#,
+            r#"{"type":"suggest","name":"x","distribution":{}}"#,
+            r#"{"type":"user_attr","trial_id":1,"key":"k"}"#,
+        ] {
+            assert!(matches!(parse_line(bad), Event::Garbage(_)), "{bad}");
+        }
     }
 
     #[tokio::test]

@@ -3,8 +3,12 @@
 //!
 //! The grid learns which points the study already holds through [`Sampler::observe`], so after
 //! a restart (or a manual `enqueue_trial`) it does not propose a point twice.
+//!
+//! A grid is a static space: it searches `[params]` only. An objective that suggests a name
+//! outside it is refused with a message that says so, as Optuna's `GridSampler` refuses a
+//! param its grid does not have.
 
-use super::{validate, Sampler};
+use super::{validate, Proposal, Sampler};
 use crate::study::space::grid_points;
 use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord, MAX_GRID_POINTS};
 use rand::seq::SliceRandom;
@@ -29,6 +33,13 @@ pub struct GridSampler {
 impl GridSampler {
     pub fn new(space: &SearchSpace, seed: Option<u64>) -> Result<Self, String> {
         validate(space)?;
+        if space.params.is_empty() {
+            return Err(
+                "the grid sampler searches a static space: define the grid in [params] \
+                        (it cannot sample the params an objective suggests as it runs)"
+                    .into(),
+            );
+        }
         let lens = space.grid_lens().map_err(|continuous| {
             let name = continuous.first().map_or("", |&i| space.params[i].name.as_str());
             format!(
@@ -117,17 +128,50 @@ impl GridSampler {
 }
 
 impl Sampler for GridSampler {
-    fn sample(&mut self, _space: &SearchSpace, fixed: &Params, _seed_key: u64) -> Option<Params> {
-        while self.cursor < self.order.len() && self.is_taken(self.order[self.cursor]) {
+    fn propose(
+        &mut self,
+        _space: &SearchSpace,
+        fixed: &Params,
+        _seed_key: u64,
+    ) -> Option<Proposal> {
+        // A trial whose every axis is given (an enqueued point, a retry) takes no new point:
+        // it is marked taken when it is observed.
+        let params = if self
+            .axes
+            .iter()
+            .all(|(name, _, _)| fixed.contains_key(name))
+        {
+            fixed.clone()
+        } else {
+            while self.cursor < self.order.len() && self.is_taken(self.order[self.cursor]) {
+                self.cursor += 1;
+            }
+            let id = *self.order.get(self.cursor)?;
+            self.take(id);
             self.cursor += 1;
-        }
-        let id = *self.order.get(self.cursor)?;
-        self.take(id);
-        self.cursor += 1;
-        let mut out = self.point(id as u64);
-        // An enqueued trial's own values win, as in Optuna where fixed params bypass the sampler.
-        out.extend(fixed.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Some(out)
+            let mut out = self.point(id as u64);
+            // An enqueued trial's own values win, as in Optuna where fixed params bypass the
+            // sampler.
+            out.extend(fixed.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out
+        };
+        Some(Proposal {
+            params,
+            relative: Default::default(),
+        })
+    }
+
+    fn suggest(
+        &mut self,
+        name: &str,
+        _dist: &Distribution,
+        _seed_key: u64,
+    ) -> Result<ParamValue, String> {
+        Err(format!(
+            "the grid sampler searches the static [params] space only, and `{name}` is not in \
+             it: add [params.{name}] to the config, or use sampler = \"tpe\" or \"random\" for \
+             a search space the objective defines as it runs"
+        ))
     }
 
     fn tell(&mut self, record: &TrialRecord) {

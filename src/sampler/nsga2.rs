@@ -22,8 +22,10 @@
 //!   dominance: a feasible trial dominates an infeasible one, two infeasible ones compare by
 //!   total violation. A trial with no values (not COMPLETE) never dominates and is dominated by
 //!   every COMPLETE one.
-//! - the params modelled are those every parent holds in the current domain and that have more
-//!   than one legal value (Optuna's intersection search space); the others are drawn at random.
+//! - the params modelled are those every parent holds with the same distribution (in the current
+//!   domain, for `[params]`) and that have more than one legal value (Optuna's intersection
+//!   search space, which in a define-by-run study includes what the objectives suggested: those
+//!   values are handed out when the objective suggests the name); the others are drawn at random.
 //!
 //! Deliberate differences from Optuna:
 //! - FAIL trials with a violated constraint (out of memory even alone on the device) are
@@ -36,10 +38,12 @@
 //!   rule gives when it is observed or, for trials it never observed, told).
 //! - Randomness is the ChaCha8 stream of (seed, trial number), as for the other samplers.
 
-use super::{RandomSampler, Sampler};
+use super::{Proposal, RandomSampler, Relative, Sampler};
 use crate::config::SamplerConfig;
 use crate::study::pareto::{self, dominates};
-use crate::study::{Direction, Distribution, Params, SearchSpace, TrialRecord, TrialState};
+use crate::study::{
+    Direction, Distribution, Dists, ParamValue, Params, SearchSpace, TrialRecord, TrialState,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
@@ -51,6 +55,9 @@ const STREAM_SALT: u64 = 0x9E37_79B9_7F4A_7C15;
 #[derive(Debug, Clone)]
 struct Individual {
     params: Params,
+    /// Each param's distribution as the trial recorded it (`[params]` or what its objective
+    /// suggested).
+    dists: Dists,
     /// The values as losses; `None` for a FAIL trial kept as infeasible.
     losses: Option<Vec<f64>>,
     /// The raw values (crowding distance is computed on them, as Optuna does).
@@ -318,11 +325,11 @@ fn crowding_distance_sort(members: &[usize], inds: &[&Individual], pool: &[i64])
 }
 
 impl Sampler for Nsga2Sampler {
-    fn sample(&mut self, space: &SearchSpace, fixed: &Params, seed_key: u64) -> Option<Params> {
+    fn propose(&mut self, space: &SearchSpace, fixed: &Params, seed_key: u64) -> Option<Proposal> {
         let g = self.current_generation();
         let parents = self.parents_of(g);
         if parents.is_empty() {
-            return self.random.sample(space, fixed, seed_key);
+            return self.random.propose(space, fixed, seed_key);
         }
         let mut rng = match self.settings.seed {
             Some(seed) => {
@@ -332,26 +339,60 @@ impl Sampler for Nsga2Sampler {
             }
             None => ChaCha8Rng::seed_from_u64(self.entropy.gen()),
         };
-        // Optuna's intersection search space: what every parent holds in the current domain,
-        // with more than one legal value.
-        let names: Vec<&str> = space
-            .params
+        // Optuna's intersection search space over the parents: the names every parent holds
+        // with the same distribution (the `[params]` space's and, in a define-by-run study, what
+        // the objectives suggested), with more than one legal value, and for `[params]` names
+        // a value in the current domain.
+        let mut shared: Dists = self.individuals[&parents[0]].dists.clone();
+        for n in &parents[1..] {
+            let d = &self.individuals[n].dists;
+            shared.retain(|name, dist| d.get(name) == Some(dist));
+        }
+        for p in &space.params {
+            shared
+                .entry(p.name.clone())
+                .or_insert_with(|| p.dist.clone());
+        }
+        let names: Vec<&str> = shared
             .iter()
-            .filter(|p| !fixed.contains_key(&p.name) && !single_valued(&p.dist))
-            .filter(|p| {
+            .filter(|(name, dist)| !fixed.contains_key(*name) && !single_valued(dist))
+            .filter(|(name, dist)| {
+                let dist = space.get(name).map_or(*dist, |p| &p.dist);
                 parents.iter().all(|n| {
                     self.individuals[n]
                         .params
-                        .get(&p.name)
-                        .is_some_and(|v| p.dist.contains(v))
+                        .get(*name)
+                        .is_some_and(|v| dist.contains(v))
                 })
             })
-            .map(|p| p.name.as_str())
+            .map(|(name, _)| name.as_str())
             .collect();
+        let child = self.child(&parents, &names, &mut rng);
         let mut out = fixed.clone();
-        out.extend(self.child(&parents, &names, &mut rng));
+        let mut relative = Relative::new();
+        for (name, v) in child {
+            if space.get(&name).is_some() {
+                out.insert(name, v);
+            } else {
+                // Handed out when the objective suggests the name (a compatible distribution
+                // that holds the value), as Optuna's `relative_params`.
+                relative.insert(name.clone(), (shared[&name].clone(), v));
+            }
+        }
         // Mutated params, and those not modelled, are drawn at random.
-        self.random.sample(space, &out, seed_key)
+        let params = self.random.propose(space, &out, seed_key)?.params;
+        Some(Proposal { params, relative })
+    }
+
+    /// A param the child did not settle (mutated, or not shared by every parent): drawn at
+    /// random, as Optuna's `sample_independent` for NSGA-II.
+    fn suggest(
+        &mut self,
+        name: &str,
+        dist: &Distribution,
+        seed_key: u64,
+    ) -> Result<ParamValue, String> {
+        self.random.suggest(name, dist, seed_key)
     }
 
     fn observe(&mut self, number: i64, _params: &Params) {
@@ -371,6 +412,7 @@ impl Sampler for Nsga2Sampler {
             TrialState::Complete if record.values.len() == self.directions.len() => {
                 Some(Individual {
                     params: record.params.clone(),
+                    dists: record.distributions.clone(),
                     losses: Some(pareto::losses(&record.values, &self.directions)),
                     values: record.values.clone(),
                     constraints: record.constraints.clone(),
@@ -379,6 +421,7 @@ impl Sampler for Nsga2Sampler {
             // Infeasible by memory: dominated by every COMPLETE trial (see the module docs).
             TrialState::Fail if !pareto::feasible(&record.constraints) => Some(Individual {
                 params: record.params.clone(),
+                dists: record.distributions.clone(),
                 losses: None,
                 values: Vec::new(),
                 constraints: record.constraints.clone(),

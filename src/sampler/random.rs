@@ -1,10 +1,11 @@
 //! The random sampler: independent draws from each distribution, as Optuna's `RandomSampler`.
 //!
-//! A seeded proposal is a pure function of (seed, trial number): each proposal draws from its
-//! own ChaCha8 stream, so restarts and dispatch order do not change a study's params. TPE's
-//! startup proposals are this sampler's.
+//! A seeded draw is a pure function of (seed, trial number, param name): each draws from its
+//! own ChaCha8 stream ([`super::keyed_rng`]), so restarts, dispatch order and the order an
+//! objective suggests its params in do not change a study's params. TPE's startup proposals
+//! are this sampler's.
 
-use super::Sampler;
+use super::{keyed_rng, Proposal, Sampler, RANDOM_DOMAIN};
 use crate::study::space::{last_grid_index, last_int_index};
 use crate::study::{Distribution, ParamValue, Params, SearchSpace, TrialRecord};
 use rand::{Rng, SeedableRng};
@@ -27,27 +28,37 @@ impl RandomSampler {
 }
 
 impl Sampler for RandomSampler {
-    fn sample(&mut self, space: &SearchSpace, fixed: &Params, seed_key: u64) -> Option<Params> {
-        // A fresh stream per trial number makes the proposal a pure function of (seed, key).
-        let mut keyed;
-        let rng: &mut ChaCha8Rng = match self.seed {
-            Some(seed) => {
-                keyed = ChaCha8Rng::seed_from_u64(seed);
-                keyed.set_stream(seed_key);
-                &mut keyed
-            }
-            None => &mut self.entropy,
-        };
-        let mut out = fixed.clone();
+    fn propose(&mut self, space: &SearchSpace, fixed: &Params, seed_key: u64) -> Option<Proposal> {
+        let mut params = fixed.clone();
         for p in &space.params {
-            if out.contains_key(&p.name) {
+            if params.contains_key(&p.name) {
                 continue;
             }
-            // Only an invalid distribution (which `build` rejects) yields None here; refusing
-            // to propose is better than inventing an out-of-domain value.
-            out.insert(p.name.clone(), draw(&p.dist, rng)?);
+            // Only an invalid distribution (which `build` rejects) fails here; refusing to
+            // propose is better than inventing an out-of-domain value.
+            let v = self.suggest(&p.name, &p.dist, seed_key).ok()?;
+            params.insert(p.name.clone(), v);
         }
-        Some(out)
+        Some(Proposal {
+            params,
+            relative: Default::default(),
+        })
+    }
+
+    fn suggest(
+        &mut self,
+        name: &str,
+        dist: &Distribution,
+        seed_key: u64,
+    ) -> Result<ParamValue, String> {
+        let drawn = match self.seed {
+            Some(seed) => draw(dist, &mut keyed_rng(seed, seed_key, name, RANDOM_DOMAIN)),
+            None => draw(dist, &mut self.entropy),
+        };
+        drawn.ok_or_else(|| match dist.check() {
+            Err(why) => format!("param `{name}`: {why}"),
+            Ok(()) => format!("param `{name}`: nothing to draw from"),
+        })
     }
 
     fn observe(&mut self, _number: i64, _params: &Params) {}

@@ -3,7 +3,7 @@
 use crate::config::SamplerConfig;
 use crate::sampler::Sampler;
 use crate::study::space::test_util::{cat, float, int, spec};
-use crate::study::{ParamValue, Params, SearchSpace, TrialRecord, TrialState};
+use crate::study::{Dists, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
 
 pub(crate) fn seeded(seed: u64) -> SamplerConfig {
     SamplerConfig {
@@ -40,6 +40,8 @@ pub(crate) fn f_of(p: &Params, k: &str) -> f64 {
     f_of_value(&p[k])
 }
 
+/// A COMPLETE trial without distributions: it never joins TPE's relative search space (see
+/// [`in_space`]).
 pub(crate) fn record(
     number: i64,
     params: &Params,
@@ -52,7 +54,19 @@ pub(crate) fn record(
         state: TrialState::Complete,
         values: vec![value],
         constraints,
+        distributions: Dists::new(),
     }
+}
+
+/// `r` with the distributions of `space` for the params it has, as the store reads a trial back.
+pub(crate) fn in_space(mut r: TrialRecord, space: &SearchSpace) -> TrialRecord {
+    r.distributions = space
+        .params
+        .iter()
+        .filter(|p| r.params.contains_key(&p.name))
+        .map(|p| (p.name.clone(), p.dist.clone()))
+        .collect();
+    r
 }
 
 /// Sequential trials numbered from `start`: each proposal is observed, evaluated, told.
@@ -68,7 +82,7 @@ pub(crate) fn run(
             let p = s.sample(space, &Params::new(), k as u64).unwrap();
             s.observe(k, &p);
             let (v, c) = f(&p);
-            s.tell(&record(k, &p, v, c));
+            s.tell(&in_space(record(k, &p, v, c), space));
             p
         })
         .collect()

@@ -20,6 +20,7 @@
 //! transaction needs them) and imports nothing of sweepd's but `study`. One file per concern:
 //! `schema` (opening the file, version checks, migrations, file modes), `trials` (starting,
 //! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
+//! `suggested` (what a running trial's objective adds: suggested params, user attributes),
 //! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
 //! read back for the CLI and for a restarted daemon's sampler, pruner and memory model),
 //! `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
@@ -44,6 +45,7 @@ mod mirror;
 mod postgres;
 mod schema;
 mod sqlite;
+mod suggested;
 mod sync;
 mod tally;
 mod telemetry;
@@ -57,6 +59,7 @@ pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
 pub use engine::Engine;
 pub use hosts::{FailedOver, HostView};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
+pub use suggested::{ParamRefused, FAIL_REASON_USER_ATTR};
 pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use views::{Candidate, Curve, TrialView};
@@ -503,6 +506,16 @@ impl Store {
             directions: directions.to_vec(),
             metric_names: metric_names.map(<[String]>::to_vec),
         })
+    }
+
+    /// Every study's name, in creation order.
+    pub async fn study_names(&self) -> Result<Vec<String>> {
+        sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+            "SELECT study_name FROM studies ORDER BY study_id"
+        )
+        .fetch_all(c)
+        .await)
+        .at(&self.path)
     }
 
     /// Looks a study up without creating it (read-only commands).

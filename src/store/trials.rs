@@ -4,6 +4,7 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
+use super::suggested::FAIL_REASON_USER_ATTR;
 use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
@@ -46,6 +47,12 @@ pub struct Waiting {
     pub number: i64,
     /// The params it already has, in this study's space.
     pub fixed: Params,
+    /// Params it already has outside the static space (a retry copy of a trial whose objective
+    /// suggested them), each with its own distribution: its objective gets these values back.
+    pub extra: Vec<(String, Distribution, ParamValue)>,
+    /// Enqueued values (Optuna's `fixed_params`) of names outside the static space, in external
+    /// form: the objective gets them when it suggests the name.
+    pub enqueued: serde_json::Map<String, Value>,
     /// Names that already have a `trial_params` row.
     present: Vec<String>,
     pub problem: Option<String>,
@@ -179,6 +186,8 @@ impl Store {
             trial_id,
             number,
             fixed: Params::new(),
+            extra: Vec::new(),
+            enqueued: serde_json::Map::new(),
             present: Vec::new(),
             problem: None,
             attempts: Attempts::new(),
@@ -192,10 +201,15 @@ impl Store {
         .at(&self.path)?;
         for (name, internal, dist) in rows {
             w.present.push(name.clone());
+            let theirs = Distribution::from_optuna_json(&dist).ok();
             let Some(spec) = space.get(&name) else {
+                if let Some(d) = theirs {
+                    if let Some(v) = d.from_internal(internal) {
+                        w.extra.push((name, d, v));
+                    }
+                }
                 continue;
             };
-            let theirs = Distribution::from_optuna_json(&dist).ok();
             let value = theirs
                 .as_ref()
                 .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
@@ -221,7 +235,17 @@ impl Store {
             match key.as_str() {
                 "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
                 "fixed_params" => fixed_attr = Some(text),
-                _ => NegativeZeros::parse(Some(&text)).params(&mut w.fixed),
+                _ => {
+                    let zeros = NegativeZeros::parse(Some(&text));
+                    zeros.params(&mut w.fixed);
+                    for (name, _, v) in &mut w.extra {
+                        if let ParamValue::Float(x) = v {
+                            if *x == 0.0 && zeros.params.contains(name) {
+                                *x = -0.0;
+                            }
+                        }
+                    }
+                }
             }
         }
         if let Some(Ok(Value::Object(map))) = fixed_attr.map(|t| serde_json::from_str::<Value>(&t))
@@ -239,7 +263,11 @@ impl Store {
                             "enqueued param `{name}` = {ext} is outside the search space"
                         ))
                     }
-                    None => {} // a param this study does not have: ignored, as Optuna does
+                    // Not in the static space: the objective may suggest it.
+                    None if !w.present.contains(&name) => {
+                        w.enqueued.insert(name, ext);
+                    }
+                    None => {}
                 }
             }
         }
@@ -338,12 +366,15 @@ impl Store {
         };
         self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
             .await?;
-        for (name, v) in &claimed.params {
-            if skip.contains(name) {
+        // In the order the space defines them, as `trials` shows them.
+        for spec in &space.params {
+            let Some(v) = claimed.params.get(&spec.name) else {
+                continue;
+            };
+            if skip.contains(&spec.name) {
                 continue;
             }
-            let spec = space.get(name).expect("sampled params are in the space");
-            self.insert_param(tx, claimed.trial_id, name, &spec.dist, v)
+            self.insert_param(tx, claimed.trial_id, &spec.name, &spec.dist, v)
                 .await?;
         }
         Ok(Started::Yes(claimed))
@@ -398,7 +429,7 @@ impl Store {
         .at(&self.path)
     }
 
-    async fn insert_param(
+    pub(super) async fn insert_param(
         &self,
         tx: &mut Tx,
         trial_id: i64,
@@ -555,6 +586,21 @@ impl Store {
         if let Finish::Fail(f) = how {
             self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))
                 .await?;
+            // Where optuna-dashboard shows it: it lists user attributes, not system ones.
+            let shown = crate::study::pyjson::dumps(&json!(format!("{}: {}", f.kind, f.reason)));
+            sql!(tx.conn(), |c| {
+                sqlx::query(
+                "INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES ($1, $2, $3) \
+                 ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
+            )
+            .bind(trial_id)
+            .bind(FAIL_REASON_USER_ATTR)
+            .bind(&shown)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected())
+            })
+            .at(&self.path)?;
             self.set_attr(tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
                 .await?;
             if let Some(tail) = &f.stderr_tail {

@@ -121,6 +121,7 @@ impl Store {
                 state,
                 values: Vec::new(),
                 constraints: Vec::new(),
+                distributions: Default::default(),
             });
         }
         for (trial_id, values) in self.values_of(study).await? {
@@ -142,11 +143,12 @@ impl Store {
             let Some(&i) = index.get(&trial_id) else {
                 continue;
             };
-            if let Some(v) = Distribution::from_optuna_json(&dist)
-                .ok()
-                .and_then(|d| d.from_internal(internal))
-            {
-                records[i].params.insert(name, v);
+            let Ok(d) = Distribution::from_optuna_json(&dist) else {
+                continue;
+            };
+            if let Some(v) = d.from_internal(internal) {
+                records[i].params.insert(name.clone(), v);
+                records[i].distributions.insert(name, d);
             }
         }
         let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {

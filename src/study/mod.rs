@@ -6,11 +6,12 @@
 //! have to point back.
 
 pub mod pareto;
+pub mod pyjson;
 pub mod space;
 mod tally;
 mod trial;
 
-pub use space::{Distribution, ParamSpec, ParamValue, Params, SearchSpace, MAX_GRID_POINTS};
+pub use space::{Distribution, Dists, ParamSpec, ParamValue, Params, SearchSpace, MAX_GRID_POINTS};
 pub use tally::Tally;
 pub use trial::{
     Attempts, Claimed, Counts, DaemonCommand, DaemonState, Direction, Failure, FailureKind, Finish,

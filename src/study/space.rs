@@ -10,11 +10,13 @@
 //! Distributions serialize to the exact `distribution_json` Optuna writes, so a study written by
 //! sweepd loads in `optuna.load_study` and in optuna-dashboard.
 
+use super::pyjson;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// One parameter's domain, mirroring Optuna's Float/Int/CategoricalDistribution.
-#[derive(Debug, Clone, PartialEq)]
+/// One parameter's domain, mirroring Optuna's Float/Int/CategoricalDistribution. Equality is
+/// Python's, as Optuna compares distributions: choices `1`, `1.0` and `true` are equal.
+#[derive(Debug, Clone)]
 pub enum Distribution {
     Float {
         low: f64,
@@ -56,6 +58,24 @@ pub struct SearchSpace {
 
 /// A trial's parameters by name. A `BTreeMap` so that every rendering is in a stable order.
 pub type Params = BTreeMap<String, ParamValue>;
+
+/// A trial's distributions by name: the one each of its params was drawn from (Optuna's
+/// `trial.distributions`). In a define-by-run study they differ from trial to trial.
+pub type Dists = BTreeMap<String, Distribution>;
+
+/// Params in external form (what the worker sees), each through its own distribution; a name
+/// without one renders as its plain number.
+pub fn external_json(params: &Params, dists: &Dists) -> Value {
+    let mut obj = serde_json::Map::new();
+    for (name, v) in params {
+        let ext = match dists.get(name) {
+            Some(d) => d.external(v),
+            None => v.plain_json(),
+        };
+        obj.insert(name.clone(), ext);
+    }
+    Value::Object(obj)
+}
 
 /// The largest grid sweepd searches: config rejects a larger one and the grid sampler refuses
 /// it (it holds a permutation and a taken-set of its points in memory). A sweep larger than this
@@ -217,9 +237,15 @@ impl Distribution {
         }
     }
 
-    /// The `distribution_json` Optuna writes for this distribution.
+    /// The `distribution_json` Optuna writes for this distribution, to the byte: its
+    /// attribute order and Python's `json.dumps` text.
     pub fn optuna_json(&self) -> String {
-        let v = match self {
+        pyjson::dumps(&self.optuna_value())
+    }
+
+    /// [`Distribution::optuna_json`] as a JSON value (the protocol's `distribution`).
+    pub fn optuna_value(&self) -> Value {
+        match self {
             Distribution::Float {
                 low,
                 high,
@@ -237,8 +263,7 @@ impl Distribution {
             Distribution::Categorical { choices } => {
                 json!({"name": "CategoricalDistribution", "attributes": {"choices": choices}})
             }
-        };
-        v.to_string()
+        }
     }
 
     /// Parses a `distribution_json` written by Optuna (v3+ names) or by sweepd.
@@ -272,6 +297,205 @@ impl Distribution {
             }),
             other => Err(format!("unsupported distribution `{other}`")),
         }
+    }
+
+    /// Optuna's `check_distribution_compatibility(self, new)`: whether a param recorded with
+    /// `self` may be suggested with `new` (in the same study, or again in the same trial). The
+    /// error is Optuna's message, word for word.
+    pub fn compatible(&self, new: &Distribution) -> Result<(), &'static str> {
+        match (self, new) {
+            (Distribution::Float { log: a, .. }, Distribution::Float { log: b, .. })
+            | (Distribution::Int { log: a, .. }, Distribution::Int { log: b, .. }) => {
+                if a != b {
+                    return Err(
+                        "Cannot set different log configuration to the same parameter name.",
+                    );
+                }
+                Ok(())
+            }
+            (Distribution::Categorical { .. }, Distribution::Categorical { .. }) => {
+                if self != new {
+                    return Err("CategoricalDistribution does not support dynamic value space.");
+                }
+                Ok(())
+            }
+            _ => Err("Cannot set different distribution kind to the same parameter name."),
+        }
+    }
+
+    /// Whether the distribution has a single legal value (Optuna's `single()`): such a param is
+    /// never sampled, and left out of the relative search space.
+    pub fn single(&self) -> Option<ParamValue> {
+        match *self {
+            Distribution::Float {
+                low,
+                high,
+                step: None,
+                ..
+            } => (low == high).then_some(ParamValue::Float(low)),
+            Distribution::Float {
+                low,
+                high,
+                step: Some(s),
+                ..
+            } => (last_grid_index(low, high, s) == 0 && low <= high)
+                .then_some(ParamValue::Float(low)),
+            Distribution::Int {
+                low, high, step, ..
+            } => (step > 0 && low <= high && last_int_index(low, high, step) == 0)
+                .then_some(ParamValue::Int(low)),
+            Distribution::Categorical { ref choices } => {
+                (choices.len() == 1).then_some(ParamValue::Choice(0))
+            }
+        }
+    }
+
+    /// A distribution a worker asks for (the protocol's `suggest`, in Optuna's JSON form),
+    /// checked with the rules and messages of Optuna's distribution constructors, and made what
+    /// Optuna would make of it: float bounds as floats, an int `high` lowered to its last step.
+    /// sweepd also needs every number finite and every choice a JSON scalar.
+    pub fn from_request(v: &Value) -> Result<Distribution, String> {
+        let name = v["name"].as_str().unwrap_or_default();
+        let a = &v["attributes"];
+        if !a.is_object() {
+            return Err(format!(
+                "the distribution has no `attributes` object: {}",
+                crate_clip(&v.to_string())
+            ));
+        }
+        let num = |k: &str| -> Result<f64, String> {
+            match a.get(k) {
+                Some(Value::Number(n)) => n
+                    .as_f64()
+                    .filter(|x| x.is_finite())
+                    .ok_or_else(|| format!("{name}: `{k}` must be a finite number, got {n}")),
+                other => Err(format!(
+                    "{name}: `{k}` must be a finite number, got {}",
+                    other.map_or("nothing".into(), Value::to_string)
+                )),
+            }
+        };
+        let int = |k: &str| -> Result<i64, String> {
+            let x = num(k)?;
+            if x.fract() != 0.0 || x.abs() > 9.007_199_254_740_992e15 {
+                return Err(format!("{name}: `{k}` must be an integer, got {x}"));
+            }
+            Ok(x as i64)
+        };
+        let log = match a.get("log") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(format!("{name}: `log` must be true or false, got {other}")),
+        };
+        let dist = match name {
+            "FloatDistribution" => {
+                let (low, high) = (num("low")?, num("high")?);
+                let step = match a.get("step") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => Some(num("step")?),
+                };
+                if log && step.is_some() {
+                    return Err("The parameter `step` is not supported when `log` is true.".into());
+                }
+                if low > high {
+                    return Err(format!(
+                        "`low <= high` must hold, but got (low={}, high={}).",
+                        pyjson::float_repr(low),
+                        pyjson::float_repr(high)
+                    ));
+                }
+                if log && low <= 0.0 {
+                    return Err(format!(
+                        "`low > 0` must hold for `log=True`, but got (low={}, high={}).",
+                        pyjson::float_repr(low),
+                        pyjson::float_repr(high)
+                    ));
+                }
+                if let Some(s) = step {
+                    if s <= 0.0 {
+                        return Err(format!(
+                            "`step > 0` must hold, but got step={}.",
+                            pyjson::float_repr(s)
+                        ));
+                    }
+                    // Optuna lowers such a `high` to the last step with decimal arithmetic; a
+                    // worker that did not is told what to send rather than guessed for.
+                    let k = (high - low) / s;
+                    if (k - k.round()).abs() > 1e-8 * k.abs().max(1.0) {
+                        let last = low + s * last_grid_index(low, high, s) as f64;
+                        return Err(format!(
+                            "FloatDistribution: the step {} does not divide high - low; Optuna                              lowers `high` to the last step, {}: send that",
+                            pyjson::float_repr(s),
+                            pyjson::float_repr(last)
+                        ));
+                    }
+                }
+                Distribution::Float {
+                    low,
+                    high,
+                    step,
+                    log,
+                }
+            }
+            "IntDistribution" => {
+                let (low, high) = (int("low")?, int("high")?);
+                let step = match a.get("step") {
+                    None | Some(Value::Null) => 1,
+                    Some(_) => int("step")?,
+                };
+                if log && step != 1 {
+                    return Err(format!(
+                        "Samplers and other components in Optuna only accept step is 1 when                          `log` argument is True, but got step={step}."
+                    ));
+                }
+                if low > high {
+                    return Err(format!(
+                        "`low <= high` must hold, but got (low={low}, high={high})."
+                    ));
+                }
+                if log && low < 1 {
+                    return Err(format!(
+                        "`low >= 1` must hold for `log=True`, but got (low={low}, high={high})."
+                    ));
+                }
+                if step <= 0 {
+                    return Err(format!("`step > 0` must hold, but got step={step}."));
+                }
+                let high = low + step * last_int_index(low, high, step) as i64;
+                Distribution::Int {
+                    low,
+                    high,
+                    step,
+                    log,
+                }
+            }
+            "CategoricalDistribution" => {
+                let choices = a["choices"].as_array().ok_or_else(|| {
+                    format!("{name}: `choices` must be a list, got {}", a["choices"])
+                })?;
+                if choices.is_empty() {
+                    return Err("The `choices` must contain one or more elements.".into());
+                }
+                for c in choices {
+                    if matches!(c, Value::Array(_) | Value::Object(_)) {
+                        return Err(format!(
+                            "Choices for a categorical distribution should be a tuple of None,                              bool, int, float and str, but contains {}",
+                            crate_clip(&c.to_string())
+                        ));
+                    }
+                }
+                Distribution::Categorical {
+                    choices: choices.clone(),
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown distribution `{}`: expected FloatDistribution, IntDistribution or                      CategoricalDistribution",
+                    crate_clip(other)
+                ))
+            }
+        };
+        Ok(dist)
     }
 
     /// Why no sampler can draw from this distribution, if none can: bounds not finite or not in
@@ -360,11 +584,64 @@ impl Distribution {
     }
 }
 
-/// Equality of JSON scalars that treats 1 and 1.0 as the same number, as Python does.
+/// At most 200 characters of `s`, for messages that quote a worker's input.
+fn crate_clip(s: &str) -> String {
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// Equality of JSON scalars as Python's `==`: 1, 1.0 and true are the same number.
 fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+    let num = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        _ => None,
+    };
+    match (num(a), num(b)) {
+        (Some(x), Some(y)) => x == y,
         _ => a == b,
+    }
+}
+
+impl PartialEq for Distribution {
+    fn eq(&self, other: &Distribution) -> bool {
+        match (self, other) {
+            (
+                Distribution::Float {
+                    low,
+                    high,
+                    step,
+                    log,
+                },
+                Distribution::Float {
+                    low: l2,
+                    high: h2,
+                    step: s2,
+                    log: g2,
+                },
+            ) => low == l2 && high == h2 && step == s2 && log == g2,
+            (
+                Distribution::Int {
+                    low,
+                    high,
+                    step,
+                    log,
+                },
+                Distribution::Int {
+                    low: l2,
+                    high: h2,
+                    step: s2,
+                    log: g2,
+                },
+            ) => low == l2 && high == h2 && step == s2 && log == g2,
+            (
+                Distribution::Categorical { choices: a },
+                Distribution::Categorical { choices: b },
+            ) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_eq(x, y)),
+            _ => false,
+        }
     }
 }
 

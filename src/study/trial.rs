@@ -1,6 +1,6 @@
 //! Trials: their states, a study's direction, how a trial ended and why it failed.
 
-use super::space::Params;
+use super::space::{Dists, Params};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -254,6 +254,9 @@ pub struct TrialRecord {
     /// Optuna's `constraints` system attribute: a value > 0 means infeasible (e.g. the trial
     /// ran out of GPU memory even alone on the device). Empty when not set.
     pub constraints: Vec<f64>,
+    /// The distribution of each of its params, as recorded with the trial: in a define-by-run
+    /// study they differ from trial to trial (Optuna's `trial.distributions`).
+    pub distributions: Dists,
 }
 
 impl TrialRecord {

@@ -8,15 +8,20 @@
 //! and sampler) goes through the pure rules in `policy`.
 
 use super::policy::{self, Breaker, SameError, Signature};
+use super::suggest::{Answer, Live};
 use super::RunError;
 use crate::classify;
 use crate::config::Config;
 use crate::gpu::{Capacity, Decision, MemoryModel, Monitor};
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
-use crate::sampler::Sampler;
-use crate::store::{DaemonId, StartCtx, StartOp, Started, Store, Waiting};
-use crate::study::{Claimed, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState};
+use crate::sampler::{Proposal, Sampler};
+use crate::store::{DaemonId, ParamRefused, StartCtx, StartOp, Started, Store, Waiting};
+use crate::study::space::external_json;
+use crate::study::{
+    Claimed, Distribution, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord,
+    TrialState,
+};
 use crate::units;
 use serde_json::json;
 use std::collections::HashMap;
@@ -38,14 +43,15 @@ pub(super) struct GpuCtl {
 /// A trial chosen but not yet admitted: kept until a device has room, so that a large trial
 /// is not dropped in favour of small ones.
 pub(super) enum Candidate {
-    Waiting(Waiting, Params),
-    New(Params),
+    Waiting(Box<Waiting>, Proposal),
+    New(Proposal),
 }
 
 impl Candidate {
+    /// The params it starts with (the static space's): what admission sees of it.
     pub(super) fn params(&self) -> &Params {
         match self {
-            Candidate::Waiting(_, p) | Candidate::New(p) => p,
+            Candidate::Waiting(_, p) | Candidate::New(p) => &p.params,
         }
     }
 }
@@ -79,9 +85,12 @@ pub(super) struct Core {
     pub(super) pending: std::collections::VecDeque<(Candidate, u32)>,
     pub(super) gpu: Option<GpuCtl>,
     pub(super) breaker: Breaker,
-    /// Params found infeasible (OOM alone on a device): proposals resembling them are redrawn,
-    /// whatever the sampler.
-    pub(super) infeasible: Vec<Params>,
+    /// Params found infeasible (OOM alone on a device), with their distributions: proposals
+    /// resembling them are redrawn, whatever the sampler.
+    pub(super) infeasible: Vec<(Params, Dists)>,
+    /// This instance's running trials by trial id, with the params their objectives define as
+    /// they run.
+    pub(super) live: HashMap<i64, Live>,
     /// Stops the study when its trials can only fail.
     pub(super) same_error: SameError,
     /// Set when the study must stop with this error (taken by the slot that recorded it).
@@ -105,8 +114,8 @@ impl Plan {
     /// What the store writes to start it.
     pub(super) fn op(&self) -> StartOp<'_> {
         match &self.candidate {
-            Candidate::Waiting(w, params) => StartOp::Claim(w, params),
-            Candidate::New(params) => StartOp::New(params),
+            Candidate::Waiting(w, p) => StartOp::Claim(w, &p.params),
+            Candidate::New(p) => StartOp::New(&p.params),
         }
     }
 }
@@ -121,6 +130,8 @@ pub(super) enum Planned {
 /// A finish as written (not yet synced), for the slot to report once it is durable.
 pub(super) struct Finished {
     pub(super) how: Finish,
+    /// Every param the trial had, as the worker saw them, for the log line.
+    pub(super) params: serde_json::Value,
     /// The trial's measured memory peak, for the metrics.
     pub(super) peak: Option<u64>,
     /// The slot's next trial, started in the same commit.
@@ -131,7 +142,11 @@ pub(super) struct Finished {
 pub(super) struct Finishing {
     pub(super) trial_id: i64,
     pub(super) number: i64,
+    /// Every param the trial had (the static ones and those its objective suggested).
     pub(super) params: Params,
+    pub(super) dists: Dists,
+    /// `params` as the worker saw them, in the order the trial got them (the log line).
+    pub(super) shown: serde_json::Value,
     pub(super) how: Finish,
     pub(super) attrs: Vec<(&'static str, serde_json::Value)>,
     pub(super) device: Option<u32>,
@@ -339,7 +354,9 @@ impl Core {
                 return None;
             }
         };
-        self.sampler.observe(claimed.number, &claimed.params);
+        let live = self.live_trial(&claimed, candidate);
+        self.sampler.observe(claimed.number, &live.observed());
+        self.live.insert(claimed.trial_id, live);
         self.next_key = self.next_key.max(claimed.number as u64 + 1);
         self.running += 1;
         if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
@@ -354,6 +371,101 @@ impl Core {
         }
         self.publish();
         Some(Next::Run(claimed, device))
+    }
+
+    /// A started trial as its objective will extend it: the static params it started with
+    /// (and, claimed from WAITING, those it had besides), the relative values proposed for it,
+    /// and what was enqueued for names outside the static space.
+    fn live_trial(&self, claimed: &Claimed, candidate: Candidate) -> Live {
+        let space = &self.config.space;
+        let mut params = claimed.params.clone();
+        let (mut dists, mut order) = (Dists::new(), Vec::new());
+        for spec in &space.params {
+            if claimed.params.contains_key(&spec.name) {
+                dists.insert(spec.name.clone(), spec.dist.clone());
+                order.push(spec.name.clone());
+            }
+        }
+        let (proposal, enqueued) = match candidate {
+            Candidate::New(p) => (p, Default::default()),
+            Candidate::Waiting(w, p) => {
+                for (name, d, v) in w.extra {
+                    dists.insert(name.clone(), d);
+                    params.insert(name.clone(), v);
+                    order.push(name);
+                }
+                (p, w.enqueued)
+            }
+        };
+        Live::new(params, dists, order, proposal.relative, enqueued)
+    }
+
+    /// The objective of running trial `c` asks for param `name` from `dist` (Optuna's JSON
+    /// form, as the worker sent it): its value in external form, written to the trial the
+    /// moment it is new, or why not. Optuna's rules (`suggest::Live::answer`, the study's
+    /// earlier use of the name), then the sampler.
+    pub(super) async fn suggest(
+        &mut self,
+        c: &Claimed,
+        name: &str,
+        dist: &serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        let dist = Distribution::from_request(dist)?;
+        if name.chars().count() > crate::config::MAX_PARAM_NAME_CHARS {
+            return Err(format!(
+                "a param name is at most {} characters (Optuna's trial_params.param_name)",
+                crate::config::MAX_PARAM_NAME_CHARS
+            ));
+        }
+        let Some(live) = self.live.get(&c.trial_id) else {
+            return Err("the trial is not running".into());
+        };
+        let proposed = match live.answer(name, &dist) {
+            Answer::Have(v) => {
+                let ext = dist.external(&v);
+                if let Some(l) = self.live.get_mut(&c.trial_id) {
+                    l.asked(name, &dist, &v);
+                }
+                return Ok(ext);
+            }
+            Answer::Refuse(why) => return Err(why),
+            Answer::New(v) => v,
+        };
+        let unreadable = |e: crate::store::StoreError| {
+            warn!(trial = c.number, "could not record param `{name}`: {e}");
+            format!("sweepd could not record the param: {e}")
+        };
+        if let Some(why) = self
+            .store
+            .param_conflict(&self.study, name, &dist)
+            .await
+            .map_err(unreadable)?
+        {
+            return Err(why);
+        }
+        let v = match proposed {
+            Some(v) => v,
+            None => self.sampler.suggest(name, &dist, c.number as u64)?,
+        };
+        match self
+            .store
+            .set_param(&self.study, c.trial_id, name, &dist, &v)
+            .await
+            .map_err(unreadable)?
+        {
+            Ok(()) => {}
+            Err(ParamRefused::Conflict(why)) => return Err(why),
+            Err(ParamRefused::NotRunning) => {
+                return Err("the trial is no longer running (another process ended it)".into())
+            }
+        }
+        let ext = dist.external(&v);
+        if let Some(l) = self.live.get_mut(&c.trial_id) {
+            l.asked(name, &dist, &v);
+            let observed = l.observed();
+            self.sampler.observe(c.number, &observed);
+        }
+        Ok(ext)
     }
 
     /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some((device,
@@ -419,17 +531,15 @@ impl Core {
             })
             .collect();
         if let Some(w) = self.store.peek_waiting(&self.study, space, &queued).await? {
-            let complete = space.params.iter().all(|p| w.fixed.contains_key(&p.name));
             let params = match &w.problem {
                 Some(p) => Err(p.clone()),
-                None if complete => Ok(w.fixed.clone()),
                 None => self
                     .sampler
-                    .sample(space, &w.fixed, w.number as u64)
+                    .propose(space, &w.fixed, w.number as u64)
                     .ok_or_else(|| "the sampler has no values left for this trial".to_owned()),
             };
             return match params {
-                Ok(p) => Ok(Some(Candidate::Waiting(w, p))),
+                Ok(p) => Ok(Some(Candidate::Waiting(Box::new(w), p))),
                 Err(why) => {
                     // The enqueued params cannot run here: FAIL that trial, look further.
                     let start = StartCtx {
@@ -474,19 +584,18 @@ impl Core {
             .filter(|(c, _)| matches!(c, Candidate::New(_)))
             .count() as u64;
         let key = self.next_key + queued_new + self.key_offset;
-        let mut proposal = self.sampler.sample(space, &Params::new(), key);
+        let mut proposal = self.sampler.propose(space, &Params::new(), key);
         for attempt in 1..=policy::MAX_REDRAWS {
             match &proposal {
                 Some(p)
-                    if self
-                        .infeasible
-                        .iter()
-                        .any(|bad| policy::resembles(space, p, bad)) =>
+                    if self.infeasible.iter().any(|(bad, dists)| {
+                        policy::resembles(&policy::proposed(p), bad, dists)
+                    }) =>
                 {
                     // A distinct seed key per redraw keeps seeded runs reproducible.
                     proposal =
                         self.sampler
-                            .sample(space, &Params::new(), key + attempt * (1 << 40));
+                            .propose(space, &Params::new(), key + attempt * (1 << 40));
                 }
                 _ => break,
             }
@@ -536,6 +645,7 @@ impl Core {
             self.finish_end(&f).await?;
         } // else someone else finished it: nothing to count twice
         Ok(Finished {
+            params: f.shown.clone(),
             how: f.how,
             peak: f.peak,
             next: None,
@@ -571,6 +681,7 @@ impl Core {
                 self.finished_elsewhere(&f);
             }
             return Ok(Finished {
+                params: f.shown.clone(),
                 how: f.how,
                 peak: f.peak,
                 next: None,
@@ -599,6 +710,7 @@ impl Core {
         }
         let next = self.started(plan, started);
         Ok(Finished {
+            params: f.shown.clone(),
             how: f.how,
             peak: f.peak,
             next,
@@ -627,6 +739,23 @@ impl Core {
         fresh_worker: bool,
     ) -> Finishing {
         self.running = self.running.saturating_sub(1);
+        // Every param the trial had: what it started with and what its objective suggested.
+        let (params, dists, shown) = match self.live.remove(&c.trial_id) {
+            Some(l) => {
+                let shown = l.external();
+                (l.params, l.dists, shown)
+            }
+            None => {
+                let space = &self.config.space;
+                let dists = c
+                    .params
+                    .keys()
+                    .filter_map(|n| Some((n.clone(), space.get(n)?.dist.clone())))
+                    .collect();
+                let shown = external_json(&c.params, &dists);
+                (c.params.clone(), dists, shown)
+            }
+        };
         let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
         if let Some(d) = device {
             if let Some(n) = self.running_on.get_mut(&d) {
@@ -667,13 +796,13 @@ impl Core {
                             .iter()
                             .find(|v| v.index == d)
                             .map_or(u64::MAX, |v| v.total);
-                        g.model.record_oom(&c.params, peak.unwrap_or(0), total);
+                        g.model.record_oom(&params, peak.unwrap_or(0), total);
                     }
                 }
                 let signature = Signature::of(kind, &reason, error.as_ref());
                 let (retry, reason) = if infeasible {
                     constraints.push(1.0);
-                    self.infeasible.push(c.params.clone());
+                    self.infeasible.push((params.clone(), dists.clone()));
                     attrs.push(("constraints", json!([1.0])));
                     (
                         false,
@@ -713,7 +842,9 @@ impl Core {
         Finishing {
             trial_id: c.trial_id,
             number: c.number,
-            params: c.params.clone(),
+            params,
+            dists,
+            shown,
             how,
             attrs,
             device,
@@ -807,6 +938,7 @@ impl Core {
             state,
             values,
             constraints: f.constraints.clone(),
+            distributions: f.dists.clone(),
         });
         Ok(())
     }

@@ -32,6 +32,7 @@ mod housekeeping;
 mod policy;
 mod reload;
 mod slot;
+mod suggest;
 mod trial;
 mod workers;
 
@@ -392,7 +393,7 @@ async fn run_locked(
     let mut infeasible = Vec::new();
     for record in store.history(&study).await? {
         if record.constraints.iter().any(|c| *c > 0.0) {
-            infeasible.push(record.params.clone());
+            infeasible.push((record.params.clone(), record.distributions.clone()));
         }
         match record.state {
             TrialState::Running | TrialState::Waiting => {
@@ -457,6 +458,7 @@ async fn run_locked(
                 devices: HashMap::new(),
             },
             infeasible,
+            live: HashMap::new(),
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             halted: false,

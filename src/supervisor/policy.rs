@@ -7,7 +7,8 @@
 use crate::classify;
 use crate::clock;
 use crate::config::RetryConfig;
-use crate::study::{Attempts, Distribution, FailureKind, ParamValue, Params, SearchSpace};
+use crate::sampler::Proposal;
+use crate::study::{Attempts, Distribution, Dists, FailureKind, ParamValue, Params};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -194,27 +195,40 @@ pub(super) fn same_error_message(n: usize, reason: &str, sig: &Signature) -> Str
 /// Redraws of a proposal that resembles an infeasible trial before it is run anyway.
 pub(super) const MAX_REDRAWS: u64 = 20;
 
-/// Whether `p` resembles the infeasible `bad`: equal on every discrete param, and within 5% of
-/// the range (in log space for log params) on every continuous one.
-pub(super) fn resembles(space: &SearchSpace, p: &Params, bad: &Params) -> bool {
-    space
-        .params
-        .iter()
-        .all(|spec| match (p.get(&spec.name), bad.get(&spec.name)) {
-            (Some(ParamValue::Float(a)), Some(ParamValue::Float(b))) => match &spec.dist {
-                Distribution::Float { step: Some(_), .. } => a == b,
-                Distribution::Float {
-                    low,
-                    high,
-                    log: true,
-                    ..
-                } => (a.ln() - b.ln()).abs() <= 0.05 * (high.ln() - low.ln()),
-                Distribution::Float { low, high, .. } => (a - b).abs() <= 0.05 * (high - low),
-                _ => a == b,
-            },
-            (Some(a), Some(b)) => a == b,
-            _ => false,
-        })
+/// What a proposal settles of a trial before it runs: its static params, and the relative
+/// values its objective will get if it asks for them.
+pub(super) fn proposed(p: &Proposal) -> Params {
+    let mut all = p.params.clone();
+    for (name, (_, v)) in &p.relative {
+        all.entry(name.clone()).or_insert_with(|| v.clone());
+    }
+    all
+}
+
+/// Whether `p` resembles the infeasible `bad` (whose params have the distributions `dists`):
+/// it has every param `bad` had, equal on every discrete one and within 5% of the range (in
+/// log space for log params) on every continuous one. A proposal that does not settle one of
+/// them (a param its objective will suggest as it runs, a branch it may not take) does not
+/// resemble it: nothing is known against it.
+pub(super) fn resembles(p: &Params, bad: &Params, dists: &Dists) -> bool {
+    !bad.is_empty()
+        && bad
+            .iter()
+            .all(|(name, b)| match (p.get(name), b, dists.get(name)) {
+                (Some(ParamValue::Float(a)), ParamValue::Float(b), Some(dist)) => match dist {
+                    Distribution::Float { step: Some(_), .. } => a == b,
+                    Distribution::Float {
+                        low,
+                        high,
+                        log: true,
+                        ..
+                    } => (a.ln() - b.ln()).abs() <= 0.05 * (high.ln() - low.ln()),
+                    Distribution::Float { low, high, .. } => (a - b).abs() <= 0.05 * (high - low),
+                    _ => a == b,
+                },
+                (Some(a), b, _) => a == b,
+                _ => false,
+            })
 }
 
 /// Whether a failure of `kind` gets another attempt, given the attempts before it.
@@ -371,26 +385,25 @@ mod tests {
 
     #[test]
     fn a_proposal_near_an_infeasible_trial_resembles_it() {
-        use crate::study::{Distribution, ParamSpec, ParamValue, SearchSpace};
-        let space = SearchSpace {
-            params: vec![
-                ParamSpec {
-                    name: "lr".into(),
-                    dist: Distribution::Float {
-                        low: 1e-5,
-                        high: 1e-1,
-                        step: None,
-                        log: true,
-                    },
+        use crate::study::{Distribution, ParamValue};
+        let dists: Dists = [
+            (
+                "lr".to_owned(),
+                Distribution::Float {
+                    low: 1e-5,
+                    high: 1e-1,
+                    step: None,
+                    log: true,
                 },
-                ParamSpec {
-                    name: "dim".into(),
-                    dist: Distribution::Categorical {
-                        choices: vec![json!(80), json!(512)],
-                    },
+            ),
+            (
+                "dim".to_owned(),
+                Distribution::Categorical {
+                    choices: vec![json!(80), json!(512)],
                 },
-            ],
-        };
+            ),
+        ]
+        .into();
         let p = |lr: f64, dim: usize| -> Params {
             [
                 ("lr".to_owned(), ParamValue::Float(lr)),
@@ -401,11 +414,23 @@ mod tests {
         };
         let bad = p(1e-3, 1);
         assert!(
-            resembles(&space, &p(1.2e-3, 1), &bad),
+            resembles(&p(1.2e-3, 1), &bad, &dists),
             "close in log space, same dim"
         );
-        assert!(!resembles(&space, &p(1.2e-3, 0), &bad), "another dim");
-        assert!(!resembles(&space, &p(1e-2, 1), &bad), "a decade away");
+        assert!(!resembles(&p(1.2e-3, 0), &bad, &dists), "another dim");
+        assert!(!resembles(&p(1e-2, 1), &bad, &dists), "a decade away");
+        // A proposal that leaves a param of the bad trial to its objective (another branch,
+        // or one suggested as it runs) is not held against it; nor is a trial with no params.
+        let mut lr_only = p(1.2e-3, 1);
+        lr_only.remove("dim");
+        assert!(!resembles(&lr_only, &bad, &dists), "dim unknown");
+        let mut more = p(1.2e-3, 1);
+        more.insert("units".into(), ParamValue::Int(64));
+        assert!(
+            resembles(&more, &bad, &dists),
+            "a param bad lacks does not matter"
+        );
+        assert!(!resembles(&more, &Params::new(), &dists), "no params");
     }
 
     fn sig(exc: &str, line: u32) -> Signature {

@@ -296,7 +296,12 @@ pub(super) async fn finish_and_next(
     // Reported (log line, metrics, the display) only once durable; the sync is shared with
     // other slots' commits and runs outside the core's lock.
     sh.store.sync().await?;
-    let Finished { how, peak, next } = finished;
+    let Finished {
+        how,
+        peak,
+        next,
+        params,
+    } = finished;
     let failure = match &how {
         Finish::Fail(f) => Some(f.kind.as_str()),
         _ => None,
@@ -330,7 +335,7 @@ pub(super) async fn finish_and_next(
     info!(
         trial = claimed.number,
         gpu = device,
-        params = %sh.cfg().space.external_json(&claimed.params),
+        params = %params,
         "{what}"
     );
     sh.changed.notify_waiters();

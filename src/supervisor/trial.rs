@@ -1,5 +1,6 @@
 //! One trial on one worker: the protocol conversation (the trial sent, reports answered with
-//! the pruner's decision, the result, the error report), the limits (`trial_timeout`,
+//! the pruner's decision, protocol 2's suggests answered with the param's value and its user
+//! attributes recorded, the result, the error report), the limits (`trial_timeout`,
 //! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study) and, when the
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
@@ -16,7 +17,7 @@ use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tracing::info;
+use tracing::{info, warn};
 
 /// How long a oneshot worker may take to exit after it reported its result.
 const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
@@ -93,6 +94,18 @@ pub(super) async fn run_trial(
                     };
                     let _ = w.send(&answer).await;
                 }
+                Event::Msg(Message::Suggest { trial_id, name, distribution }) if trial_id == c.trial_id => {
+                    let answer = match sh.core.lock().await.suggest(c, &name, &distribution).await {
+                        Ok(value) => json!({"type": "param", "trial_id": trial_id, "name": name, "value": value}),
+                        Err(error) => json!({"type": "param", "trial_id": trial_id, "name": name, "error": error}),
+                    };
+                    let _ = w.send(&answer).await;
+                }
+                Event::Msg(Message::UserAttr { trial_id, key, value }) if trial_id == c.trial_id => {
+                    if let Err(e) = sh.store.set_user_attr(trial_id, &key, &value).await {
+                        warn!(trial = c.number, "could not record user attribute `{key}`: {e}");
+                    }
+                }
                 Event::Msg(Message::Result { trial_id, value }) if trial_id == c.trial_id => {
                     let o = match value {
                         Ok(values) => judge_values(values, cfg.study.directions.len(), "the objective returned"),
@@ -126,7 +139,8 @@ pub(super) async fn run_trial(
                     }
                 }
                 Event::Msg(Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
-                    | Message::Pruned { trial_id } | Message::Error { trial_id, .. }) => {
+                    | Message::Pruned { trial_id } | Message::Error { trial_id, .. }
+                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. }) => {
                     let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
                     w.kill_group(KILL_GRACE).await;
                     break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));

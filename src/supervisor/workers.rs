@@ -13,6 +13,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::warn;
 
+/// The newest worker protocol this sweepd speaks (`SWEEPD_PROTOCOL`): 2 answers `suggest`
+/// (define-by-run) and records `user_attr`; a worker that speaks 1 works unchanged.
+pub(super) const PROTOCOL: &str = "2";
+
 /// How long a retired worker's memory may take to disappear from NVML before sweepd says so.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
@@ -32,7 +36,7 @@ pub(super) fn worker_env(
         ("SWEEPD_MODE".to_owned(), mode.to_owned()),
         ("SWEEPD_WORKER_ID".to_owned(), worker_id.to_string()),
         ("SWEEPD_STUDY".to_owned(), cfg.study.name.clone()),
-        ("SWEEPD_PROTOCOL".to_owned(), "1".to_owned()),
+        ("SWEEPD_PROTOCOL".to_owned(), PROTOCOL.to_owned()),
         // Workers' prints reach the log as they happen, not when a buffer fills.
         ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
     ];
@@ -304,7 +308,7 @@ mod tests {
 [study]
 name = "env"
 [storage]
-url = "sqlite://s.db"
+url = "sqlite:///s.db"
 [worker]
 command = ["python3", "w.py"]
 [worker.env]

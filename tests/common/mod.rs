@@ -112,7 +112,7 @@ impl Cfg {
         t.push_str(&self.study_extra);
         match &self.storage {
             Some(lines) => t.push_str(&format!("\n[storage]\n{lines}\n\n[worker]\n")),
-            None => t.push_str("\n[storage]\nurl = \"sqlite://study.db\"\n\n[worker]\n"),
+            None => t.push_str("\n[storage]\nurl = \"sqlite:///study.db\"\n\n[worker]\n"),
         }
         let argv: Vec<String> = self.command.iter().map(|a| q(a)).collect();
         t.push_str(&format!(

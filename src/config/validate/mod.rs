@@ -8,10 +8,10 @@
 //! the search space is `config::params`.
 
 mod gpu;
-mod storage;
 mod worker;
 
 use super::raw::{line_col, KeyIndex, RawMetrics, RawPruner, RawSampler, RawStorage, RawStudy};
+use super::storage::{self, absolute_hint, parse_storage_url, DEFAULT_STORAGE_URL};
 use super::{
     ConfigError, MetricsConfig, Problem, PrunerConfig, SamplerConfig, SamplerKind, StorageConfig,
     StudyConfig,
@@ -28,7 +28,6 @@ pub(crate) const DIRECTIONS: &str = "\"minimize\", \"maximize\"";
 pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\", \"nsga2\"";
 pub(crate) const MODES: &str = "\"persistent\", \"oneshot\"";
 pub(crate) const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
-pub(crate) const DEFAULT_STORAGE_URL: &str = "sqlite://sweepd.db";
 /// The most trials `[worker] max_par` (or `sweepd run --par`) and `[gpu] max_par_per_device`
 /// allow at once.
 pub(crate) const MAX_PAR: usize = 1024;
@@ -379,6 +378,7 @@ impl Validator<'_> {
                     path: PathBuf::from(storage::redact(&connect)),
                     postgres: Some(connect),
                     host_timeout,
+                    warning: None,
                 }),
                 Err(message) => {
                     report(self, message);
@@ -386,31 +386,28 @@ impl Validator<'_> {
                 }
             };
         }
-        let Some(rest) = url.strip_prefix("sqlite://") else {
-            report(
-                self,
-                format!(
-                    "unsupported storage URL `{url}`: only sqlite:// and postgresql:// URLs are supported \
-                     (e.g. \"sqlite://sweepd.db\", relative to the config file's directory)"
-                ),
-            );
-            return None;
+        let parsed = match parse_storage_url(url, base_dir) {
+            Ok(p) => p,
+            Err(message) => {
+                report(self, message);
+                return None;
+            }
         };
-        if rest.is_empty() {
-            report(self, format!("storage URL `{url}` names no database file"));
-            return None;
-        }
-        if let Err(message) = check_path(rest) {
-            report(self, format!("the database path {message}"));
-            return None;
-        }
-        let path = resolve(base_dir, Path::new(rest));
+        let path = parsed.path;
         if let Some(dir) = path.parent() {
             if !dir.is_dir() {
+                let hint = absolute_hint(url)
+                    .map(|abs| {
+                        format!(
+                            "; `sqlite:///` is relative, as in SQLAlchemy: for the absolute \
+                             path write `{abs}` (four slashes)"
+                        )
+                    })
+                    .unwrap_or_default();
                 report(
                     self,
                     format!(
-                        "directory {} for the database does not exist",
+                        "directory {} for the database does not exist{hint}",
                         dir.display()
                     ),
                 );
@@ -429,6 +426,7 @@ impl Validator<'_> {
             path,
             postgres: None,
             host_timeout,
+            warning: parsed.warning,
         })
     }
 
@@ -436,6 +434,21 @@ impl Validator<'_> {
         let d = SamplerConfig::default();
         let Some(raw) = raw else {
             return d;
+        };
+        // Unset, multivariate is on for one objective (see `SamplerConfig::multivariate`):
+        // `group` is refused only where it is turned off by hand.
+        let multivariate = raw.multivariate.as_ref().is_none_or(|b| *b.get_ref());
+        let group = match &raw.group {
+            Some(g) if *g.get_ref() && !multivariate => {
+                self.at(
+                    g,
+                    "sampler.group",
+                    "needs multivariate = true (Optuna refuses group without multivariate too)",
+                );
+                false
+            }
+            Some(g) => *g.get_ref(),
+            None => d.group,
         };
         SamplerConfig {
             n_startup_trials: self.int(
@@ -451,6 +464,7 @@ impl Validator<'_> {
                 d.n_ei_candidates,
             ),
             multivariate: raw.multivariate.as_ref().map(|b| *b.get_ref()),
+            group,
             constant_liar: raw
                 .constant_liar
                 .as_ref()

@@ -44,6 +44,7 @@ fn elite_selection_matches_optuna() {
                 state: TrialState::Complete,
                 values: f(v),
                 constraints: f(k),
+                distributions: Default::default(),
             });
         }
         let pool: Vec<i64> = (0..values.len() as i64).collect();
@@ -95,6 +96,7 @@ fn run(s: &mut dyn Sampler, n: i64) -> Vec<(Params, Vec<f64>)> {
                 state: TrialState::Complete,
                 values: v.clone(),
                 constraints: vec![],
+                distributions: Default::default(),
             });
             (p, v)
         })
@@ -213,6 +215,7 @@ fn constrained_dominance_prefers_feasible_and_less_violated() {
         state,
         values,
         constraints,
+        distributions: Default::default(),
     };
     // Minimize, maximize.
     s.tell(&rec(0, TrialState::Complete, vec![9.0, 0.0], vec![0.0]));

@@ -320,6 +320,10 @@ mod tests {
     use crate::study::{Direction, Distribution, ParamValue, Params, SearchSpace};
     use rand::SeedableRng;
 
+    fn refs(rows: &[Box<[f64]>]) -> Vec<&[f64]> {
+        rows.iter().map(|r| &r[..]).collect()
+    }
+
     #[test]
     fn weights_are_optunas() {
         assert_eq!(default_weights(0), Vec::<f64>::new());
@@ -353,10 +357,12 @@ mod tests {
     #[test]
     fn estimator_densities_are_normalised() {
         let space = mixed_space();
-        let mut s = TpeSampler::new(&space, Direction::Minimize, seeded(2));
+        let mut s = TpeSampler::new(Direction::Minimize, seeded(2));
         run(&mut s, &space, 0, 40, &mixed_objective);
-        let (below, above) = s.split(None);
-        for (i, m) in s.models.iter().enumerate() {
+        let (below, above) = s.split_coords(&space, None);
+        let (below, above) = (refs(&below), refs(&above));
+        let models = TpeSampler::models_of(&space);
+        for (i, (_, m)) in models.iter().enumerate() {
             {
                 for rows in [&below, &above] {
                     if matches!(m, Model::Single(_)) {
@@ -394,12 +400,14 @@ mod tests {
     #[test]
     fn estimator_draws_follow_its_density() {
         let space = mixed_space();
-        let mut s = TpeSampler::new(&space, Direction::Minimize, seeded(6));
+        let mut s = TpeSampler::new(Direction::Minimize, seeded(6));
         run(&mut s, &space, 0, 40, &mixed_objective);
-        let (below, above) = s.split(None);
+        let (below, above) = s.split_coords(&space, None);
+        let (below, above) = (refs(&below), refs(&above));
+        let models = TpeSampler::models_of(&space);
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let n = 40_000;
-        for (i, m) in s.models.iter().enumerate() {
+        for (i, (_, m)) in models.iter().enumerate() {
             if !matches!(m, Model::Numeric(_) | Model::Categorical { .. }) {
                 continue;
             }
@@ -471,7 +479,10 @@ mod tests {
                 spec("si", int(2, 11, 3, false)),
             ],
         };
-        let s = TpeSampler::new(&space, Direction::Minimize, seeded(0));
+        let models: Vec<Model> = TpeSampler::models_of(&space)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
         let to_params = |row: &[serde_json::Value]| -> Params {
             space
                 .params
@@ -502,7 +513,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|r| s.coords(&to_params(r.as_array().unwrap())))
+                .map(|r| TpeSampler::coords(&space, &to_params(r.as_array().unwrap())))
                 .collect();
             let rows: Vec<&[f64]> = rows.iter().map(|r| &r[..]).collect();
             let pts: Vec<Params> = case["pts"]
@@ -512,13 +523,13 @@ mod tests {
                 .map(|r| to_params(r.as_array().unwrap()))
                 .collect();
             let check = |dims: &[usize], want: &serde_json::Value| {
-                let models: Vec<&Model> = dims.iter().map(|&i| &s.models[i]).collect();
-                let e = Estimator::new(&models, dims, &rows);
+                let ms: Vec<&Model> = dims.iter().map(|&i| &models[i]).collect();
+                let e = Estimator::new(&ms, dims, &rows);
                 let cands: Vec<f64> = pts
                     .iter()
                     .flat_map(|p| {
                         dims.iter()
-                            .map(|&i| candidate(&s.models[i], &p[&space.params[i].name]))
+                            .map(|&i| candidate(&models[i], &p[&space.params[i].name]))
                             .collect::<Vec<_>>()
                     })
                     .collect();

@@ -2,12 +2,27 @@
 //! `_split_trials`: the rule is in the module docs of [`super`] ("split", "constant liar",
 //! "constraints", "bounded cost").
 //!
-//! The history keeps every finished trial as one row of model coordinates, plus a set of them in
-//! rank order kept as trials are told, so that a long history's best are read off its first
-//! entries instead of re-ranking the study for every proposal.
+//! The history keeps every finished trial as one row of its params (as interned name ids, so
+//! that trials with different params, a define-by-run study's branches, sit side by side), plus
+//! a set of them in rank order kept as trials are told, so that a long history's best are read
+//! off its first entries instead of re-ranking the study for every proposal.
 
 use super::multi;
+use crate::study::ParamValue;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// One param of a trial: its name's id (see `super::Names`) and its value.
+pub(super) type Cell = (u32, ParamValue);
+
+/// A trial's params, sorted by name id.
+pub(super) type Row = Box<[Cell]>;
+
+/// The value of name `id` in a row, if the trial has that param.
+pub(super) fn lookup(row: &[Cell], id: u32) -> Option<&ParamValue> {
+    row.binary_search_by_key(&id, |c| c.0)
+        .ok()
+        .map(|i| &row[i].1)
+}
 
 /// Past this many finished trials, "above" keeps only the newest this many (see the module
 /// docs of [`super`]): a proposal then costs the same at 100,000 trials as at 1,000.
@@ -29,8 +44,7 @@ pub(super) enum Rank {
 /// A finished trial as the split needs it.
 struct Finished {
     number: i64,
-    /// Model coordinate per param of the sampler's space (NaN when missing or out of domain).
-    coords: Box<[f64]>,
+    row: Row,
     rank: Rank,
 }
 
@@ -94,7 +108,7 @@ impl PartialEq for RankKey {
 impl Eq for RankKey {}
 
 /// Rows of the history by trial number, before the split's last step.
-type Rows<'a> = Vec<(i64, &'a [f64])>;
+type Rows<'a> = Vec<(i64, &'a [Cell])>;
 
 /// Optuna's `default_gamma`: how many trials go below.
 fn default_gamma(n: usize) -> usize {
@@ -113,7 +127,7 @@ pub(super) struct History {
     /// Trial number -> index into `finished`.
     finished_at: HashMap<i64, usize>,
     /// Observed, not yet finished: the constant liar's trials.
-    running: BTreeMap<i64, Box<[f64]>>,
+    running: BTreeMap<i64, Row>,
 }
 
 impl History {
@@ -127,8 +141,8 @@ impl History {
     }
 
     /// A trial exists and has not finished: one of the constant liar's.
-    pub(super) fn run(&mut self, number: i64, coords: Box<[f64]>) {
-        self.running.insert(number, coords);
+    pub(super) fn run(&mut self, number: i64, row: Row) {
+        self.running.insert(number, row);
     }
 
     /// Drops a finished trial (it is running again, or told anew).
@@ -147,16 +161,12 @@ impl History {
 
     /// A trial finished: it stops running, and joins the finished ones if it ranks (`None`: a
     /// FAIL trial TPE ignores).
-    pub(super) fn finish(&mut self, number: i64, ranked: Option<(Rank, Box<[f64]>)>) {
+    pub(super) fn finish(&mut self, number: i64, ranked: Option<(Rank, Row)>) {
         self.running.remove(&number);
         self.forget(number);
-        if let Some((rank, coords)) = ranked {
+        if let Some((rank, row)) = ranked {
             self.finished_at.insert(number, self.finished.len());
-            let f = Finished {
-                number,
-                coords,
-                rank,
-            };
+            let f = Finished { number, row, rank };
             if f.counts() {
                 self.counted += 1;
             }
@@ -172,7 +182,7 @@ impl History {
         &self,
         current: Option<i64>,
         constant_liar: bool,
-    ) -> (Vec<&[f64]>, Vec<&[f64]>) {
+    ) -> (Vec<&[Cell]>, Vec<&[Cell]>) {
         let (below, above) = if self.finished.len() > HISTORY_WINDOW {
             self.rank_windowed()
         } else {
@@ -189,7 +199,7 @@ impl History {
         &self,
         current: Option<i64>,
         constant_liar: bool,
-    ) -> (Vec<&[f64]>, Vec<&[f64]>) {
+    ) -> (Vec<&[Cell]>, Vec<&[Cell]>) {
         let mut n_below = multi::gamma(self.n_counted());
         let front: Vec<&Finished> = self
             .finished
@@ -213,8 +223,8 @@ impl History {
         for k in self.ranked.iter().filter(|k| k.class > 0).take(n_below) {
             best.insert(k.number);
         }
-        fn row(f: &Finished) -> (i64, &[f64]) {
-            (f.number, &f.coords[..])
+        fn row(f: &Finished) -> (i64, &[Cell]) {
+            (f.number, &f.row[..])
         }
         let below: Rows = self
             .finished
@@ -268,10 +278,10 @@ impl History {
             .chain(infeasible.iter().map(|(f, _)| *f));
         for f in ranked {
             if n_below > 0 {
-                below.push((f.number, &f.coords));
+                below.push((f.number, &f.row));
                 n_below -= 1;
             } else {
-                above.push((f.number, &f.coords));
+                above.push((f.number, &f.row));
             }
         }
         (below, above)
@@ -286,7 +296,7 @@ impl History {
         let best: HashSet<i64> = self.ranked.iter().take(n_below).map(|k| k.number).collect();
         let row = |number: i64| {
             let f = &self.finished[self.finished_at[&number]];
-            (f.number, &f.coords[..])
+            (f.number, &f.row[..])
         };
         let below: Rows = best.iter().map(|n| row(*n)).collect();
         // The newest told trials of the rest (`finished` is in the order trials were told).
@@ -296,7 +306,7 @@ impl History {
             .rev()
             .filter(|f| !best.contains(&f.number))
             .take(HISTORY_WINDOW)
-            .map(|f| (f.number, &f.coords[..]))
+            .map(|f| (f.number, &f.row[..]))
             .collect();
         (below, above)
     }
@@ -309,7 +319,7 @@ impl History {
         mut above: Rows<'a>,
         current: Option<i64>,
         constant_liar: bool,
-    ) -> (Vec<&'a [f64]>, Vec<&'a [f64]>) {
+    ) -> (Vec<&'a [Cell]>, Vec<&'a [Cell]>) {
         if constant_liar {
             above.extend(
                 self.running
@@ -347,9 +357,14 @@ mod tests {
 
     #[test]
     fn split_ranks_complete_then_pruned_then_infeasible() {
-        let space = x_space();
-        let mut s = TpeSampler::new(&space, Direction::Minimize, seeded(0));
-        let below = |s: &TpeSampler| -> Vec<f64> { s.split(None).0.iter().map(|r| r[0]).collect() };
+        let mut s = TpeSampler::new(Direction::Minimize, seeded(0));
+        let below = |s: &TpeSampler| -> Vec<f64> {
+            s.split_coords(&x_space(), None)
+                .0
+                .iter()
+                .map(|r| r[0])
+                .collect()
+        };
         // x encodes the trial number.
         let pruned = |n: i64, v: Option<f64>| TrialRecord {
             number: n,
@@ -357,6 +372,7 @@ mod tests {
             state: TrialState::Pruned,
             values: v.into_iter().collect(),
             constraints: vec![],
+            distributions: Default::default(),
         };
         s.tell(&record(0, &xp(0.0), 5.0, vec![]));
         s.tell(&pruned(1, Some(-100.0)));
@@ -376,7 +392,7 @@ mod tests {
         // n = 21: three below.
         assert_eq!(below(&s), [0.0, 1.0, 4.0]);
         // Only infeasible and value-less pruned trials left after 16 more: infeasible last.
-        let mut s2 = TpeSampler::new(&space, Direction::Maximize, seeded(0));
+        let mut s2 = TpeSampler::new(Direction::Maximize, seeded(0));
         s2.tell(&record(0, &xp(0.0), 1.0, vec![3.0]));
         s2.tell(&record(1, &xp(1.0), 1.0, vec![0.0, 2.0, -1.0]));
         s2.tell(&pruned(2, None));
@@ -394,6 +410,7 @@ mod tests {
             state: TrialState::Fail,
             values: vec![],
             constraints: vec![],
+            distributions: Default::default(),
         });
         s2.tell(&TrialRecord {
             number: 4,
@@ -401,6 +418,7 @@ mod tests {
             state: TrialState::Fail,
             values: vec![],
             constraints: vec![],
+            distributions: Default::default(),
         });
         // n = 19 -> 2 below: pruned 5, then pruned-without-value 2 before the infeasible.
         assert_eq!(below(&s2), [2.0, 5.0]);
@@ -411,6 +429,7 @@ mod tests {
                 state: TrialState::Fail,
                 values: vec![],
                 constraints: vec![],
+                distributions: Default::default(),
             });
         }
         // n = 17 -> 2 below: the least violated (1: 2.0; 0: 3.0), in number order.
@@ -419,32 +438,36 @@ mod tests {
 
     #[test]
     fn running_trials_go_above_only_with_constant_liar() {
-        let space = x_space();
         for liar in [true, false] {
             let settings = SamplerConfig {
                 constant_liar: liar,
                 ..seeded(0)
             };
-            let mut s = TpeSampler::new(&space, Direction::Minimize, settings);
+            let mut s = TpeSampler::new(Direction::Minimize, settings);
             for n in 0..10 {
                 s.tell(&record(n, &xp(n as f64), n as f64, vec![]));
             }
             s.observe(10, &xp(-3.0));
             s.observe(11, &Params::new());
             s.observe(3, &xp(7.0)); // already finished: ignored
-            let above: Vec<f64> = s.split(None).1.iter().map(|r| r[0]).collect();
+            let above: Vec<f64> = s
+                .split_coords(&x_space(), None)
+                .1
+                .iter()
+                .map(|r| r[0])
+                .collect();
             let mut want: Vec<f64> = (1..10).map(|n| n as f64).collect();
             if liar {
                 want.extend([-3.0, f64::NAN]);
             }
             assert_eq!(format!("{above:?}"), format!("{want:?}"));
             // The trial being proposed for is not its own liar.
-            let n_above = s.split(Some(10)).1.len();
+            let n_above = s.split_coords(&x_space(), Some(10)).1.len();
             assert_eq!(n_above, if liar { 10 } else { 9 });
             s.tell(&record(10, &xp(-3.0), -1.0, vec![]));
             s.tell(&record(11, &xp(1.5), 1.5, vec![]));
-            assert_eq!(s.split(None).0.len(), 2);
-            assert_eq!(s.split(None).1.len(), 10);
+            assert_eq!(s.split_coords(&x_space(), None).0.len(), 2);
+            assert_eq!(s.split_coords(&x_space(), None).1.len(), 10);
             assert!(s.history.running.is_empty());
         }
     }
@@ -452,13 +475,14 @@ mod tests {
     #[test]
     fn fail_trials_count_only_when_infeasible() {
         let space = x_space();
-        let mut s = TpeSampler::new(&space, Direction::Minimize, seeded(9));
+        let mut s = TpeSampler::new(Direction::Minimize, seeded(9));
         let fail = |n: i64, c: Vec<f64>| TrialRecord {
             number: n,
             params: xp(n as f64 - 5.0),
             state: TrialState::Fail,
             values: vec![],
             constraints: c,
+            distributions: Default::default(),
         };
         for n in 0..9 {
             s.tell(&record(n, &xp(n as f64), 1.0, vec![]));
@@ -472,13 +496,13 @@ mod tests {
         assert_eq!(s.sample(&space, &Params::new(), 77), random);
         s.tell(&record(11, &xp(1.0), 1.0, vec![]));
         assert_ne!(s.sample(&space, &Params::new(), 77), random);
-        assert_eq!(s.split(None).1.len(), 10);
+        assert_eq!(s.split_coords(&x_space(), None).1.len(), 10);
     }
 
     #[test]
     fn long_history_split_keeps_the_best_of_all_and_a_window_of_the_rest() {
         let space = x_space();
-        let mut s = TpeSampler::new(&space, Direction::Minimize, seeded(1));
+        let mut s = TpeSampler::new(Direction::Minimize, seeded(1));
         let n = 3 * HISTORY_WINDOW as i64;
         let mut values = Vec::new();
         for i in 0..n {
@@ -487,7 +511,7 @@ mod tests {
             values.push((v, i));
             s.tell(&record(i, &xp((i % 20) as f64 - 10.0), v, vec![]));
         }
-        let (below, above) = s.split(None);
+        let (below, above) = s.split_coords(&x_space(), None);
         let gamma = default_gamma(n as usize);
         assert_eq!(below.len(), gamma);
         assert_eq!(above.len(), HISTORY_WINDOW);
@@ -497,7 +521,7 @@ mod tests {
         best.sort();
         let expect: Vec<Box<[f64]>> = best
             .iter()
-            .map(|i| s.coords(&xp((i % 20) as f64 - 10.0)))
+            .map(|i| TpeSampler::coords(&x_space(), &xp((i % 20) as f64 - 10.0)))
             .collect();
         for (b, e) in below.iter().zip(&expect) {
             assert_eq!(&b[..], &e[..]);
