@@ -11,13 +11,13 @@ impl Store {
         for r in rows {
             sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
-                 running, par_estimate, expected_peak, wait, error, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+                 running, par_estimate, expected_peak, wait, error, updated_at, expected_why) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
                  ON CONFLICT (study_id, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
                  free = excluded.free, used = excluded.used, util_gpu = excluded.util_gpu, \
                  util_mem = excluded.util_mem, running = excluded.running, par_estimate = excluded.par_estimate, \
                  expected_peak = excluded.expected_peak, wait = excluded.wait, error = excluded.error, \
-                 updated_at = excluded.updated_at",
+                 updated_at = excluded.updated_at, expected_why = excluded.expected_why",
             )
             .bind(study.id)
             .bind(r.device as i64)
@@ -33,6 +33,7 @@ impl Store {
             .bind(&r.wait)
             .bind(&r.error)
             .bind(time::now())
+            .bind(&r.expected_why)
             .execute(&mut *tx)
             .await
             .at(&self.path)?;
@@ -44,7 +45,8 @@ impl Store {
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
         sqlx::query_as(
             "SELECT device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
-             expected_peak, wait, error, updated_at FROM sweepd_gpus WHERE study_id = $1 ORDER BY device",
+             expected_peak, wait, error, updated_at, expected_why FROM sweepd_gpus WHERE study_id = $1 \
+             ORDER BY device",
         )
         .bind(study.id)
         .fetch_all(&self.pool)
@@ -111,4 +113,6 @@ pub struct GpuRow {
     pub wait: Option<String>,
     pub error: Option<String>,
     pub updated_at: String,
+    /// How the memory model came to `expected_peak`, in words.
+    pub expected_why: Option<String>,
 }

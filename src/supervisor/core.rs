@@ -5,13 +5,19 @@
 //! breaker never disagree. Choosing (`plan`, `choose`, `admit`) writes nothing; a start or a
 //! finish is one store transaction (`next`, `finish`, `finish_then_next`), and its accounting
 //! (`finish_begin` decides, `finish_end` books it to the budget, breaker, memory model, pruner
-//! and sampler) goes through the pure rules in `policy`.
+//! and sampler) goes through the pure rules in `policy`. On GPUs an admission round
+//! (`round`, `admit`) decides from the latest readings, our idle workers (`pool`) and the other
+//! daemons' claims (the host's ledger, locked from reading theirs to writing ours), and a
+//! started trial takes the idle workers admission chose for it.
 
 use super::policy::{self, Breaker, SameError, Signature};
+use super::pool::Pool;
 use super::RunError;
 use crate::classify;
 use crate::config::Config;
-use crate::gpu::{Capacity, Decision, MemoryModel, Monitor};
+use crate::gpu::admission::{DeviceView, RunningTrial};
+use crate::gpu::ledger::{self, Claims};
+use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::Sampler;
@@ -19,6 +25,7 @@ use crate::store::{DaemonId, StartCtx, StartOp, Started, Store, Waiting};
 use crate::study::{Claimed, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState};
 use crate::units;
 use serde_json::json;
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,9 +37,32 @@ pub(super) struct GpuCtl {
     pub(super) capacity: Capacity,
     pub(super) model: MemoryModel,
     /// The estimate for the trial at the head of the admission line, for `sweepd gpus`.
-    pub(super) next_expected: Option<u64>,
+    pub(super) next_expected: Option<Estimate>,
     /// Devices whose readings are failing (logged once, when they start failing).
     pub(super) failing: std::collections::HashSet<u32>,
+    /// The host's ledger, shared with the other daemons on it (`None`: it could not be opened,
+    /// and this daemon counts only its own trials).
+    pub(super) ledger: Option<Ledger>,
+    /// The ledger failed (said once, until it works again).
+    pub(super) ledger_failing: bool,
+}
+
+/// Where a trial admitted on a GPU runs: its device, its estimate, and what it does with our
+/// idle workers there.
+pub(super) struct Placement {
+    pub(super) device: u32,
+    pub(super) estimate: Estimate,
+    pub(super) reclaim: Reclaim,
+}
+
+/// What one admission round decides from: the usable devices as last read, with our idle
+/// workers' memory and the other daemons' claims added; our running trials; our idle workers;
+/// and the ledger, locked until our claims (with the trial admitted, if any) are written.
+pub(super) struct Round {
+    pub(super) views: Vec<DeviceView>,
+    pub(super) running: Vec<RunningTrial>,
+    pub(super) idle: Vec<IdleWorker>,
+    pub(super) ledger: Option<ledger::Locked>,
 }
 
 /// A trial chosen but not yet admitted: kept until a device has room, so that a large trial
@@ -89,15 +119,16 @@ pub(super) struct Core {
     pub(super) halted: bool,
     /// What the terminal's progress display shows, published as it changes.
     pub(super) progress: Tracker,
+    /// Idle persistent workers on GPUs, and those handed to trials that start.
+    pub(super) pool: Pool,
 }
 
 /// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
-/// it runs.
+/// it runs (`None`: no GPUs).
 pub(super) struct Plan {
     pub(super) candidate: Candidate,
     pub(super) k: usize,
-    pub(super) device: Option<u32>,
-    pub(super) expected: Option<u64>,
+    pub(super) placement: Option<Placement>,
 }
 
 impl Plan {
@@ -112,7 +143,7 @@ impl Plan {
 
 /// What `Core::plan` decided.
 pub(super) enum Planned {
-    Start(Plan),
+    Start(Box<Plan>),
     Wait,
     Done,
 }
@@ -281,12 +312,17 @@ impl Core {
             let head_passes = self.pending[0].1;
             let tries = policy::admissible(head_passes, self.pending.len());
             let mut chosen = None;
+            let round = self.round(now);
             for k in 0..tries {
                 let params = self.pending[k].0.params().clone();
-                if let Ok(placement) = self.admit(&params, hint, now) {
+                if let Ok(placement) = self.admit(round.as_ref(), &params, hint, now) {
                     chosen = Some((k, placement));
                     break;
                 }
+            }
+            if let Some(round) = round {
+                let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
+                self.write_claims(round.ledger, new);
             }
             let Some((k, placement)) = chosen else {
                 if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
@@ -303,30 +339,24 @@ impl Core {
                 self.pending[0].1 += 1;
             }
             if let (Some(g), Some((head, _))) = (&mut self.gpu, self.pending.front()) {
-                g.next_expected = Some(g.model.expected(head.params()));
+                g.next_expected = Some(g.model.estimate(head.params()));
             }
-            let (device, expected) = match placement {
-                Some((d, e)) => (Some(d), Some(e)),
-                None => (None, None),
-            };
-            return Ok(Planned::Start(Plan {
+            return Ok(Planned::Start(Box::new(Plan {
                 candidate,
                 k,
-                device,
-                expected,
-            }));
+                placement,
+            })));
         }
     }
 
     /// Bookkeeping once the store tried to start `plan`: the trial to run, or `None` to plan
     /// again (another process claimed it, or the budget filled up meanwhile).
-    pub(super) fn started(&mut self, plan: Plan, started: Started) -> Option<Next> {
+    pub(super) fn started(&mut self, plan: Box<Plan>, started: Started) -> Option<Next> {
         let Plan {
             candidate,
             k,
-            device,
-            expected,
-        } = plan;
+            placement,
+        } = *plan;
         let claimed = match started {
             Started::Yes(c) => c,
             Started::Taken => return None,
@@ -340,33 +370,41 @@ impl Core {
         self.sampler.observe(claimed.number, &claimed.params);
         self.next_key = self.next_key.max(claimed.number as u64 + 1);
         self.running += 1;
-        if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
+        let device = placement.as_ref().map(|p| p.device);
+        if let (Some(p), Some(g)) = (placement, &self.gpu) {
+            let mut how = String::new();
+            if p.reclaim.reuse.is_some() {
+                how.push_str(", on an idle worker");
+            }
+            if !p.reclaim.retire.is_empty() {
+                how.push_str(&format!(
+                    ", after retiring {} idle worker{} for their memory",
+                    p.reclaim.retire.len(),
+                    if p.reclaim.retire.len() == 1 { "" } else { "s" }
+                ));
+            }
             info!(
                 trial = claimed.number,
-                gpu = d,
-                "admitted: expected peak {}",
-                g.model.explain(&claimed.params)
+                gpu = p.device,
+                "admitted: expected peak {}{how}",
+                p.estimate.why
             );
-            g.monitor.track(claimed.trial_id, d, e);
-            *self.running_on.entry(d).or_default() += 1;
+            g.monitor
+                .track(claimed.trial_id, p.device, p.estimate.bytes);
+            *self.running_on.entry(p.device).or_default() += 1;
+            self.pool
+                .hand(claimed.trial_id, p.reclaim.reuse, &p.reclaim.retire);
         }
         self.publish();
         Some(Next::Run(claimed, device))
     }
 
-    /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some((device,
-    /// expected peak)))` when a device has room, or why each device waits.
-    pub(super) fn admit(
-        &mut self,
-        params: &Params,
-        hint: Option<u32>,
-        now: Instant,
-    ) -> Result<Option<(u32, u64)>, Vec<Decision>> {
-        let Some(g) = &mut self.gpu else {
-            return Ok(None);
-        };
-        let e = g.model.expected(params);
-        let (views, running, errors) = g.monitor.views();
+    /// What an admission round decides from (`None` without GPUs): the devices as last read,
+    /// those whose reading failed or that are quarantined left out, with our idle workers'
+    /// memory and the other daemons' claims; the ledger stays locked until `write_claims`.
+    pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
+        let g = self.gpu.as_mut()?;
+        let (mut views, running, errors) = g.monitor.views();
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {
@@ -377,30 +415,158 @@ impl Core {
             }
         }
         g.failing.retain(|d| errors.iter().any(|(e, _)| e == d));
-        let usable: Vec<_> = views
-            .into_iter()
-            .filter(|v| self.breaker.quarantined(Some(v.index), now).is_none())
-            .collect();
+        views.retain(|v| self.breaker.quarantined(Some(v.index), now).is_none());
+        let idle = self.pool.views(&g.monitor);
+        for v in &mut views {
+            for w in idle.iter().filter(|w| w.device == v.index) {
+                v.idle = v.idle.saturating_add(w.memory);
+                v.idle_workers += 1;
+            }
+        }
+        let ledger = match g.ledger.as_ref().map(Ledger::lock) {
+            None => None,
+            Some(Ok(locked)) => {
+                g.ledger_failing = false;
+                Some(locked)
+            }
+            Some(Err(e)) => {
+                if !g.ledger_failing {
+                    g.ledger_failing = true;
+                    warn!("the GPU ledger shared with other daemons cannot be read ({e}); admitting as if this daemon were alone on its GPUs");
+                }
+                None
+            }
+        };
+        if let Some(l) = &ledger {
+            let others = l.others();
+            for v in &mut views {
+                if let Some(c) = others.get(&v.index) {
+                    v.others = c.unclaimed;
+                    v.others_running = c.running;
+                }
+            }
+        }
+        Some(Round {
+            views,
+            running,
+            idle,
+            ledger,
+        })
+    }
+
+    /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some(placement))`
+    /// when a device has room, or why each device waits.
+    pub(super) fn admit(
+        &mut self,
+        round: Option<&Round>,
+        params: &Params,
+        hint: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<Placement>, Vec<Decision>> {
+        let (Some(g), Some(round)) = (&mut self.gpu, round) else {
+            return Ok(None);
+        };
+        let estimate = g.model.estimate(params);
+        let e = estimate.bytes;
         if self
             .pending
             .front()
             .is_some_and(|(head, _)| head.params() == params)
         {
-            g.next_expected = Some(e);
+            g.next_expected = Some(estimate.clone());
         }
-        // The slot's own device first: its worker need not move.
-        let on_hint = hint
-            .and_then(|h| usable.iter().find(|v| v.index == h))
-            .map(|v| g.capacity.decide(v, &running, e, now))
-            .filter(|d| d.admitted)
-            .map(|d| d.device);
-        match on_hint {
-            Some(d) => Ok(Some((d, e))),
-            None => g
-                .capacity
-                .place(&usable, &running, e, now)
-                .map(|d| Some((d, e))),
+        let decisions: Vec<Decision> = round
+            .views
+            .iter()
+            .map(|v| g.capacity.decide(v, &round.running, e, now))
+            .collect();
+        // The slot's own device first (its worker waits idle there), then one with an idle
+        // worker (no worker to start), then the most room left.
+        let Some(pick) = decisions.iter().filter(|d| d.admitted).max_by_key(|d| {
+            let has_idle = round.idle.iter().any(|w| w.device == d.device);
+            // Signed: a device admitting its first trial may have less room than needed.
+            let room_after = i128::from(d.usable) - i128::from(e);
+            (
+                hint == Some(d.device),
+                has_idle,
+                room_after,
+                Reverse(d.par_now),
+                Reverse(d.device),
+            )
+        }) else {
+            return Err(decisions);
+        };
+        let device = pick.device;
+        let view = round
+            .views
+            .iter()
+            .find(|v| v.index == device)
+            .expect("decided from these views");
+        let mut reclaim = g
+            .capacity
+            .reclaim(view, &round.running, e, &round.idle, now);
+        // A trial that starts a worker keeps our workers within max_par: the least recently
+        // used idle one goes, wherever it is.
+        if reclaim.reuse.is_none() {
+            let live =
+                (self.running as usize + round.idle.len()).saturating_sub(reclaim.retire.len());
+            if live >= self.config.worker.max_par {
+                if let Some(w) = round
+                    .idle
+                    .iter()
+                    .filter(|w| !reclaim.retire.contains(&w.id))
+                    .min_by_key(|w| (w.since, w.id))
+                {
+                    reclaim.retire.push(w.id);
+                }
+            }
         }
+        Ok(Some(Placement {
+            device,
+            estimate,
+            reclaim,
+        }))
+    }
+
+    /// What our running trials have yet to claim per device, and how many run there.
+    fn my_claims(monitor: &Monitor) -> Claims {
+        let mut mine = Claims::new();
+        for t in monitor.views().1 {
+            let c = mine.entry(t.device).or_default();
+            c.unclaimed = c.unclaimed.saturating_add(t.unclaimed());
+            c.running += 1;
+        }
+        mine
+    }
+
+    /// Writes our claims to the locked ledger (with `new`, a trial just admitted and not yet
+    /// tracked), which releases it.
+    pub(super) fn write_claims(&mut self, locked: Option<ledger::Locked>, new: Option<&Placement>) {
+        let (Some(locked), Some(g)) = (locked, &mut self.gpu) else {
+            return;
+        };
+        let mut mine = Self::my_claims(&g.monitor);
+        if let Some(p) = new {
+            let c = mine.entry(p.device).or_default();
+            c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);
+            c.running += 1;
+        }
+        if let Err(e) = locked.write(&mine) {
+            if !g.ledger_failing {
+                g.ledger_failing = true;
+                warn!("could not write the GPU ledger shared with other daemons: {e}");
+            }
+        }
+    }
+
+    /// Brings our entry in the ledger up to date (trials ended, or claimed their memory).
+    pub(super) fn refresh_claims(&mut self) {
+        let ledger = self.gpu.as_ref().and_then(|g| g.ledger.as_ref());
+        let locked = match ledger.map(Ledger::lock) {
+            Some(Ok(l)) => Some(l),
+            _ => None,
+        };
+        self.write_claims(locked, None);
     }
 
     /// The next candidate: the oldest WAITING trial (retries, `study.enqueue_trial`) before a
@@ -653,30 +819,50 @@ impl Core {
             } => {
                 // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
                 // no other sweepd trial on the device: these params do not fit this card.
-                let infeasible = policy::infeasible(kind, alone, fresh_worker);
+                let mut infeasible = policy::infeasible(kind, alone, fresh_worker)
+                    .then(|| "out of memory while alone on the device".to_owned());
                 // An OOM that turned into a device-side assert still says the trial needs more.
                 if policy::oom_like(kind, &reason) {
                     if let (Some(g), Some(d)) = (&mut self.gpu, device) {
                         g.capacity.record_oom(d, now);
+                        // What the message says the trial needed at least, where it says.
+                        let figures = tail
+                            .as_deref()
+                            .and_then(classify::oom_figures)
+                            .or_else(|| classify::oom_figures(&reason));
+                        let demand = figures.as_ref().and_then(|f| f.demand());
                         let total = g
                             .monitor
                             .views()
                             .0
                             .iter()
                             .find(|v| v.index == d)
-                            .map_or(u64::MAX, |v| v.total);
-                        g.model.record_oom(&c.params, peak.unwrap_or(0), total);
+                            .map(|v| v.total)
+                            .or(figures.as_ref().and_then(|f| f.total));
+                        if let (Some(need), Some(total)) = (demand, total) {
+                            let headroom = g.capacity.headroom();
+                            if policy::never_fits(need, total, headroom) {
+                                // Whatever ran beside it: alone, it still would not fit.
+                                infeasible = Some(format!(
+                                    "needs at least {} by its out-of-memory message, more than \
+                                     the device's {} less headroom {}",
+                                    crate::gpu::fmt_gib(need),
+                                    crate::gpu::fmt_gib(total),
+                                    crate::gpu::fmt_gib(headroom)
+                                ));
+                            }
+                        }
+                        let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
+                        g.model
+                            .record_oom(&c.params, reached, total.unwrap_or(u64::MAX));
                     }
                 }
                 let signature = Signature::of(kind, &reason, error.as_ref());
-                let (retry, reason) = if infeasible {
+                let (retry, reason) = if let Some(why) = infeasible {
                     constraints.push(1.0);
                     self.infeasible.push(c.params.clone());
                     attrs.push(("constraints", json!([1.0])));
-                    (
-                        false,
-                        format!("{reason} (infeasible: out of memory while alone on the device)"),
-                    )
+                    (false, format!("{reason} (infeasible: {why})"))
                 } else if let Some(sig) = &signature {
                     if self.same_error.stopped_for(sig) {
                         (true, reason)
@@ -806,6 +992,8 @@ impl Core {
                 g.model.record(params, p);
             }
         }
+        // Its memory is no longer ours to claim: the other daemons may use it now.
+        self.refresh_claims();
         self.pruner.finish(number, state == TrialState::Complete);
         self.sampler.tell(&TrialRecord {
             number,

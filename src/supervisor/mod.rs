@@ -30,6 +30,7 @@
 mod core;
 mod housekeeping;
 mod policy;
+mod pool;
 mod reload;
 mod slot;
 mod trial;
@@ -335,6 +336,8 @@ async fn run_locked(
         model,
         next_expected: None,
         failing: Default::default(),
+        ledger: open_ledger(),
+        ledger_failing: false,
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
@@ -370,6 +373,7 @@ async fn run_locked(
                     .and_then(|b| Some((b.number, b.value.as_f64()?))),
                 counts.finished(),
             ),
+            pool: Default::default(),
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
@@ -459,6 +463,13 @@ async fn run_locked(
             }
         }
     }
+    // Idle workers (and any handed to a trial that never ran) go with the study.
+    let left = shared.core.lock().await.pool.drain();
+    for c in left {
+        if let Err(e) = workers::retire(&shared, c.worker, c.device, "study stopped").await {
+            first_error.get_or_insert(e);
+        }
+    }
     slots_done.cancel();
     let _ = housekeeping.await;
     if let Some(e) = first_error {
@@ -519,6 +530,25 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
     let monitor = Arc::new(Monitor::new(Arc::new(gpu), devices));
     monitor.poll().await;
     Ok(Some(monitor))
+}
+
+/// The host's GPU ledger (`gpu::ledger`), or `None`, said once, where it cannot be opened.
+fn open_ledger() -> Option<crate::gpu::Ledger> {
+    let me = crate::gpu::ledger::Owner::me()?;
+    let path = crate::gpu::Ledger::default_path();
+    match crate::gpu::Ledger::open(path.clone(), me) {
+        Ok(l) => {
+            info!(ledger = %path.display(), "GPU ledger shared with the other daemons on this host");
+            Some(l)
+        }
+        Err(e) => {
+            warn!(
+                "cannot open the GPU ledger {} ({e}): other sweepd daemons on this host will not see this one's trials, nor it theirs (set SWEEPD_LEDGER to a writable file)",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the

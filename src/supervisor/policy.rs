@@ -324,6 +324,13 @@ pub(super) fn oom_like(kind: FailureKind, reason: &str) -> bool {
         || (kind == FailureKind::CudaFatal && reason.contains("after CUDA OOM"))
 }
 
+/// What an out-of-memory message shows a trial needed at least (`demand`: what its process held
+/// plus what it tried to allocate) is more than the device can ever give one trial, its `total`
+/// less `headroom`: alone on the card it would fail the same way.
+pub(super) fn never_fits(demand: u64, total: u64, headroom: u64) -> bool {
+    demand > total.saturating_sub(headroom)
+}
+
 /// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
 /// the device: these params do not fit this card.
 pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
@@ -736,6 +743,24 @@ mod tests {
         ));
         assert!(!oom_like(Killed, "after CUDA OOM"));
     }
+
+    #[rstest::rstest]
+    // (demand, total, headroom, never fits)
+    #[case::a_request_larger_than_the_card(250 * G, 24 * G, G, true)]
+    #[case::held_plus_requested_past_total_less_headroom(23 * G + 1, 24 * G, G, true)]
+    #[case::exactly_what_the_card_gives_one_trial(23 * G, 24 * G, G, false)]
+    #[case::small_beside_others(4 * G, 24 * G, G, false)]
+    #[case::headroom_above_total(G, G / 2, G, true)]
+    fn an_oom_whose_message_needs_more_than_the_card_never_fits(
+        #[case] demand: u64,
+        #[case] total: u64,
+        #[case] headroom: u64,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(never_fits(demand, total, headroom), expected);
+    }
+
+    const G: u64 = 1 << 30;
 
     #[test]
     fn the_admission_line_lets_small_trials_pass_until_the_head_is_starved() {
