@@ -750,6 +750,111 @@ mod tests {
     }
 
     #[test]
+    fn idle_workers_memory_is_ours_to_take_back_and_other_daemons_claims_are_not() {
+        let now = Instant::now();
+        let c = cap();
+        let busy = [trial(1, 0, 4 * G, 4 * G)];
+        // 10 GiB free, 6 GiB held by three idle workers of ours: 15 GiB usable.
+        let with_idle = DeviceView {
+            idle: 6 * G,
+            idle_workers: 3,
+            ..card(0, 10 * G)
+        };
+        assert_eq!(c.decide(&with_idle, &busy, 12 * G, now).usable, 15 * G);
+        assert!(c.decide(&with_idle, &busy, 12 * G, now).admitted);
+        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, now).admitted);
+        // Another daemon's trials have 5 GiB yet to allocate there: not ours to use.
+        let shared = DeviceView {
+            others: 5 * G,
+            others_running: 2,
+            ..with_idle.clone()
+        };
+        let d = c.decide(&shared, &busy, 12 * G, now);
+        assert_eq!(d.usable, 10 * G);
+        assert_eq!(
+            d.wait.unwrap().to_string(),
+            "needs 12.0 GiB, 10.0 GiB available (free 10.0 GiB + 6.0 GiB held by 3 idle \
+             workers − headroom 1.0 GiB − 5.0 GiB yet to be claimed by 2 trials of other \
+             daemons)"
+        );
+        // No trial of ours there, but the other daemon's: no "always one", it waits for them.
+        assert!(!c.decide(&shared, &[], 12 * G, now).admitted);
+        let alone = DeviceView {
+            others: 0,
+            others_running: 0,
+            ..shared
+        };
+        assert!(c.decide(&alone, &[], 40 * G, now).admitted);
+    }
+
+    #[test]
+    fn an_admitted_trial_reuses_the_newest_idle_worker_and_retires_the_oldest_for_room() {
+        let now = Instant::now();
+        let ago = |s: u64| now - Duration::from_secs(s);
+        let w = |id: i64, device: u32, memory: u64, idle_for: u64| IdleWorker {
+            id,
+            device,
+            memory,
+            since: ago(idle_for),
+        };
+        let idle = [
+            w(1, 0, 2 * G, 30),
+            w(2, 0, 2 * G, 10),
+            w(3, 0, 2 * G, 20),
+            // Another device's idle worker is no help here.
+            w(4, 1, 8 * G, 100),
+        ];
+        let dev = DeviceView {
+            idle: 6 * G,
+            idle_workers: 3,
+            ..card(0, 10 * G)
+        };
+        let c = cap();
+        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, now);
+        // 10 − 1 headroom + the reused worker's 2 = 11 GiB without retiring anyone.
+        let fits = Reclaim {
+            reuse: Some(2),
+            retire: vec![],
+        };
+        assert_eq!(reclaim(&c, 8 * G), fits);
+        assert_eq!(reclaim(&c, 11 * G), fits);
+        // One more GiB: the least recently used goes.
+        assert_eq!(
+            reclaim(&c, 12 * G),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1],
+            }
+        );
+        // More than all of them give (a first trial on the device): every other one goes.
+        assert_eq!(
+            reclaim(&c, 20 * G),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1, 3],
+            }
+        );
+        // A running trial's unclaimed memory is not free either.
+        let running = [trial(9, 0, 5 * G, 4 * G)];
+        assert_eq!(
+            c.reclaim(&dev, &running, 11 * G, &idle, now),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1],
+            }
+        );
+        // After an OOM the factor asks for more room: 6 GiB at 0.5 needs 12 before it.
+        let mut c = cap();
+        c.record_oom(0, now);
+        assert_eq!(reclaim(&c, 6 * G).retire, vec![1]);
+        // No idle worker on the device: nothing to reuse or retire.
+        assert_eq!(
+            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, now),
+            Reclaim::default()
+        );
+    }
+
+    #[test]
     fn decision_serializes() {
         let now = Instant::now();
         let c = Capacity::new(G, 1, 0.5, Duration::from_secs(1));
