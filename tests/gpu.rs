@@ -358,22 +358,6 @@ fn intervals(sweep: &Sweep) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The most intervals that overlap at once.
-fn max_overlap(intervals: &[(f64, f64)]) -> usize {
-    let mut edges: Vec<(f64, i32)> = intervals
-        .iter()
-        .flat_map(|(a, b)| [(*a, 1), (*b, -1)])
-        .collect();
-    // An end before a start at the same instant: back-to-back trials do not overlap.
-    edges.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let (mut cur, mut best) = (0i32, 0i32);
-    for (_, d) in edges {
-        cur += d;
-        best = best.max(cur);
-    }
-    best as usize
-}
-
 #[test]
 fn idle_workers_are_retired_when_a_waiting_trial_needs_their_memory() {
     // Every worker holds a 3 GiB context. Small trials (1 GiB + context) run three or four at
