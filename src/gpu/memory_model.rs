@@ -366,7 +366,7 @@ impl MemoryModel {
     }
 
     /// The estimate with its explanation, e.g. "5.2 GiB: 4.6 GiB fitted on 23 trials (width,
-    /// depth drive memory; lr does not) + 13% margin (p99 of its last 19 errors, wider while
+    /// depth drive memory; lr does not) + 13% margin (p97 of its last 20 errors, wider while
     /// they are few)".
     pub fn estimate(&mut self, params: &Params) -> Estimate {
         self.refit();
@@ -557,7 +557,7 @@ impl MemoryModel {
     fn margin_words(&self) -> String {
         match self.window() {
             0 => "no prediction checked yet".into(),
-            n => format!("p99 of its last {n} errors, wider while they are few"),
+            n => format!("p97 of its last {n} errors, wider while they are few"),
         }
     }
 

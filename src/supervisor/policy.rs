@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// this is healthy enough to keep after an OOM exception.
 pub(super) const OOM_HEALTH_SLACK: u64 = 256 << 20;
 /// Candidates kept in line for admission (see `Core::plan`).
-pub(super) const MAX_QUEUE: usize = 4;
+pub(super) const MAX_QUEUE: usize = 8;
 /// Trials that may start ahead of the candidate at the head of the line before it has priority.
 pub(super) const MAX_PASSES: u32 = 8;
 

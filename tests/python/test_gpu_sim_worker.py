@@ -271,8 +271,15 @@ class MemoryTests(Base):
         w = self.worker(SIM_RECORD=record, SIM_CONTEXT="1G")
         w.trial(0, {"mem": 1024})
         w.trial(1, {"mem": "2G"})
+        w.trial(2, {"mem": 256, "hold": 0.3})
         with open(record) as f:
-            self.assertEqual(f.read(), "%d 0 %d\n%d 1 %d\n" % (w.pid, 2 * GIB, w.pid, 3 * GIB))
+            lines = [line.split() for line in f]
+        self.assertEqual([l[:3] for l in lines],
+                         [[str(w.pid), "0", str(2 * GIB)], [str(w.pid), "1", str(3 * GIB)],
+                          [str(w.pid), "2", str(GIB + 256 * MIB)]])
+        # How long each objective ran: at least its hold.
+        seconds = [float(l[3]) for l in lines]
+        self.assertGreaterEqual(seconds[2], 0.3)
 
     def test_concurrent_workers_append_whole_lines(self):
         ws = [self.worker(SIM_STEPS="20", SIM_RAMP_S="0.2") for _ in range(3)]

@@ -49,8 +49,9 @@ SIM_JAX_OOM_ON=N          jaxlib.xla_extension.XlaRuntimeError RESOURCE_EXHAUSTE
 SIM_TF_OOM_ON=N           tensorflow...errors_impl.ResourceExhaustedError
 SIM_CHILD_MEM=SIZE        fork a "DataLoader" child at start holding SIZE under its
                           own pid until its parent dies (then it releases it)
-SIM_RECORD=PATH           append "pid trial_number peak_bytes" per finished trial
-                          (peak_bytes: the highest usage of the process in the trial)
+SIM_RECORD=PATH           append "pid trial_number peak_bytes seconds" per finished trial
+                          (peak_bytes: the highest usage of the process in the trial;
+                          seconds: how long the objective ran)
 SIM_NO_TORCH=1            do not install the stand-in ``torch`` module (below)
 
 Memory as PyTorch's caching allocator holds it: a trial's allocations grow the
@@ -379,6 +380,7 @@ def objective(trial):
     delay = setting(params, "delay", "SIM_DELAY_START_S", 0)
     fault = choose_fault(trial, params)
     value = value_of(trial.params)
+    began = time.monotonic()
     GPU.peak = GPU.usage()
     try:
         time.sleep(delay)
@@ -397,7 +399,8 @@ def objective(trial):
         if PERSISTENT:
             GPU.frag += FRAG_PER_TRIAL
         if RECORD:
-            append_line(RECORD, "%d %s %d" % (os.getpid(), trial.number, GPU.peak))
+            append_line(RECORD, "%d %s %d %.6f" % (os.getpid(), trial.number, GPU.peak,
+                                                   time.monotonic() - began))
         GPU.publish()
 
 
