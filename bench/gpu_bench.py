@@ -462,6 +462,9 @@ class PackRun(object):
         return out
 
     def cleanup(self):
+        if os.environ.get("GPU_BENCH_KEEP"):
+            print("  kept %s" % self.root)
+            return
         shutil.rmtree(self.root, ignore_errors=True)
 
 

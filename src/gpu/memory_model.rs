@@ -2,15 +2,17 @@
 //!
 //! Admission packs a card only as well as this estimate: too high and trials wait for memory
 //! they would not use, too low and they run out of it. Peak memory of a neural network grows
-//! multiplicatively with its sizes (width × depth × batch), so the model is a ridge regression of
-//! `ln(peak)` on the params (numeric ones on a log scale where their range is positive, also on a
+//! multiplicatively with its sizes (width × depth × batch) on top of what every trial holds (a
+//! CUDA context), so the model is a ridge regression of `ln(peak − base)`, `base` half the
+//! smallest peak measured, on the params (numeric ones on a log scale where their range is positive, also on a
 //! linear one; categoricals one-hot; a param a trial does not have is a feature of its own): a
 //! param that does not drive memory gets a coefficient near 0 and no say, and a size larger than
 //! any seen yet is extrapolated rather than capped at the largest neighbour.
 //!
 //! The estimate admission uses is an upper bound: the prediction raised by a margin calibrated
-//! from the model's own errors (each trial's prediction, made before its peak was known, against
-//! that peak), wide while few are known and narrowing as they come; measured trials whose
+//! from the model's own errors (each recently measured trial predicted by the current model
+//! without that trial, leave-one-out, against its peak; scaled by how far the trial lies from the
+//! others), wide while few are known and narrowing as they come; measured trials whose
 //! memory-relevant params are (almost) the same as the new one's raise it to their peak; and an
 //! out-of-memory failure raises it near the failed params only, "near" measured in what the
 //! params do to memory (a param of no effect does not make two trials far apart).
@@ -26,20 +28,18 @@ use std::collections::VecDeque;
 pub const MIN_MEASURED: usize = 4;
 /// The margin on the prior and on early estimates, as a factor.
 pub const PRIOR_MARGIN: f64 = 1.15;
-/// Measured peaks kept (oldest forgotten first), and prediction errors kept for the margin (the
-/// recent ones: errors made while the model knew little say nothing of its errors now).
+/// Measured peaks kept (oldest forgotten first).
 pub const MAX_SAMPLES: usize = 2000;
+/// The most recently measured trials whose leave-one-out errors calibrate the margin: the
+/// current model's errors, not those of the models that came before it (a model of 5 trials
+/// errs far more than one of 40, and its errors would keep the bound wide for no reason).
 pub const MAX_ERRORS: usize = 100;
-/// The margin looks at the most recent half of the errors made so far (at least this many,
-/// at most [`MAX_ERRORS`]): the model of trial 40 is not the model of trial 5, and its early
-/// errors would keep the bound wide long after the model stopped making them.
-pub const MIN_WINDOW: usize = 20;
-/// The quantile of the (distance-scaled) prediction errors the margin covers. With the widening
-/// while errors are few and the local errors, it keeps under-estimates well below the aim of 1
-/// admission in 100 (the unit tests' width × depth workload: about 2 in 1000), where p99 of a
-/// window of at most 100 errors would be its single largest error, which keeps the bound wide.
+/// The quantile of the (distance-scaled) leave-one-out errors the margin covers. With the
+/// widening while errors are few and the local errors, it keeps under-estimates below the aim of
+/// 1 admission in 100 (the unit tests' width × depth workload measures it), where p99 of at most
+/// 100 errors would be their single largest, which keeps the bound wide.
 pub const QUANTILE: f64 = 0.97;
-/// Extra log-margin while errors are few: `EARLY / sqrt(n)` with n errors known.
+/// Extra log-margin while errors are few: `EARLY / sqrt(n)` with n leave-one-out errors.
 pub const EARLY: f64 = 0.3;
 /// The smallest log-margin (measurement noise between runs of the same params).
 pub const MIN_MARGIN: f64 = 0.02;
@@ -53,6 +53,12 @@ pub const NEIGHBOURS: usize = 5;
 /// trials are few (a fit on a handful of trials must not swing), and a part per trial.
 pub const RIDGE_FIXED: f64 = 0.1;
 pub const RIDGE: f64 = 1e-3;
+/// The share of the smallest measured peak every trial is taken to hold (its CUDA context, the
+/// framework's own buffers): the regression is of the log of what a trial holds above it, which
+/// grows as a product of its sizes where the whole peak does not (a context plus a product).
+/// Half: on the unit tests' width × depth workload the bound is then closer to the peak than
+/// with none, and no less often above it; past about 0.7 the few smallest trials dominate.
+pub const BASE_SHARE: f64 = 0.5;
 /// Two trials whose predicted log-peaks differ by less than this, param by param, count as the
 /// same config: the larger of their measured peaks bounds the estimate.
 pub const SAME_CONFIG: f64 = 0.01;
@@ -123,11 +129,7 @@ impl Encoding {
 #[derive(Debug, Clone)]
 struct Measured {
     x: Features,
-    log_peak: f64,
     peak: u64,
-    /// The model's error on this trial before it knew its peak (`None`: no model yet), and
-    /// which error it was (counting from the first).
-    error: Option<(f64, u64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -137,10 +139,12 @@ struct OomFloor {
     floor: u64,
 }
 
-/// The fitted model: the regression's coefficients (log-bytes per feature unit), and each
-/// measured trial's features with its residual, for the local correction.
+/// The fitted model: the regression's coefficients (log-bytes above `base` per feature unit),
+/// and each measured trial's features with its residual, for the local correction.
 #[derive(Debug, Clone)]
 struct Fit {
+    /// Bytes every trial holds ([`BASE_SHARE`] of the smallest peak measured).
+    base: f64,
     beta: Vec<f64>,
     intercept: f64,
     residuals: Vec<(Features, f64)>,
@@ -149,6 +153,11 @@ struct Fit {
     /// data, not because it has no effect).
     lo: Vec<f64>,
     hi: Vec<f64>,
+    /// The most recently measured trials' leave-one-out errors (`ln(peak)` − the prediction
+    /// without them): (index into `residuals`, error, distance to the nearest other trial).
+    loo: Vec<(usize, f64, f64)>,
+    /// Those errors divided by `SPREAD + distance`, sorted.
+    scores: Vec<f64>,
 }
 
 impl Fit {
@@ -160,8 +169,17 @@ impl Fit {
     /// to memory: what a log-linear fit misses (a context added to a product, a branch with
     /// another slope) is learnt locally as trials come.
     fn predict(&self, x: &[f64]) -> f64 {
+        self.linear(x) + self.correction(x, None).0
+    }
+
+    /// The local correction at `x` from the residuals of its nearest measured trials (leaving
+    /// out the one at index `skip`), and the distance to the nearest of them.
+    fn correction(&self, x: &[f64], skip: Option<usize>) -> (f64, f64) {
         let mut near: Vec<(f64, f64)> = Vec::with_capacity(NEIGHBOURS + 1);
-        for (xi, r) in &self.residuals {
+        for (i, (xi, r)) in self.residuals.iter().enumerate() {
+            if Some(i) == skip {
+                continue;
+            }
             let d = self.distance(xi, x);
             if near.len() < NEIGHBOURS || d < near[near.len() - 1].0 {
                 let pos = near.partition_point(|(e, _)| *e <= d);
@@ -169,14 +187,14 @@ impl Fit {
                 near.truncate(NEIGHBOURS);
             }
         }
+        let nearest = near.first().map_or(f64::INFINITY, |n| n.0);
         let (mut sum, mut weight) = (0.0, 0.0);
         for (d, r) in near {
             let w = 1.0 / (d + 0.01);
             sum += w * r;
             weight += w;
         }
-        let correction = if weight > 0.0 { sum / weight } else { 0.0 };
-        self.linear(x) + correction
+        (if weight > 0.0 { sum / weight } else { 0.0 }, nearest)
     }
 
     /// How far `x` is from the nearest measured trial (infinite with none).
@@ -208,11 +226,7 @@ pub struct MemoryModel {
     prior: u64,
     measured: VecDeque<Measured>,
     floors: VecDeque<OomFloor>,
-    /// Out-of-sample errors of recent trials, `ln(peak) − prediction`, each divided by
-    /// `SPREAD + the distance from that trial to the nearest one measured before it`.
-    errors: VecDeque<f64>,
-    /// Errors made so far, forgotten ones included.
-    errors_made: u64,
+
     fit: Option<Fit>,
 }
 
@@ -237,8 +251,6 @@ impl MemoryModel {
             prior,
             measured: VecDeque::new(),
             floors: VecDeque::new(),
-            errors: VecDeque::new(),
-            errors_made: 0,
             fit: None,
         };
         for p in &space.params {
@@ -298,33 +310,14 @@ impl MemoryModel {
         x
     }
 
-    /// A finished trial's measured peak (bytes). Its error against the prediction made without
-    /// it calibrates the margin. A peak of 0 (never allocated, no reading) is ignored.
+    /// A finished trial's measured peak (bytes). A peak of 0 (never allocated, no reading) is
+    /// ignored.
     pub fn record(&mut self, params: &Params, peak: u64) {
         if peak == 0 {
             return;
         }
         let x = self.features(params);
-        let log_peak = (peak as f64).ln();
-        self.refit();
-        let error = self
-            .fit
-            .as_ref()
-            .map(|fit| (log_pred_error(fit, &x, log_peak), fit.nearest(&x)));
-        let error = error.map(|(e, d)| {
-            self.errors.push_back(e / (SPREAD + d));
-            if self.errors.len() > MAX_ERRORS {
-                self.errors.pop_front();
-            }
-            self.errors_made += 1;
-            (e, self.errors_made)
-        });
-        self.measured.push_back(Measured {
-            x,
-            log_peak,
-            peak,
-            error,
-        });
+        self.measured.push_back(Measured { x, peak });
         if self.measured.len() > MAX_SAMPLES {
             self.measured.pop_front();
         }
@@ -366,8 +359,8 @@ impl MemoryModel {
     }
 
     /// The estimate with its explanation, e.g. "5.2 GiB: 4.6 GiB fitted on 23 trials (width,
-    /// depth drive memory; lr does not) + 13% margin (p97 of its last 20 errors, wider while
-    /// they are few)".
+    /// depth drive memory; lr does not) + 13% margin (p97 of its errors on the last 23 trials
+    /// left out, wider while they are few)".
     pub fn estimate(&mut self, params: &Params) -> Estimate {
         self.refit();
         self.bound(&self.features(params))
@@ -407,16 +400,18 @@ impl MemoryModel {
                 // Where the model erred more than usual (a region it fits badly), its errors
                 // there widen the margin there.
                 let local = self.local_error(fit, x);
-                let margin = self.margin(fit.nearest(x)).max(local + MIN_MARGIN);
-                let predicted = log_pred.exp().min(u64::MAX as f64) as u64;
-                let b = (log_pred + margin).exp().min(u64::MAX as f64).ceil() as u64;
+                let margin = margin(fit, fit.nearest(x)).max(local + MIN_MARGIN);
+                let bytes = |log: f64| (fit.base + log.exp()).min(u64::MAX as f64);
+                let predicted = bytes(log_pred) as u64;
+                let b = bytes(log_pred + margin).ceil() as u64;
+                let margin = (b as f64 / predicted.max(1) as f64).ln();
                 let why = format!(
                     "{}: {} fitted on {n} trials ({}) + {:.0}% margin ({})",
                     fmt_gib(b),
                     fmt_gib(predicted),
                     self.drivers(fit),
                     (margin.exp() - 1.0) * 100.0,
-                    self.margin_words()
+                    margin_words(fit)
                 );
                 (b, predicted, why)
             }
@@ -515,56 +510,20 @@ impl MemoryModel {
         out
     }
 
-    /// The log-margin for a trial `distance` away from the nearest measured one: the
-    /// [`QUANTILE`] of recent prediction errors (scaled to that distance), widened while they
-    /// are few; while none are known, the prior margin.
-    fn margin(&self, distance: f64) -> f64 {
-        let n = self.window();
-        if n == 0 {
-            return PRIOR_MARGIN.ln() + EARLY;
-        }
-        let mut e: Vec<f64> = self.errors.iter().rev().take(n).copied().collect();
-        e.sort_by(f64::total_cmp);
-        let k = ((n as f64 * QUANTILE).ceil() as usize).clamp(1, n) - 1;
-        // Widened by how few errors were ever checked: p97 of a handful is a guess.
-        let checked = self.errors_made.max(1) as f64;
-        (e[k] * (SPREAD + distance) + EARLY / checked.sqrt()).max(MIN_MARGIN)
-    }
-
-    /// The largest error the model made, before knowing their peaks, on the measured trials
-    /// nearest these features (the most recent first among equally near ones: the errors of a
-    /// model that knew little are not its errors now).
+    /// The largest leave-one-out error of the current model on the recently measured trials
+    /// nearest these features: a region it fits badly keeps a wide margin there.
     fn local_error(&self, fit: &Fit, x: &[f64]) -> f64 {
         let k = 2 * NEIGHBOURS;
-        let oldest = self.errors_made.saturating_sub(self.window() as u64);
         let mut near: Vec<(f64, f64)> = Vec::with_capacity(k + 1);
-        for m in self.measured.iter().rev() {
-            let Some((e, seq)) = m.error else { continue };
-            if seq <= oldest {
-                // An error of a model that knew less than the one deciding now.
-                break;
-            }
-            let d = fit.distance(&m.x, x);
+        for (i, e, _) in &fit.loo {
+            let d = fit.distance(&fit.residuals[*i].0, x);
             if near.len() < k || d < near[near.len() - 1].0 {
                 let pos = near.partition_point(|(f, _)| *f <= d);
-                near.insert(pos, (d, e));
+                near.insert(pos, (d, *e));
                 near.truncate(k);
             }
         }
         near.iter().map(|(_, e)| *e).fold(0.0, f64::max)
-    }
-
-    fn margin_words(&self) -> String {
-        match self.window() {
-            0 => "no prediction checked yet".into(),
-            n => format!("p97 of its last {n} errors, wider while they are few"),
-        }
-    }
-
-    /// How many of the most recent errors the margin looks at.
-    fn window(&self) -> usize {
-        let half = usize::try_from(self.errors_made / 2).unwrap_or(usize::MAX);
-        half.clamp(MIN_WINDOW, MAX_ERRORS).min(self.errors.len())
     }
 
     /// Which params drive memory and which do not, by the size of their coefficients.
@@ -608,9 +567,23 @@ impl MemoryModel {
     }
 }
 
-/// The error of `fit`'s prediction for a trial measured at `log_peak`.
-fn log_pred_error(fit: &Fit, x: &[f64], log_peak: f64) -> f64 {
-    log_peak - fit.predict(x)
+/// The log-margin for a trial `distance` away from the nearest measured one: the
+/// [`QUANTILE`] of the fit's leave-one-out errors (each scaled to that distance), widened while
+/// they are few; with none, the prior margin.
+fn margin(fit: &Fit, distance: f64) -> f64 {
+    let n = fit.scores.len();
+    if n == 0 {
+        return PRIOR_MARGIN.ln() + EARLY;
+    }
+    let k = ((n as f64 * QUANTILE).ceil() as usize).clamp(1, n) - 1;
+    (fit.scores[k] * (SPREAD + distance) + EARLY / (n as f64).sqrt()).max(MIN_MARGIN)
+}
+
+fn margin_words(fit: &Fit) -> String {
+    match fit.scores.len() {
+        0 => "no prediction checked yet".into(),
+        n => format!("p97 of its errors on the last {n} trials left out, wider while they are few"),
+    }
 }
 
 /// Ridge regression of `log_peak` on the features, the intercept unpenalized (features and
@@ -618,19 +591,21 @@ fn log_pred_error(fit: &Fit, x: &[f64], log_peak: f64) -> f64 {
 fn ridge(data: &VecDeque<Measured>) -> Fit {
     let n = data.len() as f64;
     let d = data[0].x.len();
+    let base = BASE_SHARE * data.iter().map(|m| m.peak).min().unwrap_or(0) as f64;
+    let target = |m: &Measured| (m.peak as f64 - base).max(1.0).ln();
     let mut mean = vec![0.0; d];
     let mut ymean = 0.0;
     for m in data {
         for (a, x) in mean.iter_mut().zip(&m.x) {
             *a += x / n;
         }
-        ymean += m.log_peak / n;
+        ymean += target(m) / n;
     }
     let mut a = vec![0.0; d * d];
     let mut b = vec![0.0; d];
     for m in data {
         let xc: Vec<f64> = m.x.iter().zip(&mean).map(|(x, mu)| x - mu).collect();
-        let yc = m.log_peak - ymean;
+        let yc = target(m) - ymean;
         for i in 0..d {
             b[i] += xc[i] * yc;
             for j in 0..=i {
@@ -645,6 +620,19 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         a[i * d + i] += RIDGE_FIXED + RIDGE * n;
     }
     let beta = cholesky_solve(&mut a, &b, d);
+    // `a` now holds the Cholesky factor L of XᵀX + λI: the leverage of trial i is
+    // |L⁻¹ xcᵢ|² + 1/n, and its residual left out of the linear fit is rᵢ / (1 − leverage).
+    let leverage = |x: &[f64]| -> f64 {
+        let mut z = vec![0.0; d];
+        for i in 0..d {
+            let mut s = x[i] - mean[i];
+            for k in 0..i {
+                s -= a[i * d + k] * z[k];
+            }
+            z[i] = s / a[i * d + i];
+        }
+        z.iter().map(|v| v * v).sum::<f64>() + 1.0 / n
+    };
     let intercept = ymean - beta.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
     let mut lo = vec![f64::INFINITY; d];
     let mut hi = vec![f64::NEG_INFINITY; d];
@@ -655,16 +643,34 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         }
     }
     let mut fit = Fit {
+        base,
         beta,
         intercept,
         residuals: Vec::new(),
         lo,
         hi,
+        loo: Vec::new(),
+        scores: Vec::new(),
     };
     fit.residuals = data
         .iter()
-        .map(|m| (m.x.clone(), m.log_peak - fit.linear(&m.x)))
+        .map(|m| (m.x.clone(), target(m) - fit.linear(&m.x)))
         .collect();
+    let first = data.len().saturating_sub(MAX_ERRORS);
+    fit.loo = (first..data.len())
+        .map(|i| {
+            let (x, r) = &fit.residuals[i];
+            let h = leverage(x).min(0.99);
+            let (correction, nearest) = fit.correction(x, Some(i));
+            (i, r / (1.0 - h) - correction, nearest)
+        })
+        .collect();
+    fit.scores = fit
+        .loo
+        .iter()
+        .map(|(_, e, d)| e / (SPREAD + d.min(1e6)))
+        .collect();
+    fit.scores.sort_by(f64::total_cmp);
     fit
 }
 

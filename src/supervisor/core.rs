@@ -311,13 +311,25 @@ impl Core {
             }
             let head_passes = self.pending[0].1;
             let tries = policy::admissible(head_passes, self.pending.len());
-            let mut chosen = None;
+            let mut chosen: Option<(usize, Option<Placement>)> = None;
             let round = self.round(now);
             for k in 0..tries {
                 let params = self.pending[k].0.params().clone();
                 if let Ok(placement) = self.admit(round.as_ref(), &params, hint, now) {
-                    chosen = Some((k, placement));
-                    break;
+                    let size = placement.as_ref().map(|p| p.estimate.bytes);
+                    // The head when it fits; else, of those behind it that fit, the largest:
+                    // the small ones fill what room is left after it, and a large one does not
+                    // wait behind every small one for a room the small ones keep taking.
+                    let better = match &chosen {
+                        None => true,
+                        Some((_, best)) => size > best.as_ref().map(|p| p.estimate.bytes),
+                    };
+                    if better {
+                        chosen = Some((k, placement));
+                    }
+                    if k == 0 || size.is_none() {
+                        break;
+                    }
                 }
             }
             if let Some(round) = round {
@@ -791,7 +803,17 @@ impl Core {
         fresh_worker: bool,
     ) -> Finishing {
         self.running = self.running.saturating_sub(1);
-        let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
+        // Alone: no other trial of ours on the device, nor of another daemon on this host.
+        let others_there = |d: u32| -> usize {
+            let ledger = self.gpu.as_ref().and_then(|g| g.ledger.as_ref());
+            match ledger.map(Ledger::lock) {
+                Some(Ok(l)) => l.others().get(&d).map_or(0, |c| c.running),
+                _ => 0,
+            }
+        };
+        let alone = device.is_some_and(|d| {
+            self.running_on.get(&d).copied().unwrap_or(0) <= 1 && others_there(d) == 0
+        });
         if let Some(d) = device {
             if let Some(n) = self.running_on.get_mut(&d) {
                 *n = n.saturating_sub(1);
