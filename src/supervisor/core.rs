@@ -313,24 +313,23 @@ impl Core {
             let tries = policy::admissible(head_passes, self.pending.len());
             let mut chosen: Option<(usize, Option<Placement>)> = None;
             let round = self.round(now);
+            let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
             for k in 0..tries {
                 let params = self.pending[k].0.params().clone();
                 if let Ok(placement) = self.admit(round.as_ref(), &params, hint, now) {
-                    let size = placement.as_ref().map(|p| p.estimate.bytes);
-                    // The head when it fits; else, of those behind it that fit, the largest:
-                    // the small ones fill what room is left after it, and a large one does not
-                    // wait behind every small one for a room the small ones keep taking.
-                    let better = match &chosen {
-                        None => true,
-                        Some((_, best)) => size > best.as_ref().map(|p| p.estimate.bytes),
-                    };
-                    if better {
-                        chosen = Some((k, placement));
-                    }
-                    if k == 0 || size.is_none() {
+                    let settled = k == 0 || placement.is_none();
+                    fits.push((k, placement));
+                    if settled {
                         break;
                     }
                 }
+            }
+            let sizes: Vec<(usize, u64)> = fits
+                .iter()
+                .map(|(k, p)| (*k, p.as_ref().map_or(0, |p| p.estimate.bytes)))
+                .collect();
+            if let Some(i) = policy::pick(&sizes) {
+                chosen = Some(fits.swap_remove(i));
             }
             if let Some(round) = round {
                 let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());

@@ -351,6 +351,20 @@ pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
     }
 }
 
+/// Which of the candidates that fit now starts (`fits`: their places in line and expected
+/// peaks, in line order): the head when it fits; else, of those behind it, the largest (the
+/// first of equals). The small ones fill what room is left after it, and a large one does not
+/// wait behind every small one for room the small ones keep taking. `None` when none fits.
+pub(super) fn pick(fits: &[(usize, u64)]) -> Option<usize> {
+    if fits.first().is_some_and(|(k, _)| *k == 0) {
+        return Some(0);
+    }
+    fits.iter()
+        .enumerate()
+        .max_by(|(i, a), (j, b)| a.1.cmp(&b.1).then(j.cmp(i)))
+        .map(|(i, _)| i)
+}
+
 /// Whether to draw one more candidate when none in line fits: the line is short, the head not
 /// starved, and the sampler has more.
 pub(super) fn look_further(head_passes: u32, line: usize, exhausted: bool) -> bool {
@@ -761,6 +775,19 @@ mod tests {
     }
 
     const G: u64 = 1 << 30;
+
+    #[rstest::rstest]
+    // (places in line and sizes of the candidates that fit, the one that starts)
+    #[case::the_head_when_it_fits(&[(0, 2), (1, 9)], Some(0))]
+    #[case::else_the_largest_behind_it(&[(1, 2), (3, 9), (4, 5)], Some(1))]
+    #[case::the_first_of_equals(&[(2, 4), (5, 4)], Some(0))]
+    #[case::none_fits(&[], None)]
+    fn of_the_candidates_that_fit_the_head_else_the_largest_starts(
+        #[case] fits: &[(usize, u64)],
+        #[case] expected: Option<usize>,
+    ) {
+        assert_eq!(pick(fits), expected);
+    }
 
     #[test]
     fn the_admission_line_lets_small_trials_pass_until_the_head_is_starved() {
