@@ -19,14 +19,16 @@
 //! (`progress`) whenever a trial starts or ends.
 //!
 //! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
-//! instance left RUNNING, the slot tasks, the first error); `core` decides; `policy` holds its
-//! pure rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
-//! conversation, `workers` starts and retires worker processes; `housekeeping` is the
-//! once-a-second task; `reload` applies SIGHUP.
+//! instance left RUNNING, the slot tasks, the first error, the idle workers left at the end);
+//! `core` decides, `admit` is its GPU admission round; `policy` holds its pure rules; `pool`
+//! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
+//! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
+//! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress
 
+mod admit;
 mod core;
 mod housekeeping;
 mod policy;
@@ -45,7 +47,8 @@ use crate::pruner::Pruner;
 use crate::sampler;
 use crate::store::{self, DaemonId, DaemonLockError, Holder, Store, StoreError};
 use crate::study::{Counts, DaemonState, Tally, TrialState};
-use core::{Core, GpuCtl};
+use admit::GpuCtl;
+use core::Core;
 use policy::{Breaker, SameError};
 use std::collections::HashMap;
 use std::path::PathBuf;
