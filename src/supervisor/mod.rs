@@ -19,17 +19,20 @@
 //! (`progress`) whenever a trial starts or ends.
 //!
 //! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
-//! instance left RUNNING, the slot tasks, the first error); `core` decides; `policy` holds its
-//! pure rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
-//! conversation, `workers` starts and retires worker processes; `housekeeping` is the
-//! once-a-second task; `reload` applies SIGHUP.
+//! instance left RUNNING, the slot tasks, the first error, the idle workers left at the end);
+//! `core` decides, `admit` is its GPU admission round; `policy` holds its pure rules; `pool`
+//! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
+//! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
+//! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress
 
+mod admit;
 mod core;
 mod housekeeping;
 mod policy;
+mod pool;
 mod reload;
 mod slot;
 mod suggest;
@@ -46,7 +49,8 @@ use crate::sampler;
 use crate::store::{self, DaemonId, DaemonLockError, Holder, Store, StoreError};
 use crate::study::pareto::{self, Front};
 use crate::study::{Counts, DaemonState, Tally, TrialState};
-use core::{Core, GpuCtl};
+use admit::GpuCtl;
+use core::Core;
 use policy::{Breaker, SameError};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -435,6 +439,8 @@ async fn run_locked(
         model,
         next_expected: None,
         failing: Default::default(),
+        ledger: open_ledger(),
+        ledger_failing: false,
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
@@ -463,6 +469,7 @@ async fn run_locked(
             fatal: None,
             halted: false,
             progress: tracker(&store, &study, &control, counts.finished()).await?,
+            pool: Default::default(),
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
@@ -556,6 +563,13 @@ async fn run_locked(
             }
         }
     }
+    // Idle workers (and any handed to a trial that never ran) go with the study.
+    let left = shared.core.lock().await.pool.drain();
+    for c in left {
+        if let Err(e) = workers::retire(&shared, c.worker, c.device, "study stopped").await {
+            first_error.get_or_insert(e);
+        }
+    }
     slots_done.cancel();
     let _ = housekeeping.await;
     if let Some(e) = first_error {
@@ -631,6 +645,25 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
     let monitor = Arc::new(Monitor::new(Arc::new(gpu), devices));
     monitor.poll().await;
     Ok(Some(monitor))
+}
+
+/// The host's GPU ledger (`gpu::ledger`), or `None`, said once, where it cannot be opened.
+fn open_ledger() -> Option<crate::gpu::Ledger> {
+    let me = crate::gpu::ledger::Owner::me()?;
+    let path = crate::gpu::Ledger::default_path();
+    match crate::gpu::Ledger::open(path.clone(), me) {
+        Ok(l) => {
+            info!(ledger = %path.display(), "GPU ledger shared with the other daemons on this host");
+            Some(l)
+        }
+        Err(e) => {
+            warn!(
+                "cannot open the GPU ledger {} ({e}): other sweepd daemons on this host will not see this one's trials, nor it theirs (set SWEEPD_LEDGER to a writable file)",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the

@@ -386,21 +386,45 @@ pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
 }
 
 pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // The pipes are read while the child runs: a daemon that logs more than a pipe holds
+    // (64 KiB) would otherwise block on its next write and never finish.
+    fn drain<R: std::io::Read + Send + 'static>(
+        pipe: Option<R>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut out);
+            }
+            out
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "sweepd did not finish within {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let _ = child.wait();
+            break None;
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = Output {
+        status: status.unwrap_or_else(|| child.wait().expect("wait")),
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    if status.is_none() {
+        panic!(
+            "sweepd did not finish within {limit:?}; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    out
 }
 
 /// Waits (bounded) until `cond` holds.
@@ -484,6 +508,15 @@ impl FakeGpus {
             (
                 "FAKE_NVML_STATE".into(),
                 self.state.to_string_lossy().into_owned(),
+            ),
+            // The fake card's own GPU ledger: daemons of other tests on this host, on other
+            // fake cards, must not count against it.
+            (
+                "SWEEPD_LEDGER".into(),
+                self.state
+                    .with_file_name("gpu-ledger")
+                    .to_string_lossy()
+                    .into_owned(),
             ),
         ]
     }
