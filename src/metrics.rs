@@ -5,6 +5,11 @@
 //! Values are pushed here by the supervisor as things happen (failures, trial ends), on each
 //! housekeeping tick (running trials, GPU readings) or every tenth tick (counts by state, a
 //! query over the study), so a scrape never touches the database.
+//!
+//! Every family carries the daemon's `host` label (the host's name in the study, see
+//! `supervisor::host_id`): the daemons of several hosts running one study on PostgreSQL report
+//! the same families, and one Prometheus scraping them all must tell them apart (the scrape's
+//! `instance` names an address, which says nothing when two "hosts" share a machine).
 
 use crate::store::GpuRow;
 use crate::study::Counts;
@@ -46,17 +51,16 @@ pub struct Metrics {
     peak: Histogram,
     failures: Family<KindLabel, Counter>,
     restarts: Counter,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
-    }
+    database_up: Gauge,
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("sweepd");
+    /// The metrics of the daemon of `host`.
+    pub fn new(host: &str) -> Metrics {
+        let mut registry = Registry::with_prefix_and_labels(
+            "sweepd",
+            [("host".into(), host.to_owned().into())].into_iter(),
+        );
         let m = Metrics {
             trials: Family::default(),
             running: Family::default(),
@@ -73,8 +77,10 @@ impl Metrics {
             )),
             failures: Family::default(),
             restarts: Counter::default(),
+            database_up: Gauge::default(),
             registry: Registry::default(),
         };
+        m.database_up.set(1);
         registry.register("trials", "Trials of the study by state", m.trials.clone());
         registry.register(
             "running_trials",
@@ -115,6 +121,11 @@ impl Metrics {
             "worker_restarts",
             "Worker processes retired and replaced",
             m.restarts.clone(),
+        );
+        registry.register(
+            "database_up",
+            "1 while the study's database answers, 0 while it cannot be reached",
+            m.database_up.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -169,6 +180,10 @@ impl Metrics {
 
     pub fn worker_restarted(&self) {
         self.restarts.inc();
+    }
+
+    pub fn set_database_up(&self, up: bool) {
+        self.database_up.set(i64::from(up));
     }
 
     /// The text exposition of every metric.

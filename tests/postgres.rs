@@ -320,14 +320,10 @@ fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
 }
 
 /// The PostgreSQL server restarted mid-run under two hosts: they stop starting trials, keep
-/// what their workers finish, reconnect, and write it then; nothing lost, nothing twice.
-///
-/// KNOWN BROKEN (issue 13, unfinished): the store waits through an outage only when it takes a
-/// connection; a statement on a connection the server killed mid-use (57P01 after `pg_ctl stop`)
-/// still ends the run with exit 3 (its trials are then failed over by the other host). About
-/// one run in two here. Run it with `cargo test --test postgres -- --ignored`.
+/// what their workers finish, reconnect, and write it then; nothing lost, nothing twice. The
+/// restart kills connections in the middle of statements and of transactions (57P01, then
+/// closed sockets): each operation is run again whole once the server is back.
 #[test]
-#[ignore = "known broken: a statement on a connection killed by the restart still ends the run"]
 fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
     let pg = PgServer::start();
     let url = pg.create_db("restart");
