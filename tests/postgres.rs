@@ -366,3 +366,46 @@ fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
         "every trial that ran completed, none was interrupted"
     );
 }
+
+/// Two hosts whose connections lose the answer to every third `COMMIT` (through a proxy that
+/// lets the commit reach the server, then closes both sockets): each write whose commit was
+/// acknowledged or not is run again and takes effect once. Starts are not duplicated (no trial
+/// left RUNNING, numbers 0..n-1), finishes are not mistaken for another process's (the budget
+/// is exact, no result dropped as "already ended"), nothing is interrupted.
+#[test]
+fn a_commit_whose_acknowledgement_is_lost_takes_effect_once() {
+    let pg = PgServer::start();
+    let direct = pg.create_db("acks");
+    let proxy = PgProxy::start(pg.port);
+    let url = proxy.url("acks");
+    const N: u64 = 40;
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05");
+    let hosts: Vec<Sweep> = ["a", "b"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    wait_until(LIMIT, "the first trials done", || {
+        pg_try_column(
+            &direct,
+            "SELECT count(*) FROM trials WHERE state = 'COMPLETE'",
+        )
+        .and_then(|c| c[0].parse::<u64>().ok())
+        .is_some_and(|n| n >= 2)
+    });
+    proxy.lose_commit_acks(3);
+    for (i, d) in daemons.iter_mut().enumerate() {
+        let s = wait_exit(d, "a host");
+        assert!(s.success(), "host {i}: {}", hosts[i].daemon_stderr());
+    }
+    let logs = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
+    assert!(
+        proxy.lost() >= 10,
+        "only {} acknowledgements lost",
+        proxy.lost()
+    );
+    let trials = assert_study_sound(&direct, "multi", N as usize);
+    assert!(!logs.contains("already ended by another process"), "{logs}");
+    assert_eq!(
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
+        N as usize,
+        "every trial that ran completed, none was interrupted: {logs}"
+    );
+}

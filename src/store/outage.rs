@@ -36,7 +36,7 @@ use tokio::sync::watch;
 /// after a network cut a socket can wait forever for a reply that will never come. Doubled for
 /// each attempt of the same operation that runs out, so that an operation that is only slow
 /// (the history of a very large study) is not cut off for good.
-const ATTEMPT_LIMIT: Duration = Duration::from_secs(60);
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(20);
 
 /// How often a lasting outage is logged again.
 const REMIND_EVERY: Duration = Duration::from_secs(30);
