@@ -409,3 +409,45 @@ fn a_commit_whose_acknowledgement_is_lost_takes_effect_once() {
         "every trial that ran completed, none was interrupted: {logs}"
     );
 }
+
+/// The server ends sweepd's sessions again and again while two hosts run (an administrator's
+/// `pg_terminate_backend`, 57P01, as a restart does to every session): statements and
+/// transactions cut off in the middle are run again whole on a fresh connection, and the
+/// study ends exact, with nothing interrupted.
+#[test]
+fn sessions_killed_mid_transaction_are_run_again_whole() {
+    let pg = PgServer::start();
+    let url = pg.create_db("killed");
+    const N: u64 = 40;
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05");
+    let hosts: Vec<Sweep> = ["a", "b"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    wait_until(LIMIT, "the first trial done", || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .is_some_and(|n| n >= 1)
+    });
+    let mut killed = 0usize;
+    while daemons.iter_mut().any(|d| d.try_wait().unwrap().is_none()) {
+        killed += pg_try_column(
+            &url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = 'sweepd' AND pid <> pg_backend_pid()",
+        )
+        .map_or(0, |v| v.len());
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for (i, d) in daemons.iter_mut().enumerate() {
+        let s = wait_exit(d, "a host");
+        assert!(s.success(), "host {i}: {}", hosts[i].daemon_stderr());
+    }
+    assert!(killed >= 10, "only {killed} sessions ended");
+    let logs = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    assert!(!logs.contains("already ended by another process"), "{logs}");
+    assert_eq!(
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
+        N as usize,
+        "every trial that ran completed, none was interrupted: {logs}"
+    );
+}

@@ -194,8 +194,7 @@ fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
     if path.to_string_lossy().contains("://") {
         // A server, not a file.
         return if outage::connection_lost(source) {
-            " (the database server cannot be reached: down, restarting, or the network cut; \
-             a running sweepd waits for it and writes its results when it is back)"
+            " (the database server cannot be reached: down, restarting, or the network cut)"
                 .to_owned()
         } else {
             String::new()
