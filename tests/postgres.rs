@@ -451,3 +451,81 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
         "every trial that ran completed, none was interrupted: {logs}"
     );
 }
+
+/// optuna-dashboard (its own server, `optuna_dashboard.run_server`, over the PostgreSQL URL)
+/// lists the study sweepd ran and shows every trial as Optuna reads it: numbers, states,
+/// values, params, and the best trial.
+#[test]
+fn optuna_dashboard_reads_the_study_through_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("dash");
+    let sweep = host(
+        &pg_cfg(&url, 6, "60s").env("SWEEPD_TEST_RAISE_ON", "2"),
+        "h1",
+    );
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = assert_study_sound(&url, "multi", 6);
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/dashboard_api.py"))
+        .args([url.as_str(), "multi"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dashboard_api: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let api: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let summary = &api["summary"];
+    assert_eq!(
+        summary["directions"],
+        serde_json::json!(["minimize"]),
+        "{summary}"
+    );
+    let shown = api["detail"]["trials"].as_array().unwrap();
+    assert_eq!(shown.len(), trials.len(), "{api}");
+    for (d, t) in shown.iter().zip(&trials) {
+        assert_eq!(d["number"], t["number"], "{d}");
+        assert_eq!(
+            d["state"].as_str().unwrap().to_uppercase(),
+            t["state"].as_str().unwrap(),
+            "{d}"
+        );
+        if t["state"] == "COMPLETE" {
+            assert_eq!(d["values"], serde_json::json!([t["value"]]), "{d}");
+        }
+        for p in d["params"].as_array().unwrap() {
+            let name = p["name"].as_str().unwrap();
+            let theirs = &t["params"][name];
+            let shown = &p["param_external_value"];
+            // The dashboard shows values as Python's str() of them.
+            let same = match (shown.as_str(), theirs) {
+                (Some(s), Value::Number(n)) => s.parse::<f64>().ok() == n.as_f64(),
+                (Some(s), Value::String(t)) => s == t,
+                _ => shown == theirs,
+            };
+            assert!(
+                same,
+                "trial {} param {name}: dashboard {shown}, Optuna {theirs}",
+                t["number"]
+            );
+        }
+    }
+    let best = trials
+        .iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .min_by(|a, b| {
+            a["value"]
+                .as_f64()
+                .partial_cmp(&b["value"].as_f64())
+                .unwrap()
+        })
+        .unwrap();
+    assert_eq!(
+        api["detail"]["best_trials"][0]["number"], best["number"],
+        "{api}"
+    );
+}
