@@ -386,20 +386,40 @@ pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
 }
 
 pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // The pipes are read while the child runs: a daemon that writes more than a pipe holds
+    // (64 KiB of log lines) would otherwise block on its stderr and never exit.
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
             panic!(
                 "sweepd did not finish within {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&err.join().unwrap_or_default())
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
 }
 
