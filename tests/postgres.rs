@@ -360,6 +360,22 @@ fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
     let trials = assert_study_sound(&url, "multi", N as usize);
     // No host was failed over by another for the outage they shared.
     assert!(!logs.contains("failed over"), "{logs}");
+    // `status` names the outage each host rode out.
+    let status: Value = serde_json::from_slice(
+        &hosts[0]
+            .sweepd(&["status", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for h in status["hosts"].as_array().unwrap() {
+        let detail = h["daemon"]["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("the database could not be reached for"),
+            "{status:#}"
+        );
+    }
     assert_eq!(
         trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
         N as usize,

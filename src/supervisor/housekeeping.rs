@@ -157,7 +157,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
 }
 
 /// How `status` shows the last outage of the database a daemon rode out.
-fn outage_note(o: &crate::store::Ended) -> String {
+pub(super) fn outage_note(o: &crate::store::Ended) -> String {
     format!(
         "the database could not be reached for {} until {}; what finished meanwhile was written then",
         crate::units::format_duration(Duration::from_secs(o.lasted.as_secs().max(1))),

@@ -288,8 +288,15 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
     if left_running {
         warn!("trials of this daemon are still RUNNING in the database: another host fails them over after [storage] host_timeout, or the next start on this host re-enqueues them");
     } else {
+        // The row keeps naming the last outage of the database this run rode out.
+        let outage = store
+            .outage()
+            .borrow()
+            .last
+            .as_ref()
+            .map(housekeeping::outage_note);
         let _ = store
-            .daemon_state(&study, &me, DaemonState::Stopped, None)
+            .daemon_state(&study, &me, DaemonState::Stopped, outage.as_deref())
             .await;
     }
     result
