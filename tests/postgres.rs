@@ -545,3 +545,59 @@ fn optuna_dashboard_reads_the_study_through_postgresql() {
         "{api}"
     );
 }
+
+/// One host's link to the server is cut (through a proxy: nothing passes either way) for
+/// longer than `host_timeout` while it has trials running. The other host fails it over (the
+/// server ends the cut-off host's open transaction, which held the study's row lock, once it
+/// has sat idle for 10 s) and goes on; when the link is mended, the cut-off host learns that
+/// it was failed over, takes its row back and finishes with the other: the study is exact,
+/// numbered 0..n-1, nothing left RUNNING, and no trial's params completed twice.
+#[test]
+fn a_host_cut_off_is_failed_over_and_rejoins_when_its_link_is_mended() {
+    let pg = PgServer::start();
+    let url = pg.create_db("cut");
+    let proxy = PgProxy::start(pg.port);
+    const N: u64 = 40;
+    let cfg = pg_cfg(&url, N, "3s").env("SWEEPD_TEST_SLEEP", "0.3");
+    let a = host(&cfg, "a");
+    let b = host(
+        &pg_cfg(&proxy.url("cut"), N, "3s").env("SWEEPD_TEST_SLEEP", "0.3"),
+        "b",
+    );
+    let mut daemons = [a.spawn_run(), b.spawn_run()];
+    let b_running = || {
+        pg_try_column(
+            &url,
+            "SELECT count(*) FROM trials t JOIN trial_system_attributes x \
+             ON x.trial_id = t.trial_id AND x.key = 'sweepd:daemon' \
+             WHERE t.state = 'RUNNING' AND x.value_json LIKE '%\"host\":\"b\"%'",
+        )
+        .and_then(|c| c[0].parse::<i64>().ok())
+        .unwrap_or(0)
+    };
+    wait_until(LIMIT, "host b running trials", || b_running() > 0);
+    proxy.cut(true);
+    wait_until(LIMIT, "host b failed over", || {
+        pg_try_column(&url, "SELECT state FROM sweepd_daemon WHERE host = 'b'")
+            .is_some_and(|s| s == ["GONE"])
+    });
+    proxy.cut(false);
+    for (d, s) in daemons.iter_mut().zip([&a, &b]) {
+        let status = wait_exit(d, "a host");
+        assert!(status.success(), "{}", s.daemon_stderr());
+    }
+    let (la, lb) = (a.daemon_stderr(), b.daemon_stderr());
+    assert!(la.contains("host b sent no heartbeat"), "{la}");
+    assert!(lb.contains("daemon row was taken"), "{lb}");
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    let complete: BTreeSet<String> = trials
+        .iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .map(|t| t["params"].to_string())
+        .collect();
+    assert_eq!(
+        complete.len(),
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
+        "a trial's params completed twice"
+    );
+}
