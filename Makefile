@@ -169,6 +169,7 @@ bench: venv
 bench: build fake-nvml
 	$(PYTHON) bench/gpu_bench.py
 	$(VENV)/bin/python bench/search_bench.py all
+	$(VENV)/bin/python bench/postgres_bench.py
 
 ## The fake libnvidia-ml the GPU benchmarks load through SWEEPD_NVML_LIB (no GPU needed).
 fake-nvml: $(FAKE_NVML)
