@@ -319,7 +319,7 @@ impl Store {
     }
 
     /// A connection from the pool, for queries outside a transaction. (An operation that
-    /// must wait through an outage of the server runs whole in `Store::retrying`.)
+    /// must wait through an outage of the server runs whole in `retrying!`, see `outage`.)
     async fn acquire(&self) -> Result<engine::PoolConn> {
         self.pool.acquire().await.at(&self.path)
     }

@@ -5,7 +5,7 @@
 //! second trial for one start (a RUNNING trial that no worker runs), read a claim this daemon
 //! made as one "taken" by another, or take a finish it wrote for one written by someone else.
 //! So each of them (a trial's start, its finish, both in one, a re-enqueue, a failover, the
-//! commands taken, a worker registered) goes through [`Store::once`]: its transaction records
+//! commands taken, a worker registered) goes through `once!`: its transaction records
 //! an id with its result in `sweepd_ops`, and every attempt after one that reached its commit
 //! looks the id up first, *after* taking the study's row lock, so that an earlier attempt
 //! still alive on a connection the server has not dropped yet has ended by then, one way or

@@ -46,7 +46,7 @@ impl StartOp<'_> {
     }
 }
 
-/// A start as its transaction decided it, and as `Store::once` records it: with the
+/// A start as its transaction decided it, and as `once!` records it: with the
 /// [`StartOp`], enough to tell the caller what [`Started`].
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 enum StartRec {
