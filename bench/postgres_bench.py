@@ -517,6 +517,9 @@ def render(raw):
                                                   f(s10["rate_last_1k"] / s1["rate_whole"], 2)))
     L += ["", "### Against the goals", ""]
     L += goals(raw)
+    L += ["", "The machine is shared with other work whose load changes from minute to minute (the load average "
+          "columns): runs minutes apart, and the sweepd and Optuna runs are minutes apart, see different machines. "
+          "Compare figures of one run (the columns of a row) before figures of different runs."]
     L += ["", "Raw results: `target/bench/%s`." % RAW]
     return "\n".join(L) + "\n"
 
@@ -536,8 +539,8 @@ def goals(raw):
             r["hosts"], "" if r["hosts"] == 1 else "s", share, r["rate_middle80"], ideal)
         if r is pg[-1]:
             line += ", goal >= 0.9 at %d hosts: **%s**" % (r["hosts"], "met" if share >= 0.9 else "NOT met")
-        line += ". The machine was %.0f%% busy, %.0f%% of it this run's own processes (daemons, workers, server; " \
-                "load average %.1f -> %.1f)%s." % (
+        line += ". The machine's cores were %.0f%% busy; this run's own processes (daemons, workers, server) " \
+                "used %.0f%% of them, the rest was other work (load average %.1f -> %.1f)%s." % (
                     100 * r["machine_busy"], 100 * ours / r["cores_s"] if r.get("cores_s") else float("nan"),
                     r["load_start"][0], r["load_end"][0],
                     ": CPU-bound" if r["machine_busy"] >= 0.9 else "")
@@ -560,11 +563,13 @@ def goals(raw):
         if o and s10 and s10["rate_last_1k"] and o["rate_last_1k"]:
             x = s10["rate_last_1k"] / o["rate_last_1k"]
             parts.append("x%.1f at %d (**%s**%s)" % (x, large, "met" if x >= 20 else "NOT met",
-                                                    "" if o["reached"] else "; Optuna stopped at %d trials, its cost still growing" % o["complete"]))
+                                                    "" if o["reached"] else "; Optuna stopped at %d trials after %g s" % (o["complete"], o["deadline_s"])))
         if s1 and s10 and s1["rate_whole"] and s10["rate_last_1k"]:
             x = s10["rate_last_1k"] / s1["rate_whole"]
-            parts.append("from %d to %d trials %.2f of the throughput (%s)" % (
-                small, large, x, "flat" if x >= 0.8 else "NOT flat"))
+            within = s10["rate_last_1k"] / s10["rate_first_1k"] if s10["rate_first_1k"] else None
+            parts.append("from %d to %d trials %.2f of the throughput (%s; within the %d-trial run, its last 1000 "
+                         "against its first: %s)" % (small, large, x, "flat" if x >= 0.8 else "NOT flat", large,
+                                                    f(within, 2)))
         if parts:
             out.append("- %d process%s: %s." % (h, "" if h == 1 else "es", "; ".join(parts)))
     return out
@@ -582,7 +587,15 @@ def main():
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--target-dir", default=None)
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite the doc section from target/bench/%s (no measuring)" % RAW)
     args = ap.parse_args()
+    if args.render:
+        from search_bench import RAW_DIR
+
+        body = render(json.loads((RAW_DIR / RAW).read_text()))
+        print(body) if args.no_doc else write_section("postgres", body)
+        return
     hosts = [int(x) for x in args.hosts.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
     source = source_state()
