@@ -3,11 +3,16 @@
 
 use super::columns::NullableInt;
 use super::engine::{sql, Stamp};
+use super::outage::retrying;
 use super::{Result, SqlContext, Store, Study};
 
 impl Store {
     /// Replaces this host's `sweepd_gpus` rows of the study with the monitor's latest view.
     pub async fn write_gpus(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
+        retrying!(self, { self.write_gpus_attempt(study, host, rows).await })
+    }
+
+    async fn write_gpus_attempt(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
         let mut tx = self.begin().await?;
         for r in rows {
             sql!(tx.conn(), |c| sqlx::query(
@@ -46,6 +51,10 @@ impl Store {
     }
 
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
+        retrying!(self, { self.gpus_attempt(study).await })
+    }
+
+    async fn gpus_attempt(&self, study: &Study) -> Result<Vec<GpuRow>> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT host, device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
              expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at, expected_why \
@@ -59,6 +68,10 @@ impl Store {
 
     /// Telemetry samples of trial memory.
     pub async fn write_samples(&self, samples: &[MemorySample]) -> Result<()> {
+        retrying!(self, { self.write_samples_attempt(samples).await })
+    }
+
+    async fn write_samples_attempt(&self, samples: &[MemorySample]) -> Result<()> {
         if samples.is_empty() {
             return Ok(());
         }

@@ -654,7 +654,7 @@ impl Core {
         if !f.spends() {
             return self.finish_written(c, f).await;
         }
-        self.finish_end(&f).await?;
+        let counted = self.finish_end(&f).await?;
         let plan = self.plan(hint, false).await?;
         let Planned::Start(plan) = plan else {
             if self
@@ -663,7 +663,7 @@ impl Core {
                 .await?
                 .is_none()
             {
-                self.finished_elsewhere(&f);
+                self.finished_elsewhere(&f, counted);
             }
             return Ok(Finished {
                 params: f.shown.clone(),
@@ -691,7 +691,7 @@ impl Core {
             )
             .await?;
         if written.is_none() {
-            self.finished_elsewhere(&f);
+            self.finished_elsewhere(&f, counted);
         }
         let next = self.started(*plan, started);
         Ok(Finished {
@@ -703,14 +703,15 @@ impl Core {
     }
 
     /// A finish accounted for before it was written found the trial no longer RUNNING: another
-    /// process ended it (a host that took over this one's trials), so it spends nothing here.
-    pub(super) fn finished_elsewhere(&mut self, f: &Finishing) {
+    /// process ended it (a host that took over this one's trials), so it spends nothing here;
+    /// what the tally `counted` of it is taken back, and the next refresh reads the trial.
+    pub(super) fn finished_elsewhere(&mut self, f: &Finishing, counted: bool) {
         warn!(
             trial = f.number,
             "the trial was already ended by another process; its result here is not recorded"
         );
-        if f.spends() {
-            self.tally.unspend();
+        if counted {
+            self.tally.finished_elsewhere(f.trial_id, f.spends());
         }
     }
 
@@ -871,7 +872,8 @@ impl Core {
     /// The accounting of a finish once written (or about to be, in the same commit as the next
     /// start): budget, best value, breaker, memory model, pruner and sampler. (The metrics are
     /// the slot's to update, once the finish is durable.)
-    pub(super) async fn finish_end(&mut self, f: &Finishing) -> Result<(), RunError> {
+    /// Returns whether the tally had the trial open (and so counted the finish).
+    pub(super) async fn finish_end(&mut self, f: &Finishing) -> Result<bool, RunError> {
         let Finishing {
             trial_id,
             number,
@@ -888,7 +890,7 @@ impl Core {
             Finish::Pruned => (TrialState::Pruned, Vec::new()),
             Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
-        self.tally.finished_own(trial_id, f.spends());
+        let counted = self.tally.finished_own(trial_id, f.spends());
         if self.fatal.is_some() {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
             // them too, so that none of the streak spends the budget.
@@ -957,6 +959,6 @@ impl Core {
             constraints: f.constraints.clone(),
             distributions: f.dists.clone(),
         });
-        Ok(())
+        Ok(counted)
     }
 }

@@ -5,6 +5,10 @@
 //! notices a study deleted from the database. Every pass wakes the slots waiting for room.
 //! Reading the GPUs (`read_gpus`) is also what a trial's end and a worker's exit do at once, so
 //! that admission does not wait for the next pass.
+//!
+//! While the database cannot be reached that loop waits in the store like every other task;
+//! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
+//! waiting, not wedged) and the metrics say so until the server is back.
 
 use super::core::Core;
 use super::{study_deleted_under_us, Shared};
@@ -86,15 +90,23 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         } else {
             DaemonState::Running
         };
+        let last_outage = sh.store.outage().borrow().last.clone();
+        // `status` shows the pause, else the last outage of the database this daemon rode out.
+        let detail = paused
+            .clone()
+            .or_else(|| last_outage.as_ref().map(outage_note));
         let asked = Instant::now();
         let written = sh
             .store
-            .daemon_state(&sh.study, &sh.me, state, paused.as_deref())
+            .daemon_state(&sh.study, &sh.me, state, detail.as_deref())
             .await;
         // The store waits through an outage instead of failing: a heartbeat that took this
-        // long was one.
+        // long was one, and every heartbeat is old at the end of one.
         if asked.elapsed() > Duration::from_secs(2) {
             last_silence = Instant::now();
+        }
+        if let Some(ended) = sh.store.outage().borrow().last.as_ref() {
+            last_silence = last_silence.max(ended.at);
         }
         match written {
             Ok(true) => {}
@@ -129,6 +141,46 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         sh.changed.notify_waiters();
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
+            _ = done.cancelled() => return,
+        }
+    }
+}
+
+/// How `status` shows the last outage of the database a daemon rode out.
+pub(super) fn outage_note(o: &crate::store::Ended) -> String {
+    format!(
+        "the database could not be reached for {} until {}; what finished meanwhile was written then",
+        crate::units::format_duration(Duration::from_secs(o.lasted.as_secs().max(1))),
+        o.at_wall
+    )
+}
+
+/// Speaks for the daemon while the database cannot be reached (the housekeeping loop is
+/// waiting in the store then, like the slots): `systemctl status` says so, the watchdog is fed
+/// (the daemon is waiting for the server, not wedged: every store operation meanwhile is
+/// retried with a bounded wait), and `sweepd_database_up` drops to 0.
+pub(super) async fn watch_outages(sh: Arc<Shared>, done: CancellationToken) {
+    let mut outage = sh.store.outage();
+    loop {
+        let (since, error) = {
+            let o = outage.borrow_and_update();
+            (o.since, o.error.clone())
+        };
+        sh.metrics.set_database_up(since.is_none());
+        if let Some(since) = since {
+            let status = format!(
+                "database unreachable for {}: no trial starts until it is back; running trials go on, their results are written then ({})",
+                crate::units::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                error.as_deref().unwrap_or("no answer")
+            );
+            let _ = sd_notify::notify(&[
+                sd_notify::NotifyState::Status(&status),
+                sd_notify::NotifyState::Watchdog,
+            ]);
+        }
+        tokio::select! {
+            changed = outage.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(1)), if since.is_some() => {}
             _ = done.cancelled() => return,
         }
     }

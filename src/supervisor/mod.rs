@@ -269,6 +269,10 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             DaemonLockError::Store(s) => RunError::Store(s),
             held => RunError::Locked(held.to_string()),
         })?;
+    // The study is ours: from now on a lost connection to a PostgreSQL server is waited
+    // through (no trial starts meanwhile; what workers finish is written when it is back)
+    // instead of ending the run.
+    store.wait_through_outages();
     let result = run_locked(config, store.clone(), study.clone(), me.clone(), control).await;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // However the run ended (housekeeping noticed, or a write failed on the missing rows),
@@ -294,8 +298,15 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
     if left_running {
         warn!("trials of this daemon are still RUNNING in the database: another host fails them over after [storage] host_timeout, or the next start on this host re-enqueues them");
     } else {
+        // The row keeps naming the last outage of the database this run rode out.
+        let outage = store
+            .outage()
+            .borrow()
+            .last
+            .as_ref()
+            .map(housekeeping::outage_note);
         let _ = store
-            .daemon_state(&study, &me, DaemonState::Stopped, None)
+            .daemon_state(&study, &me, DaemonState::Stopped, outage.as_deref())
             .await;
     }
     result
@@ -426,7 +437,7 @@ async fn run_locked(
         gpus = monitor.as_ref().map(|m| tracing::field::debug(m.devices.clone())),
         "study started"
     );
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(&me.host));
     metrics.set_counts(&counts);
     let gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
@@ -502,6 +513,10 @@ async fn run_locked(
         ));
     }
     let housekeeping = tokio::spawn(housekeeping::housekeep(shared.clone(), slots_done.clone()));
+    tokio::spawn(housekeeping::watch_outages(
+        shared.clone(),
+        slots_done.clone(),
+    ));
     // The database is migrated and NVML read: systemd may consider us started.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     // Slot tasks by index: SIGHUP may raise max_par (start the missing ones) or lower it
