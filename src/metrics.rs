@@ -325,6 +325,9 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("unset"), "{text}");
-        assert!(text.contains(r#"sweepd_pareto_front_trials{host="h"} 7"#), "{text}");
+        assert!(
+            text.contains(r#"sweepd_pareto_front_trials{host="h"} 7"#),
+            "{text}"
+        );
     }
 }

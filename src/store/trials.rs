@@ -4,9 +4,9 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
-use super::suggested::FAIL_REASON_USER_ATTR;
 use super::once::{once, Commit};
 use super::outage::retrying;
+use super::suggested::FAIL_REASON_USER_ATTR;
 use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,

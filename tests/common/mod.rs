@@ -425,7 +425,6 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Output {
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     }
-    out
 }
 
 /// Waits (bounded) until `cond` holds.
