@@ -26,9 +26,9 @@ More seeds for some cells, after the main run (fresh seeds, so an independent sa
     .venv/bin/python bench/multi_bench.py --more --algos nsga2 --first-seed 20 --seeds 200
     .venv/bin/python bench/multi_bench.py --more --algos tpe --problems dtlz2 --first-seed 20 --seeds 100
 
-Each ``--more`` run replaces its cells in ``target/bench/multi_more.json`` and the section is
-rendered again from both files, the extra cells in a table of their own with confidence
-intervals.
+Each ``--more`` run adds its cells to ``target/bench/multi_more.json`` (replacing a cell run
+before from the same first seed) and the section is rendered again from both files, the extra
+cells in a table of their own with confidence intervals.
 """
 
 import argparse
@@ -319,9 +319,13 @@ def render_more(more, cps):
         " d @%d [95%% CI] | P(ours ≥ Optuna) @%d (p) |" % (c, c) for c in cps)
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     verdicts = []
-    for key in sorted(more["cells"], key=lambda k: (PROBLEMS.index(k.split("/")[0]), k)):
+    def order(key):
+        problem, algo, first = key.split("/")
+        return PROBLEMS.index(problem), algo, int(first)
+
+    for key in sorted(more["cells"], key=order):
         cell = more["cells"][key]
-        problem, algo = key.split("/")
+        problem, algo, _ = key.split("/")
         row = "| %s | %s | %d (%d..%d) |" % (problem, algo_name(algo), len(cell["seeds"]),
                                              cell["seeds"][0], cell["seeds"][-1])
         cmps = []
@@ -416,7 +420,8 @@ def main():
             + ("" if args.trials == 300 else " --trials %d" % args.trials)
         for problem in problems:
             for algo in algos:
-                more["cells"]["%s/%s" % (problem, algo)] = {
+                # One row per cell and first seed: a run on other fresh seeds adds a row.
+                more["cells"]["%s/%s/%d" % (problem, algo, args.first_seed)] = {
                     "command": command, "seeds": list(seeds), "info": info,
                     "load_end": os.getloadavg(), "wall_s": time.time() - start,
                     "hv": {who: summary[problem]["%s-%s" % (who, algo)]["hv"]
