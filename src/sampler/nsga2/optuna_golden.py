@@ -60,7 +60,13 @@ def objectives(p):
     return [x * g, (1 - x * x) / g]
 
 
-def replay(seed, population, trials, constrained):
+def zdt2(p):
+    """ZDT2's non-convex front in x, its g from the other params (minimize, maximize)."""
+    g = 1 + 9 * (math.log10(p["lr"]) + 4) / 3 / 4 + (p["n"] - 1) / 8 + p["s"] + "abc".index(p["c"])
+    return [p["x"], -g * (1 - (p["x"] / g) ** 2)]
+
+
+def replay(seed, population, trials, constrained, objective=objectives):
     sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
     study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
     out = []
@@ -73,7 +79,7 @@ def replay(seed, population, trials, constrained):
             constraints = [float(p["n"] - 5), p["s"] - 0.75]
             for i, v in enumerate(constraints):
                 trial.set_constraint("k%d" % i, v)
-        values = objectives(p)
+        values = objective(p)
         study.tell(trial, values)
         out.append({"params": external(p), "values": values, "constraints": constraints})
     key = "NSGAIISampler:generation"
@@ -167,6 +173,8 @@ def main():
             replay(seed=1, population=6, trials=60, constrained=False),
             replay(seed=2, population=4, trials=40, constrained=False),
             replay(seed=3, population=6, trials=60, constrained=True),
+            # Larger pools, a front like the benchmark's ZDT2.
+            replay(seed=4, population=20, trials=200, constrained=False, objective=zdt2),
         ],
         "children": [children(n, constrained=False), children(n, constrained=True)],
     }
