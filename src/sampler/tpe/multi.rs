@@ -477,9 +477,6 @@ mod tests {
                     }
                 }
             }
-            let _ = s
-                .propose(&space, &Params::new(), trials.len() as u64)
-                .unwrap();
         }
     }
 }
