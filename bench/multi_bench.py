@@ -403,7 +403,7 @@ def render_more(more, cps):
         "",
     ]
     runs = {}
-    for key, cell in sorted(more["cells"].items()):
+    for key, cell in sorted(more["cells"].items(), key=lambda kv: kv[1]["info"]["date_utc"]):
         runs.setdefault(cell["command"], cell)
     for command, cell in runs.items():
         info = cell["info"]
@@ -439,17 +439,20 @@ def render_more(more, cps):
         lines.append(row)
     lines.append("")
     lo = min(v["lo"] for v in verdicts)
-    sig = [v for v in verdicts if v["p_value"] < 0.05]
+    sig = [v for v in verdicts if v["p_value"] < 0.05 or v["lo"] > 0 or v["hi"] < 0]
+    sizes = sorted({len(c["seeds"]) for c in more["cells"].values()})
     lines.append(
-        "Over these %d comparisons the lowest end of a 95%% interval is %+.2f sd: a gap larger "
-        "than that is ruled out at that confidence; %d comparison%s differ%s at the 5%% level "
-        "(two-sided, uncorrected)%s. With %s seeds a side the smallest difference detected with "
-        "80%% power is %s sd." % (
+        "Over these %d comparisons the lowest end of a 95%% interval is %+.2f sd; %d "
+        "comparison%s differ%s from Optuna at the 5%% level, by the interval or by Mann-Whitney "
+        "(two-sided, uncorrected; about %.1f are expected by chance alone)%s. The smallest "
+        "difference detected with 80%% power: %s." % (
             len(verdicts), lo, len(sig), "" if len(sig) == 1 else "s",
-            "s" if len(sig) == 1 else "",
-            (": " + ", ".join("d = %+.2f" % v["d"] for v in sig)) if sig else "",
-            "/".join(sorted({str(len(c["seeds"])) for c in more["cells"].values()})),
-            "/".join(sorted({"%.2f" % v["mde"] for v in verdicts}))))
+            "s" if len(sig) == 1 else "", 0.05 * len(verdicts),
+            (": " + ", ".join("d = %+.2f [%+.2f, %+.2f], p = %.2f"
+                              % (v["d"], v["lo"], v["hi"], v["p_value"]) for v in sig))
+            if sig else "",
+            ", ".join("%.2f sd with %d seeds a side" % ((Z95 + Z80) * math.sqrt(2.0 / n), n)
+                      for n in sizes)))
     return lines
 
 
