@@ -1,5 +1,7 @@
 //! NSGA-II's tests: elite selection against Optuna 5.0's, generations, the child's make-up,
-//! constraints, and that it optimises.
+//! constraints, and that it optimises. Against Optuna's own code (`optuna_golden.py` writes what
+//! it did to `optuna_golden.json`): whole studies replayed (generations and parents trial for
+//! trial) and the make-up of many children of fixed parents.
 
 use super::*;
 use crate::sampler::testkit::{f_of, seeded};
@@ -270,4 +272,260 @@ fn a_proposal_is_a_function_of_seed_key_and_history() {
         assert_eq!(b.sample(&space, &none, k), pa[(k - 100) as usize]);
     }
     assert_ne!(pa[0], pa[1]);
+}
+
+/// What Optuna 5.0's NSGA-II did, written by `optuna_golden.py` beside this file (see there).
+const OPTUNA_GOLDEN: &str = include_str!("optuna_golden.json");
+
+fn golden() -> serde_json::Value {
+    serde_json::from_str(OPTUNA_GOLDEN).unwrap()
+}
+
+/// The space of the golden cases (`SPACE` in `optuna_golden.py`).
+fn golden_space() -> SearchSpace {
+    SearchSpace {
+        params: vec![
+            spec("x", float(0.0, 1.0, None, false)),
+            spec("lr", float(1e-4, 1e-1, None, true)),
+            spec("n", int(1, 9, 2, false)),
+            spec("s", float(0.0, 1.0, Some(0.25), false)),
+            spec("c", cat(3)),
+        ],
+    }
+}
+
+/// Golden params (numbers; the categorical as its choice's index) as sweepd's.
+fn golden_params(v: &serde_json::Value) -> Params {
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, x)| {
+            let p = match k.as_str() {
+                "n" => ParamValue::Int(x.as_i64().unwrap()),
+                "c" => ParamValue::Choice(x.as_u64().unwrap() as usize),
+                _ => ParamValue::Float(x.as_f64().unwrap()),
+            };
+            (k.clone(), p)
+        })
+        .collect()
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn golden_record(number: i64, t: &serde_json::Value) -> TrialRecord {
+    let space = golden_space();
+    TrialRecord {
+        number,
+        params: golden_params(&t["params"]),
+        state: TrialState::Complete,
+        values: floats(&t["values"]),
+        constraints: floats(&t["constraints"]),
+        distributions: space
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.dist.clone()))
+            .collect(),
+    }
+}
+
+/// Optuna's studies replayed: every trial asked for (which is when a generation's parents are
+/// chosen), then given Optuna's params and told its values. Generations and parent populations
+/// must be Optuna's, trial for trial: the bookkeeping (a new generation once the newest holds
+/// `population_size` COMPLETE trials; parents = elite of the last generation and its parents)
+/// and the selection, with and without constraints.
+#[test]
+fn replayed_optuna_studies_get_optunas_generations_and_parents() {
+    let space = golden_space();
+    for case in golden()["replay"].as_array().unwrap() {
+        let mut s = Nsga2Sampler::new(
+            &[Direction::Minimize, Direction::Maximize],
+            SamplerConfig {
+                population_size: case["population"].as_u64().unwrap() as usize,
+                ..seeded(case["seed"].as_u64().unwrap())
+            },
+        );
+        let trials = case["trials"].as_array().unwrap();
+        for (k, t) in trials.iter().enumerate() {
+            let k = k as i64;
+            s.propose(&space, &Params::new(), k as u64).unwrap();
+            let record = golden_record(k, t);
+            s.observe(k, &record.params);
+            s.tell(&record);
+        }
+        let what = format!("seed {}", case["seed"]);
+        for (k, t) in trials.iter().enumerate() {
+            assert_eq!(
+                u64::from(s.generation[&(k as i64)]),
+                t["generation"].as_u64().unwrap(),
+                "{what}: generation of trial {k}"
+            );
+        }
+        let want = case["parents"].as_object().unwrap();
+        assert!(!want.is_empty());
+        for (g, parents) in want {
+            let g: u32 = g.parse().unwrap();
+            let parents: Vec<i64> = parents
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_i64().unwrap())
+                .collect();
+            assert_eq!(s.parents.get(&g), Some(&parents), "{what}: parents of {g}");
+        }
+    }
+}
+
+/// Where a child's params come from, counted as `optuna_golden.py` counts Optuna's.
+#[derive(Default)]
+struct Sources {
+    /// Per param: the parent index (numbers), the choice (the categorical) or "m" (mutated).
+    per_param: BTreeMap<String, BTreeMap<String, u64>>,
+    /// How many params were mutated.
+    mutated: BTreeMap<String, u64>,
+    /// Which parents the numeric params came from, together.
+    contributors: BTreeMap<String, u64>,
+}
+
+impl Sources {
+    fn from_golden(case: &serde_json::Value) -> Sources {
+        let counts = |v: &serde_json::Value| -> BTreeMap<String, u64> {
+            v.as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, c)| (k.clone(), c.as_u64().unwrap()))
+                .collect()
+        };
+        Sources {
+            per_param: case["per_param"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), counts(v)))
+                .collect(),
+            mutated: counts(&case["mutated"]),
+            contributors: counts(&case["contributors"]),
+        }
+    }
+}
+
+/// `ours` and `theirs` (counts out of `n_ours`, `n_theirs`) agree within sampling error: every
+/// key's frequency within 5 standard errors of the difference of two proportions (plus a
+/// little, for keys Optuna never saw).
+fn assert_same_frequencies(
+    what: &str,
+    ours: &BTreeMap<String, u64>,
+    n_ours: u64,
+    theirs: &BTreeMap<String, u64>,
+    n_theirs: u64,
+) {
+    let keys: std::collections::BTreeSet<&String> = ours.keys().chain(theirs.keys()).collect();
+    for k in keys {
+        let a = ours.get(k).copied().unwrap_or(0) as f64 / n_ours as f64;
+        let b = theirs.get(k).copied().unwrap_or(0) as f64 / n_theirs as f64;
+        let p = (a * n_ours as f64 + b * n_theirs as f64) / (n_ours + n_theirs) as f64;
+        let se = (p * (1.0 - p) * (1.0 / n_ours as f64 + 1.0 / n_theirs as f64)).sqrt();
+        assert!(
+            (a - b).abs() <= 5.0 * se + 1e-4,
+            "{what} `{k}`: sweepd {a:.4}, Optuna {b:.4} (5 se = {:.4})",
+            5.0 * se
+        );
+    }
+}
+
+/// Children of fixed parents, many of them, against Optuna's `NSGAIIChildGenerationStrategy`
+/// on the same parents: the same tournament (who wins how often, the second parent drawn from
+/// the others), uniform crossover (numbers and the categorical alike) or a copy, and mutation
+/// (how many params are left to be drawn at random), with and without constraints.
+#[test]
+fn children_of_fixed_parents_come_from_where_optunas_do() {
+    let space = golden_space();
+    let names: Vec<&str> = space.params.iter().map(|p| p.name.as_str()).collect();
+    for case in golden()["children"].as_array().unwrap() {
+        let mut s = sampler(5);
+        let parents: Vec<i64> = (0..5).collect();
+        for (k, p) in case["parents"].as_array().unwrap().iter().enumerate() {
+            s.tell(&golden_record(k as i64, p));
+        }
+        let source = |name: &str, v: &ParamValue| -> String {
+            if name == "c" {
+                return ["a", "b", "c"][match v {
+                    ParamValue::Choice(c) => *c,
+                    _ => unreachable!(),
+                }]
+                .to_owned();
+            }
+            let k = parents
+                .iter()
+                .position(|n| &s.individuals[n].params[name] == v)
+                .unwrap_or_else(|| panic!("{name} = {v:?} is no parent's"));
+            k.to_string()
+        };
+        let n: u64 = 200_000;
+        let mut ours = Sources::default();
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        for _ in 0..n {
+            let child = s.child(&parents, &names, &mut rng);
+            *ours
+                .mutated
+                .entry((names.len() - child.len()).to_string())
+                .or_default() += 1;
+            let mut from = std::collections::BTreeSet::new();
+            for name in &names {
+                let key = match child.get(*name) {
+                    None => "m".to_owned(),
+                    Some(v) => {
+                        let k = source(name, v);
+                        if *name != "c" {
+                            from.insert(k.clone());
+                        }
+                        k
+                    }
+                };
+                *ours
+                    .per_param
+                    .entry((*name).to_owned())
+                    .or_default()
+                    .entry(key)
+                    .or_default() += 1;
+            }
+            let from: Vec<String> = from.into_iter().collect();
+            *ours.contributors.entry(from.join(",")).or_default() += 1;
+        }
+        let theirs = Sources::from_golden(case);
+        let n_theirs = case["n"].as_u64().unwrap();
+        let what = if case["constrained"].as_bool().unwrap() {
+            "constrained"
+        } else {
+            "unconstrained"
+        };
+        for name in &names {
+            assert_same_frequencies(
+                &format!("{what}: source of {name}"),
+                &ours.per_param[*name],
+                n,
+                &theirs.per_param[*name],
+                n_theirs,
+            );
+        }
+        assert_same_frequencies(
+            &format!("{what}: params mutated"),
+            &ours.mutated,
+            n,
+            &theirs.mutated,
+            n_theirs,
+        );
+        assert_same_frequencies(
+            &format!("{what}: parents together"),
+            &ours.contributors,
+            n,
+            &theirs.contributors,
+            n_theirs,
+        );
+    }
 }

@@ -300,14 +300,13 @@ impl TpeSampler {
             .collect()
     }
 
-    /// One TPE proposal for the params `space` jointly, from the history split for trial
-    /// `current`. Every param must be modelled (not single-valued, not invalid).
-    fn propose_joint(
+    /// The estimators `l(x)` (below) and `g(x)` (above) of the params `space` jointly, from
+    /// the history split for trial `current`. Every param must be modelled.
+    fn estimators(
         &self,
         space: &[(String, Model)],
         current: Option<i64>,
-        rng: &mut ChaCha8Rng,
-    ) -> Vec<ParamValue> {
+    ) -> (Estimator, Estimator) {
         let (below, above) = self.split(current);
         let (below, above) = (self.project(space, &below), self.project(space, &above));
         let below: Vec<&[f64]> = below.iter().map(|r| &r[..]).collect();
@@ -316,6 +315,19 @@ impl TpeSampler {
         let dims: Vec<usize> = (0..space.len()).collect();
         let l = Estimator::weighted(&models, &dims, &below, self.is_multi_objective());
         let g = Estimator::new(&models, &dims, &above);
+        (l, g)
+    }
+
+    /// One TPE proposal for the params `space` jointly, from the history split for trial
+    /// `current`. Every param must be modelled (not single-valued, not invalid).
+    fn propose_joint(
+        &self,
+        space: &[(String, Model)],
+        current: Option<i64>,
+        rng: &mut ChaCha8Rng,
+    ) -> Vec<ParamValue> {
+        let models: Vec<&Model> = space.iter().map(|(_, m)| m).collect();
+        let (l, g) = self.estimators(space, current);
         let n_cand = self.settings.n_ei_candidates.max(1);
         let cands = l.sample(rng, n_cand);
         let ll = l.log_pdf(&cands);

@@ -10,6 +10,9 @@
 //! With an infinite loss in the rank the hypervolume is infinite and the first points in
 //! lexicographic order are taken, as Optuna does. Below's kernels are then weighted equally
 //! (Optuna 5.0 gives "below" uniform weights with several objectives).
+//!
+//! The tests compare the split and each param's `log l(x)`, `log g(x)` with what Optuna's own
+//! code gives on the same trials (`optuna_multi_golden.py` writes it to the `.json` beside it).
 
 use crate::study::pareto::fast_nondomination_ranks;
 use std::cmp::Ordering;
@@ -307,5 +310,173 @@ mod tests {
         // An infinite reference: the first in lexicographic order.
         let w = vec![vec![3.0, 0.0], vec![1.0, 2.0], vec![2.0, 1.0]];
         assert_eq!(solve_hssp(&rows(&w), 2, &[f64::INFINITY, 3.0]), [1, 2]);
+    }
+
+    /// What Optuna 5.0's multi-objective TPE did, written by `optuna_multi_golden.py` beside
+    /// this file (see there).
+    const OPTUNA_GOLDEN: &str = include_str!("optuna_multi_golden.json");
+
+    fn golden() -> serde_json::Value {
+        serde_json::from_str(OPTUNA_GOLDEN).unwrap()
+    }
+
+    fn floats(v: &serde_json::Value) -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap_or(f64::INFINITY))
+            .collect()
+    }
+
+    /// Optuna's `_split_complete_trials_multi_objective` on 120 sets of rows with two or three
+    /// objectives on a coarse grid (ties, copies, a rank cut by hypervolume; some infinite).
+    #[test]
+    fn below_is_optunas_on_ties_copies_and_infinities() {
+        for (c, case) in golden()["split"].as_array().unwrap().iter().enumerate() {
+            let v: Vec<Vec<f64>> = case["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(floats)
+                .collect();
+            let n_below = case["n_below"].as_u64().unwrap() as usize;
+            let want: Vec<usize> = case["below"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as usize)
+                .collect();
+            assert_eq!(select_below(&rows(&v), n_below), want, "case {c}: {v:?}");
+        }
+    }
+
+    /// Optuna's independent multi-objective TPE on whole studies (two and three objectives,
+    /// some maximized, half the trials constrained and some of those infeasible): the trials
+    /// below, and each param's `log l(x)` and `log g(x)` at a few points, to 1e-9. This covers
+    /// the split as the sampler makes it (feasible trials by rank, then infeasible ones by
+    /// violation, `gamma(n) = ceil(0.1 n)`) and the weights (below uniform, above fading).
+    #[test]
+    fn independent_scores_are_optunas() {
+        use crate::sampler::testkit::seeded;
+        use crate::sampler::tpe::model::Model;
+        use crate::sampler::tpe::TpeSampler;
+        use crate::sampler::Sampler;
+        use crate::study::space::test_util::{cat, float, int, spec};
+        use crate::study::{Direction, ParamValue, Params, SearchSpace, TrialRecord, TrialState};
+
+        let space = SearchSpace {
+            params: vec![
+                spec("x", float(0.0, 1.0, None, false)),
+                spec("lr", float(1e-4, 1e-1, None, true)),
+                spec("n", int(1, 9, 2, false)),
+                spec("s", float(0.0, 1.0, Some(0.25), false)),
+                spec("c", cat(3)),
+            ],
+        };
+        let to_params = |v: &serde_json::Value| -> Params {
+            v.as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, x)| {
+                    let p = match k.as_str() {
+                        "n" => ParamValue::Int(x.as_i64().unwrap()),
+                        "c" => ParamValue::Choice(x.as_u64().unwrap() as usize),
+                        _ => ParamValue::Float(x.as_f64().unwrap()),
+                    };
+                    (k.clone(), p)
+                })
+                .collect()
+        };
+        for case in golden()["acquisition"].as_array().unwrap() {
+            let directions: Vec<Direction> = case["directions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| match d.as_str().unwrap() {
+                    "minimize" => Direction::Minimize,
+                    _ => Direction::Maximize,
+                })
+                .collect();
+            let mut s = TpeSampler::with_directions(&directions, seeded(0));
+            let trials = case["trials"].as_array().unwrap();
+            let xs: Vec<f64> = trials
+                .iter()
+                .map(|t| t["params"]["x"].as_f64().unwrap())
+                .collect();
+            for (k, t) in trials.iter().enumerate() {
+                s.tell(&TrialRecord {
+                    number: k as i64,
+                    params: to_params(&t["params"]),
+                    state: TrialState::Complete,
+                    values: floats(&t["values"]),
+                    constraints: floats(&t["constraints"]),
+                    distributions: space
+                        .params
+                        .iter()
+                        .map(|p| (p.name.clone(), p.dist.clone()))
+                        .collect(),
+                });
+            }
+            let what = format!("seed {}", case["seed"]);
+            let (below, _) = s.split(None);
+            // Trials below, named by their x (distinct floats).
+            let x_model = [("x".to_owned(), Model::new(&space.params[0].dist))];
+            let mut got: Vec<usize> = s
+                .project(&x_model, &below)
+                .iter()
+                .map(|r| xs.iter().position(|&x| x == r[0]).unwrap())
+                .collect();
+            got.sort_unstable();
+            let want: Vec<usize> = case["below"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as usize)
+                .collect();
+            assert_eq!(got, want, "{what}: trials below");
+            let points: Vec<Params> = case["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(to_params)
+                .collect();
+            for p in &space.params {
+                let model = Model::new(&p.dist);
+                // What `suggest` builds for this param.
+                let (l, g) = s.estimators(&[(p.name.clone(), model.clone())], None);
+                // A point as a candidate: model coordinate, grid index or choice.
+                let cands: Vec<f64> = points
+                    .iter()
+                    .map(|q| match (&model, &q[&p.name]) {
+                        (Model::Numeric(num), v) => {
+                            let x = match *v {
+                                ParamValue::Float(x) => x,
+                                ParamValue::Int(i) => i as f64,
+                                ParamValue::Choice(_) => unreachable!(),
+                            };
+                            match num.grid {
+                                Some(grid) => ((x - grid.low) / grid.step).round(),
+                                None => num.coord(x),
+                            }
+                        }
+                        (_, ParamValue::Choice(c)) => *c as f64,
+                        _ => unreachable!(),
+                    })
+                    .collect();
+                let scores = &case["scores"][&p.name];
+                for (side, got, want) in [
+                    ("below", l.log_pdf(&cands), floats(&scores["below"])),
+                    ("above", g.log_pdf(&cands), floats(&scores["above"])),
+                ] {
+                    for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (got - want).abs() < 1e-9 * want.abs().max(1.0),
+                            "{what} {} {side} at point {k}: {got} vs Optuna {want}",
+                            p.name
+                        );
+                    }
+                }
+            }
+        }
     }
 }
