@@ -95,6 +95,12 @@ impl Output {
         let _ = tokio::time::timeout(SETTLE_WAIT, eofs.wait_for(|n| *n >= 2)).await;
     }
 
+    /// Whether both pipes reached end of file and all they carried is written.
+    #[cfg(test)]
+    pub(super) fn written(&self) -> bool {
+        *self.eofs_written.borrow() >= 2
+    }
+
     pub(super) fn reset_tail(&self) {
         self.tail.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
@@ -438,8 +444,16 @@ mod tests {
             log_max_total: 40_000,
         };
         let mut w = Worker::spawn(1, &spec).unwrap();
-        // The exit is reported once the output is written: no wait for the writer here.
         while !matches!(w.next_event().await, Event::Exited(_)) {}
+        // The exit is reported once the output is written, or after SETTLE_WAIT: on a loaded
+        // machine the writer (300 lines, rotations, the directory's cap) can take longer.
+        for _ in 0..120 {
+            if w.output.written() {
+                break;
+            }
+            w.output.settled().await;
+        }
+        assert!(w.output.written(), "the writer finished within a minute");
         let current = std::fs::read_to_string(log_path(dir.path(), 1)).unwrap();
         assert!(
             current.contains("00299"),
