@@ -1,7 +1,8 @@
 //! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, takes the
-//! CLI's requests (`sweepd resume`), keeps the daemon's row, `systemctl status` line and the
-//! watchdog current, puts back sweepd's triggers when an Optuna migration dropped them, and
-//! notices a study deleted from the database. Every pass wakes the slots waiting for room.
+//! CLI's requests (`sweepd resume`), learns other processes' trials (`Core::catch_up`), keeps
+//! the daemon's row, `systemctl status` line and the watchdog current, puts back sweepd's
+//! triggers when an Optuna migration dropped them, and notices a study deleted from the
+//! database. Every pass wakes the slots waiting for room.
 
 use super::core::Core;
 use super::{study_deleted_under_us, Shared};
@@ -81,7 +82,13 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Err(e) => warn!("could not read commands: {e}"),
         }
         let (paused, status) = {
-            let core = sh.core.lock().await;
+            let mut core = sh.core.lock().await;
+            // Other processes' trials, also while no trial starts here (every slot busy with a
+            // long trial): the pruner judges the next report against their curves.
+            if core.catch_up().await.completed > 0 {
+                let front = core.progress.front().map(|f| f.0);
+                sh.metrics.set_best(&core.progress.bests(), front);
+            }
             if core.gpu.is_none() {
                 sh.metrics.set_running(None, core.running as usize);
             }
