@@ -14,6 +14,8 @@
 mod common;
 
 use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
 use sweepd::store::{Changes, DaemonId, Feed, StartCtx, StartOp, Started, Store, Study, Target};
 use sweepd::study::{
     Direction, Distribution, Finish, ParamSpec, ParamValue, Params, SearchSpace, Tally, TrialState,
@@ -228,4 +230,159 @@ fn a_read_returns_and_costs_only_what_changed_on_postgresql() {
     let pg = PgServer::start();
     let url = pg.create_db("rows");
     rt().block_on(a_read_returns_and_costs_only_what_changed(pg_target(&url)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Daemons learning other processes' trials while they run.
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// The daemon that learns: TPE (random for its first 5 trials) and a median pruner that waits
+/// for 15 COMPLETE trials, over one param x; its own objective is x^2 (faulty_worker), one
+/// trial at a time, half a second each (so every proposal follows a fresh read).
+const LEARNER: &str = r#"
+[params.x]
+type = "float"
+low = -2.0
+high = 2.0
+
+[sampler]
+n_startup_trials = 5
+
+[pruner]
+type = "median"
+n_startup_trials = 15
+"#;
+
+/// The learner's log: info, and the feed's debug lines ("learnt trials of other processes").
+const LEARNER_LOG: &str = "info,sweepd::supervisor::learn=debug";
+
+fn learner(n_trials: u64, storage: Option<String>) -> Cfg {
+    Cfg {
+        name: "learn".into(),
+        n_trials: Some(n_trials),
+        max_par: 1,
+        sampler: "tpe",
+        params: LEARNER.into(),
+        storage,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.5")
+}
+
+/// How many final trials the daemon's log says its sampler was told of other processes.
+fn told(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("learnt trials of other processes"))
+        .map(|l| {
+            let at = l.find("told=").expect("told=") + "told=".len();
+            let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<usize>().unwrap()
+        })
+        .sum()
+}
+
+/// What a learner did with the other process's trials (those numbered up to `others_last`,
+/// spread over x, all far better than its own and best near x = 1.8): it was told each of them once
+/// (`others_final`), its later proposals went there, and its median pruner, which its own
+/// trials alone never start (fewer than 15 COMPLETE), pruned its later trials against their
+/// curves.
+fn assert_learnt(trials: &[Value], log: &str, others_last: i64, others_final: usize) {
+    assert_eq!(told(log), others_final, "told each trial once:\n{log}");
+    let own: Vec<&Value> = trials.iter().filter(|t| t["worker_id"].is_i64()).collect();
+    let before: Vec<&Value> = own
+        .iter()
+        .copied()
+        .filter(|t| t["number"].as_i64().unwrap() < others_last - 25)
+        .collect();
+    // Proposed after every trial of the other process was in (one trial of slack for a
+    // proposal made just before the last read).
+    let after: Vec<&Value> = own
+        .iter()
+        .copied()
+        .filter(|t| t["number"].as_i64().unwrap() > others_last + 1)
+        .collect();
+    let xs: Vec<f64> = after
+        .iter()
+        .map(|t| t["params"]["x"].as_f64().unwrap())
+        .collect();
+    assert!(after.len() >= 5, "too few trials after the others': {xs:?}");
+    let near = xs.iter().filter(|x| **x > 1.0).count();
+    // Its own trials alone lead TPE to x near 0; the others' lead it near 1.8.
+    assert!(
+        near * 4 >= xs.len() * 3,
+        "TPE proposed near the other process's best trials only {near} times of {}: {xs:?}",
+        xs.len()
+    );
+    assert!(
+        before.iter().all(|t| t["state"] != "PRUNED"),
+        "pruned before the others' curves were in: {before:#?}"
+    );
+    // The pruner waits for 15 COMPLETE trials: until its own 15th, only the other process's
+    // curves can have started it.
+    let own_15th = own
+        .iter()
+        .filter(|t| t["state"] == "COMPLETE")
+        .nth(14)
+        .map_or(i64::MAX, |t| t["number"].as_i64().unwrap());
+    let unprimed: Vec<&Value> = after
+        .iter()
+        .copied()
+        .filter(|t| t["number"].as_i64().unwrap() < own_15th)
+        .collect();
+    let pruned = unprimed.iter().filter(|t| t["state"] == "PRUNED").count();
+    assert!(
+        unprimed.len() >= 5 && pruned * 4 >= unprimed.len() * 3,
+        "pruned {pruned} of {} trials after the others' curves came and before its own 15th \
+         COMPLETE trial: {unprimed:#?}",
+        unprimed.len()
+    );
+}
+
+fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(start.elapsed() < LIMIT, "{what} did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Optuna optimizing the same SQLite study beside a running daemon: the daemon's TPE and
+/// median pruner learn its trials as they finish (before, a daemon read the study once, at
+/// its start).
+#[test]
+fn an_optuna_process_beside_the_daemon_teaches_its_tpe_and_pruner_on_sqlite() {
+    let mut sweep = Sweep::new(&learner(45, None));
+    sweep.env.push(("SWEEPD_LOG".into(), LEARNER_LOG.into()));
+    let mut daemon = sweep.spawn_run();
+    wait_until(LIMIT, "6 trials of the daemon's own", || {
+        finished(&sweep) >= 6
+    });
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_region.py"))
+        .arg(&sweep.db)
+        .args(["learn", "20", "-2.0", "2.0", "1.8"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "optuna: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(theirs.len(), 20);
+    let status = wait_exit(&mut daemon, "the daemon");
+    assert!(status.success(), "{}", sweep.daemon_stderr());
+    assert_learnt(
+        &sweep.trials(),
+        &sweep.daemon_stderr(),
+        *theirs.iter().max().unwrap(),
+        20,
+    );
 }
