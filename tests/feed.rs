@@ -238,8 +238,10 @@ fn a_read_returns_and_costs_only_what_changed_on_postgresql() {
 const LIMIT: Duration = Duration::from_secs(300);
 
 /// The daemon that learns: TPE (random for its first 5 trials) and a median pruner that waits
-/// for 15 COMPLETE trials, over one param x; its own objective is x^2 (faulty_worker), one
-/// trial at a time, half a second each (so every proposal follows a fresh read).
+/// for 25 COMPLETE trials, over one param x; its own objective is x^2 (faulty_worker), one
+/// trial at a time, a second each (so every proposal follows a fresh read, and the other
+/// process has time to write its trials while the learner still has budget left). Its budget
+/// leaves it 25 trials at most: its own never start the pruner.
 const LEARNER: &str = r#"
 [params.x]
 type = "float"
@@ -251,7 +253,7 @@ n_startup_trials = 5
 
 [pruner]
 type = "median"
-n_startup_trials = 15
+n_startup_trials = 25
 "#;
 
 /// The learner's log: info, and the feed's debug lines ("learnt trials of other processes").
@@ -267,7 +269,7 @@ fn learner(n_trials: u64, storage: Option<String>) -> Cfg {
         storage,
         ..Cfg::default()
     }
-    .env("SWEEPD_TEST_SLEEP", "0.5")
+    .env("SWEEPD_TEST_SLEEP", "1.0")
 }
 
 /// How many final trials the daemon's log says its sampler was told of other processes.
@@ -282,18 +284,19 @@ fn told(log: &str) -> usize {
         .sum()
 }
 
-/// What a learner did with the other process's trials (those numbered up to `others_last`,
+/// What a learner did with the other process's trials (numbered `others.0` to `others.1`,
 /// spread over x, all far better than its own and best near x = 1.8): it was told each of them once
 /// (`others_final`), its later proposals went there, and its median pruner, which its own
-/// trials alone never start (fewer than 15 COMPLETE), pruned its later trials against their
+/// trials alone never start (fewer than 25 COMPLETE), pruned its later trials against their
 /// curves.
-fn assert_learnt(trials: &[Value], log: &str, others_last: i64, others_final: usize) {
+fn assert_learnt(trials: &[Value], log: &str, others: (i64, i64), others_final: usize) {
+    let (others_first, others_last) = others;
     assert_eq!(told(log), others_final, "told each trial once:\n{log}");
     let own: Vec<&Value> = trials.iter().filter(|t| t["worker_id"].is_i64()).collect();
     let before: Vec<&Value> = own
         .iter()
         .copied()
-        .filter(|t| t["number"].as_i64().unwrap() < others_last - 25)
+        .filter(|t| t["number"].as_i64().unwrap() < others_first)
         .collect();
     // Proposed after every trial of the other process was in (one trial of slack for a
     // proposal made just before the last read).
@@ -307,6 +310,7 @@ fn assert_learnt(trials: &[Value], log: &str, others_last: i64, others_final: us
         .map(|t| t["params"]["x"].as_f64().unwrap())
         .collect();
     assert!(after.len() >= 5, "too few trials after the others': {xs:?}");
+    eprintln!("x of the proposals after the others' trials: {xs:?}");
     let near = xs.iter().filter(|x| **x > 1.0).count();
     // Its own trials alone lead TPE to x near 0; the others' lead it near 1.8.
     assert!(
@@ -318,22 +322,22 @@ fn assert_learnt(trials: &[Value], log: &str, others_last: i64, others_final: us
         before.iter().all(|t| t["state"] != "PRUNED"),
         "pruned before the others' curves were in: {before:#?}"
     );
-    // The pruner waits for 15 COMPLETE trials: until its own 15th, only the other process's
+    // The pruner waits for 25 COMPLETE trials: until its own 25th, only the other process's
     // curves can have started it.
-    let own_15th = own
+    let own_25th = own
         .iter()
         .filter(|t| t["state"] == "COMPLETE")
-        .nth(14)
+        .nth(24)
         .map_or(i64::MAX, |t| t["number"].as_i64().unwrap());
     let unprimed: Vec<&Value> = after
         .iter()
         .copied()
-        .filter(|t| t["number"].as_i64().unwrap() < own_15th)
+        .filter(|t| t["number"].as_i64().unwrap() < own_25th)
         .collect();
     let pruned = unprimed.iter().filter(|t| t["state"] == "PRUNED").count();
     assert!(
         unprimed.len() >= 5 && pruned * 4 >= unprimed.len() * 3,
-        "pruned {pruned} of {} trials after the others' curves came and before its own 15th \
+        "pruned {pruned} of {} trials after the others' curves came and before its own 25th \
          COMPLETE trial: {unprimed:#?}",
         unprimed.len()
     );
@@ -382,7 +386,103 @@ fn an_optuna_process_beside_the_daemon_teaches_its_tpe_and_pruner_on_sqlite() {
     assert_learnt(
         &sweep.trials(),
         &sweep.daemon_stderr(),
-        *theirs.iter().max().unwrap(),
+        (*theirs.iter().min().unwrap(), *theirs.iter().max().unwrap()),
         20,
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// On PostgreSQL, hosts.
+
+/// A host of the study at `url`: a study dir whose daemon runs as `SWEEPD_HOST_ID=host`.
+fn host(cfg: &Cfg, url: &str, host: &str) -> Sweep {
+    let cfg = Cfg {
+        storage: Some(format!("url = \"{url}\"\nhost_timeout = \"60s\"")),
+        ..cfg.clone()
+    };
+    let mut sweep = Sweep::new(&cfg);
+    sweep.env.push(("SWEEPD_HOST_ID".into(), host.into()));
+    sweep
+}
+
+/// The study as Optuna reads it through `url` (`tests/py/optuna_dump.py`).
+fn dump(url: &str, study: &str) -> Value {
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py/optuna_dump.py"))
+        .args([url, study])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "optuna_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two daemons as two hosts: host A's TPE and median pruner learn host B's trials as B
+/// finishes them (B started after A, so A's start-up read had none of them). B's objective
+/// is (x - 1.8)^2 - 100 over random proposals: far better than A's own x^2, best near 1.8.
+#[test]
+fn host_a_learns_host_b_trials_while_both_run_on_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("learn");
+    let mut a = host(&learner(65, None), &url, "a");
+    a.env.push(("SWEEPD_LOG".into(), LEARNER_LOG.into()));
+    let mut daemon_a = a.spawn_run();
+    let finished = || {
+        pg_try_column(
+            &url,
+            "SELECT count(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED', 'FAIL')",
+        )
+        .and_then(|c| c[0].parse::<u64>().ok())
+        .unwrap_or(0)
+    };
+    wait_until(LIMIT, "6 trials of host a", || finished() >= 6);
+    // B stops once the study holds 40 more final trials than now (a few of them A's).
+    let b_cfg = Cfg {
+        sampler: "random",
+        max_par: 2,
+        n_trials: Some(finished() + 40),
+        params: LEARNER
+            .replace("n_startup_trials = 5\n", "")
+            .replace("[pruner]\ntype = \"median\"\nn_startup_trials = 25\n", ""),
+        env: Vec::new(),
+        ..learner(0, None)
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.05")
+    .env("SWEEPD_TEST_TARGET_X", "1.8")
+    .env("SWEEPD_TEST_OFFSET", "-100");
+    let b = host(&b_cfg, &url, "b");
+    let out = b.run(&[], LIMIT);
+    assert!(out.status.success(), "host b: {}", stderr(&out));
+    let status = wait_exit(&mut daemon_a, "host a");
+    assert!(status.success(), "host a: {}", a.daemon_stderr());
+    let trials = dump(&url, "learn")["trials"].as_array().unwrap().clone();
+    let of = |h: &str| -> Vec<&Value> {
+        trials
+            .iter()
+            .filter(|t| t["system_attrs"]["sweepd:daemon"]["host"].as_str() == Some(h))
+            .collect()
+    };
+    let b_trials = of("b");
+    assert!(b_trials.len() >= 10, "host b ran {} trials", b_trials.len());
+    let b_numbers = b_trials.iter().map(|t| t["number"].as_i64().unwrap());
+    let b_span = (b_numbers.clone().min().unwrap(), b_numbers.max().unwrap());
+    // `assert_learnt` reads trials as `sweepd trials --json` shows them: A's have a worker.
+    let a_numbers: Vec<i64> = of("a")
+        .iter()
+        .map(|t| t["number"].as_i64().unwrap())
+        .collect();
+    let shown: Vec<Value> = a
+        .trials()
+        .into_iter()
+        .map(|mut t| {
+            if !a_numbers.contains(&t["number"].as_i64().unwrap()) {
+                t["worker_id"] = Value::Null;
+            }
+            t
+        })
+        .collect();
+    assert_learnt(&shown, &a.daemon_stderr(), b_span, b_trials.len());
 }
