@@ -486,3 +486,214 @@ fn host_a_learns_host_b_trials_while_both_run_on_postgresql() {
         .collect();
     assert_learnt(&shown, &a.daemon_stderr(), b_span, b_trials.len());
 }
+
+// ---------------------------------------------------------------------------------------------
+// What arrived after PostgreSQL, on PostgreSQL: define-by-run and several objectives, each with
+// two hosts learning each other's trials.
+
+/// Runs `cfg` as hosts a and b on the study at `url` at once, both to their end.
+fn two_hosts(cfg: &Cfg, url: &str) -> (Sweep, Sweep) {
+    let a = host(cfg, url, "a");
+    let b = host(cfg, url, "b");
+    let mut daemon_a = a.spawn_run();
+    let out = b.run(&[], LIMIT);
+    assert!(out.status.success(), "host b: {}", stderr(&out));
+    let status = wait_exit(&mut daemon_a, "host a");
+    assert!(status.success(), "host a: {}", a.daemon_stderr());
+    (a, b)
+}
+
+fn script(name: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(python())
+        .arg(repo().join("tests/py").join(name))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Define-by-run (protocol 2) on PostgreSQL: the "models" objective of
+/// `tests/workers/define_by_run.py` under TPE on two hosts; each trial's params follow its
+/// branch, and Optuna, running the same objective with every trial's params enqueued, records
+/// what sweepd recorded: state, values, params with their distributions, intermediate values,
+/// user attributes.
+#[test]
+fn define_by_run_on_postgresql_with_two_hosts_records_what_optuna_records() {
+    let pg = PgServer::start();
+    let url = pg.create_db("dbr");
+    let cfg = Cfg {
+        name: "models".into(),
+        n_trials: Some(16),
+        max_par: 2,
+        sampler: "tpe",
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/define_by_run.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: "[sampler]\nn_startup_trials = 4\n".into(),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_OBJECTIVE", "models");
+    let (a, _b) = two_hosts(&cfg, &url);
+    let ours = dump(&url, "models")["trials"].as_array().unwrap().clone();
+    assert!(ours.len() >= 16);
+    let hosts: std::collections::BTreeSet<&str> = ours
+        .iter()
+        .filter_map(|t| t["system_attrs"]["sweepd:daemon"]["host"].as_str())
+        .collect();
+    assert_eq!(hosts.len(), 2, "both hosts ran trials");
+    for t in &ours {
+        let p = t["params"].as_object().unwrap();
+        let model = p["model"].as_str().unwrap();
+        let others: &[&str] = match model {
+            "svc" => &["rf_max_depth", "n_layers", "dropout"],
+            "forest" => &["svc_c", "n_layers", "dropout"],
+            _ => &["svc_c", "rf_max_depth"],
+        };
+        for o in others {
+            assert!(
+                !p.contains_key(*o),
+                "trial {}: {model} has {o}",
+                t["number"]
+            );
+        }
+    }
+    let replay = a.path("replay.db");
+    let n: usize = script(
+        "optuna_replay.py",
+        &[&url, "models", "models", replay.to_str().unwrap()],
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    assert_eq!(n, ours.len());
+    let theirs = dump(replay.to_str().unwrap(), "replay")["trials"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let user_attrs = |t: &Value| -> Value {
+        let mut a = t["user_attrs"].clone();
+        a.as_object_mut()
+            .unwrap()
+            .retain(|k, _| !k.starts_with("sweepd:"));
+        a
+    };
+    for (o, t) in ours.iter().zip(&theirs) {
+        let n = &o["number"];
+        assert_eq!(o["number"], t["number"]);
+        for key in [
+            "state",
+            "values",
+            "params",
+            "distributions",
+            "intermediate_values",
+        ] {
+            assert_eq!(o[key], t[key], "trial {n}: {key}");
+        }
+        assert_eq!(user_attrs(o), user_attrs(t), "trial {n}: user attributes");
+    }
+    let states: Vec<&str> = ours.iter().map(|t| t["state"].as_str().unwrap()).collect();
+    assert!(states.contains(&"PRUNED"), "{states:?}");
+    assert!(
+        states.iter().all(|s| *s == "COMPLETE" || *s == "PRUNED"),
+        "{states:?}"
+    );
+}
+
+/// Several objectives on PostgreSQL: (loss, accuracy) of `tests/workers/multi_worker.py`
+/// under multi-objective TPE on two hosts (trial 3's values infinite); Optuna reads the
+/// directions and every trial's values, and `sweepd best` is Optuna's `study.best_trials`.
+#[test]
+fn several_objectives_on_postgresql_with_two_hosts_are_what_optuna_reads() {
+    let pg = PgServer::start();
+    let url = pg.create_db("mo");
+    let cfg = Cfg {
+        name: "mo".into(),
+        n_trials: Some(20),
+        max_par: 2,
+        sampler: "tpe",
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/multi_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: "[sampler]\nn_startup_trials = 6\n".into(),
+        storage: Some(format!("url = \"{url}\"\nhost_timeout = \"60s\"")),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.05")
+    .env("SWEEPD_TEST_MULTI", "3:inf");
+    let text = cfg.to_toml().replace(
+        "direction = \"minimize\"\n",
+        "directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\", \"accuracy\"]\n",
+    );
+    let hosts: Vec<Sweep> = ["a", "b"]
+        .iter()
+        .map(|h| {
+            let mut s = Sweep::with_toml(&text);
+            s.env.push(("SWEEPD_HOST_ID".into(), (*h).into()));
+            s
+        })
+        .collect();
+    let mut daemon_a = hosts[0].spawn_run();
+    let out = hosts[1].run(&[], LIMIT);
+    assert!(out.status.success(), "host b: {}", stderr(&out));
+    let status = wait_exit(&mut daemon_a, "host a");
+    assert!(status.success(), "host a: {}", hosts[0].daemon_stderr());
+
+    let d = dump(&url, "mo");
+    assert_eq!(d["directions"], serde_json::json!(["MINIMIZE", "MAXIMIZE"]));
+    let theirs = d["trials"].as_array().unwrap();
+    let mine = hosts[0].trials();
+    assert_eq!(mine.len(), theirs.len());
+    let complete = theirs.iter().filter(|t| t["state"] == "COMPLETE").count();
+    assert_eq!(complete, 20, "the shared budget, all COMPLETE");
+    for (a, b) in mine.iter().zip(theirs) {
+        assert_eq!(a["number"], b["number"]);
+        assert_eq!(a["state"], b["state"]);
+        assert_eq!(a["values"], b["values"], "trial {}", a["number"]);
+        assert_eq!(b["values"].as_array().map(Vec::len), Some(2));
+    }
+    // Infinities as Optuna stores them (NULL and the enum INF_POS / INF_NEG).
+    assert_eq!(theirs[3]["values"], serde_json::json!(["inf", "-inf"]));
+    let front: Value = serde_json::from_str(&script("optuna_front.py", &[&url, "mo"])).unwrap();
+    assert_eq!(
+        front["metric_names"],
+        serde_json::json!(["loss", "accuracy"])
+    );
+    let optunas: Vec<(i64, Value)> = front["best_trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["number"].as_i64().unwrap(), t["values"].clone()))
+        .collect();
+    let best = hosts[1].sweepd(&["best", "--json"]).output().unwrap();
+    assert!(best.status.success(), "{}", stderr(&best));
+    let best: Value = serde_json::from_slice(&best.stdout).unwrap();
+    let ours: Vec<(i64, Value)> = best
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["number"].as_i64().unwrap(), t["values"].clone()))
+        .collect();
+    assert!(!optunas.is_empty());
+    assert_eq!(ours, optunas);
+    for h in ["a", "b"] {
+        assert!(
+            theirs
+                .iter()
+                .any(|t| t["system_attrs"]["sweepd:daemon"]["host"] == h),
+            "host {h} ran no trial"
+        );
+    }
+}
