@@ -85,6 +85,45 @@ impl Writer<'_> {
         assert!(done.is_some());
     }
 
+    /// Trial `i` over `space` (x, lr, n, opt) with 10 intermediate values, left RUNNING or
+    /// COMPLETE.
+    async fn wide(&mut self, space: &SearchSpace, i: u64, running: bool) {
+        let params = Params::from([
+            (
+                "x".to_owned(),
+                ParamValue::Float((i % 400) as f64 / 100.0 - 2.0),
+            ),
+            ("lr".to_owned(), ParamValue::Float(1e-3)),
+            ("n".to_owned(), ParamValue::Int(2 * (i % 6) as i64)),
+            ("opt".to_owned(), ParamValue::Choice((i % 3) as usize)),
+        ]);
+        let ctx = StartCtx {
+            study: self.study,
+            owner: &self.owner,
+            budget: None,
+            tally: &mut self.tally,
+        };
+        let Started::Yes(c) = self
+            .store
+            .start(space, StartOp::New(&params), ctx)
+            .await
+            .unwrap()
+        else {
+            panic!("not started")
+        };
+        if running {
+            return;
+        }
+        for step in 0..10 {
+            let v = 1.0 / (step + 1) as f64;
+            self.store.report(c.trial_id, step, v).await.unwrap();
+        }
+        self.store
+            .finish(self.study, c.trial_id, &Finish::Complete(vec![0.5]), &[])
+            .await
+            .unwrap();
+    }
+
     async fn trial(&mut self, x: f64) -> i64 {
         let (id, _) = self.start(x).await;
         self.complete(id, x * x).await;
@@ -695,5 +734,121 @@ fn several_objectives_on_postgresql_with_two_hosts_are_what_optuna_reads() {
                 .any(|t| t["system_attrs"]["sweepd:daemon"]["host"] == h),
             "host {h} ran no trial"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a read costs (printed, never asserted): `docs/benchmarks.md`, "The feed".
+
+/// The median of `xs`, in milliseconds.
+fn median_ms(mut xs: Vec<Duration>) -> f64 {
+    xs.sort();
+    xs[xs.len() / 2].as_secs_f64() * 1000.0
+}
+
+/// At `n` trials of another process in the study (4 params, 10 intermediate values each, 4 of
+/// its trials running): the first read (the whole study, as at a daemon's start), a read when
+/// nothing changed, and a read after 10 trials of the other process finished.
+async fn feed_cost_at(target: Target, engine: &str, n: usize) {
+    let (store, study) = open(&target).await;
+    let space = SearchSpace {
+        params: vec![
+            ParamSpec {
+                name: "x".into(),
+                dist: Distribution::Float {
+                    low: -2.0,
+                    high: 2.0,
+                    step: None,
+                    log: false,
+                },
+            },
+            ParamSpec {
+                name: "lr".into(),
+                dist: Distribution::Float {
+                    low: 1e-5,
+                    high: 1e-1,
+                    step: None,
+                    log: true,
+                },
+            },
+            ParamSpec {
+                name: "n".into(),
+                dist: Distribution::Int {
+                    low: 0,
+                    high: 10,
+                    step: 2,
+                    log: false,
+                },
+            },
+            ParamSpec {
+                name: "opt".into(),
+                dist: Distribution::Categorical {
+                    choices: vec!["adam".into(), "sgd".into(), "rmsprop".into()],
+                },
+            },
+        ],
+    };
+    let mut other = Writer {
+        store: &store,
+        study: &study,
+        owner: daemon("other"),
+        tally: Tally::default(),
+    };
+    let mut i = 0;
+    for _ in 0..n {
+        i += 1;
+        other.wide(&space, i, false).await;
+    }
+    for _ in 0..4 {
+        i += 1;
+        other.wide(&space, i, true).await;
+    }
+    let me = daemon("me");
+    let mut feed = Feed::default();
+    let at = Instant::now();
+    let first = store.changes(&study, &me, &mut feed, true).await.unwrap();
+    let whole = at.elapsed();
+    let mut idle = Vec::new();
+    let mut idle_rows = 0;
+    for _ in 0..50 {
+        let at = Instant::now();
+        let c = store.changes(&study, &me, &mut feed, true).await.unwrap();
+        idle.push(at.elapsed());
+        idle_rows = c.rows;
+    }
+    let mut ten = Vec::new();
+    let mut ten_rows = 0;
+    for _ in 0..10 {
+        for _ in 0..10 {
+            i += 1;
+            other.wide(&space, i, false).await;
+        }
+        let at = Instant::now();
+        let c = store.changes(&study, &me, &mut feed, true).await.unwrap();
+        ten.push(at.elapsed());
+        ten_rows = c.rows;
+    }
+    println!(
+        "feed_cost {engine:10} {n:>6} trials | whole study: {:>8.2} ms, {:>7} rows | nothing changed: {:>6.3} ms, {:>3} rows | 10 finished: {:>6.3} ms, {:>4} rows",
+        whole.as_secs_f64() * 1000.0,
+        first.rows,
+        median_ms(idle),
+        idle_rows,
+        median_ms(ten),
+        ten_rows,
+    );
+}
+
+/// `cargo test --release --test feed -- --ignored --nocapture feed_cost`: the cost of one
+/// read at 1k and 10k trials, on SQLite and PostgreSQL (medians of 50 and 10 reads).
+#[test]
+#[ignore = "a measurement: run it by name, see docs/benchmarks.md"]
+fn feed_cost() {
+    let pg = PgServer::start();
+    for n in [1_000, 10_000] {
+        let dir = tempfile::tempdir().unwrap();
+        rt().block_on(feed_cost_at(sqlite_target(&dir), "sqlite", n));
+        let url = pg.create_db(&format!("cost{n}"));
+        rt().block_on(feed_cost_at(pg_target(&url), "postgresql", n));
     }
 }
