@@ -740,10 +740,16 @@ fn several_objectives_on_postgresql_with_two_hosts_are_what_optuna_reads() {
 // ---------------------------------------------------------------------------------------------
 // What a read costs (printed, never asserted): `docs/benchmarks.md`, "The feed".
 
-/// The median of `xs`, in milliseconds.
-fn median_ms(mut xs: Vec<Duration>) -> f64 {
+/// "median [min-max]" of `xs`, in milliseconds.
+fn median_ms(mut xs: Vec<Duration>) -> String {
     xs.sort();
-    xs[xs.len() / 2].as_secs_f64() * 1000.0
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    format!(
+        "{:.3} [{:.3}-{:.3}]",
+        ms(xs[xs.len() / 2]),
+        ms(xs[0]),
+        ms(xs[xs.len() - 1])
+    )
 }
 
 /// At `n` trials of another process in the study (4 params, 10 intermediate values each, 4 of
@@ -818,7 +824,7 @@ async fn feed_cost_at(target: Target, engine: &str, n: usize) {
     }
     let mut ten = Vec::new();
     let mut ten_rows = 0;
-    for _ in 0..10 {
+    for _ in 0..30 {
         for _ in 0..10 {
             i += 1;
             other.wide(&space, i, false).await;
@@ -829,7 +835,7 @@ async fn feed_cost_at(target: Target, engine: &str, n: usize) {
         ten_rows = c.rows;
     }
     println!(
-        "feed_cost {engine:10} {n:>6} trials | whole study: {:>8.2} ms, {:>7} rows | nothing changed: {:>6.3} ms, {:>3} rows | 10 finished: {:>6.3} ms, {:>4} rows",
+        "feed_cost {engine:10} {n:>6} trials | whole study: {:>8.2} ms, {:>7} rows | nothing changed: {} ms, {} rows | 10 finished: {} ms, {} rows",
         whole.as_secs_f64() * 1000.0,
         first.rows,
         median_ms(idle),
@@ -840,7 +846,8 @@ async fn feed_cost_at(target: Target, engine: &str, n: usize) {
 }
 
 /// `cargo test --release --test feed -- --ignored --nocapture feed_cost`: the cost of one
-/// read at 1k and 10k trials, on SQLite and PostgreSQL (medians of 50 and 10 reads).
+/// read at 1k and 10k trials, on SQLite and PostgreSQL (medians and ranges of 50 and 30
+/// reads).
 #[test]
 #[ignore = "a measurement: run it by name, see docs/benchmarks.md"]
 fn feed_cost() {
