@@ -19,8 +19,9 @@
 //! (`progress`) whenever a trial starts or ends.
 //!
 //! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
-//! instance left RUNNING, the slot tasks, the first error); `core` decides; `policy` holds its
-//! pure rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
+//! instance left RUNNING, the slot tasks, the first error); `core` decides; `learn` brings it
+//! the trials other processes (other hosts, Optuna scripts) write; `policy` holds its pure
+//! rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
 //! conversation, `workers` starts and retires worker processes; `housekeeping` is the
 //! once-a-second task; `reload` applies SIGHUP.
 //!
