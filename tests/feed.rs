@@ -5,7 +5,8 @@
 //!   processes' new and changed trials only, and reads only their rows: counted, row by row.
 //! - A running daemon's TPE learns trials that another process finishes after the daemon started
 //!   (an Optuna process on SQLite; another host's daemon on PostgreSQL) and proposes where they
-//!   were best; its median pruner prunes against their curves.
+//!   were best; its median pruner prunes against their curves; the best value it shows (its
+//!   metrics) is theirs.
 //! - Define-by-run and several objectives run on PostgreSQL with two hosts.
 //!
 //! `cargo test --test feed -- --ignored --nocapture feed_cost` prints what one read costs at
@@ -399,9 +400,36 @@ fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitS
 /// Optuna optimizing the same SQLite study beside a running daemon: the daemon's TPE and
 /// median pruner learn its trials as they finish (before, a daemon read the study once, at
 /// its start).
+/// The `sweepd_best_value` the daemon's metrics endpoint on `port` shows (`None` while there is none,
+/// or the endpoint cannot be read).
+fn best_value(port: u16) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find(|l| l.starts_with("sweepd_best_value{"))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[test]
 fn an_optuna_process_beside_the_daemon_teaches_its_tpe_and_pruner_on_sqlite() {
-    let mut sweep = Sweep::new(&learner(45, None));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = Cfg {
+        params: format!("{LEARNER}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        ..learner(45, None)
+    };
+    let mut sweep = Sweep::new(&cfg);
     sweep.env.push(("SWEEPD_LOG".into(), LEARNER_LOG.into()));
     let mut daemon = sweep.spawn_run();
     wait_until(LIMIT, "6 trials of the daemon's own", || {
@@ -423,6 +451,11 @@ fn an_optuna_process_beside_the_daemon_teaches_its_tpe_and_pruner_on_sqlite() {
         .map(|n| n.parse().unwrap())
         .collect();
     assert_eq!(theirs.len(), 20);
+    // The best value the daemon shows (its metrics, display and status line) is Optuna's:
+    // about -100, where its own trials give 0 at best.
+    wait_until(LIMIT, "the daemon's best value to be Optuna's", || {
+        best_value(port).is_some_and(|b| b < -99.0)
+    });
     let status = wait_exit(&mut daemon, "the daemon");
     assert!(status.success(), "{}", sweep.daemon_stderr());
     assert_learnt(
