@@ -171,6 +171,7 @@ bench: build fake-nvml
 	$(VENV)/bin/python bench/search_bench.py all
 	$(VENV)/bin/python bench/multi_bench.py
 	$(VENV)/bin/python bench/conditional_bench.py
+	$(VENV)/bin/python bench/postgres_bench.py
 
 ## The fake libnvidia-ml the GPU benchmarks load through SWEEPD_NVML_LIB (no GPU needed).
 fake-nvml: $(FAKE_NVML)

@@ -183,6 +183,29 @@ pub struct OomFigures {
     pub free: Option<u64>,
     /// Memory PyTorch's caching allocator held but had not handed out (fragmentation).
     pub reserved_unallocated: Option<u64>,
+    /// What the failing process held on the device, all of it ("Including non-PyTorch memory,
+    /// this process has X memory in use").
+    pub process_used: Option<u64>,
+    /// What the process's tensors held ("X is allocated by PyTorch", older "X already
+    /// allocated").
+    pub allocated: Option<u64>,
+}
+
+impl OomFigures {
+    /// The least the process needed at the moment it failed: what it held apart from the
+    /// allocator's free cache (that cache could have served the request had it been in one
+    /// piece), plus the allocation that failed. Where the message does not say what the process
+    /// held, what its tensors held; where it says neither, the allocation alone. `None` without
+    /// the allocation's size.
+    pub fn demand(&self) -> Option<u64> {
+        let tried = self.tried?;
+        let held = match (self.process_used, self.allocated) {
+            (Some(used), _) => used.saturating_sub(self.reserved_unallocated.unwrap_or(0)),
+            (None, Some(allocated)) => allocated,
+            (None, None) => 0,
+        };
+        Some(tried.saturating_add(held))
+    }
 }
 
 /// Classifies an exception the objective raised (persistent worker still alive).
@@ -300,11 +323,16 @@ pub fn oom_figures(text: &str) -> Option<OomFigures> {
             let allocated = size_before(text, " already allocated")?;
             Some(reserved.saturating_sub(allocated))
         });
+    let process_used = size_after(text, "this process has");
+    let allocated = size_before(text, " is allocated by PyTorch")
+        .or_else(|| size_before(text, " already allocated"));
     let f = OomFigures {
         tried,
         total,
         free,
         reserved_unallocated,
+        process_used,
+        allocated,
     };
     if f.tried.is_none()
         && f.total.is_none()
@@ -1582,6 +1610,36 @@ RuntimeError: shapes cannot be multiplied
         assert_eq!(f.tried, Some(17179869184));
         let f = oom_figures("RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 0").unwrap();
         assert_eq!(f.tried, Some(1 << 30));
+    }
+
+    #[test]
+    fn oom_figures_say_what_the_process_held_and_needed() {
+        // PyTorch 2.x, as printed (the process's own line, not another process's).
+        let text = "CUDA out of memory. Tried to allocate 170.00 MiB. GPU 0 has a total capacity \
+                    of 31.37 GiB of which 73.81 MiB is free. Process 99 has 2.00 GiB memory in use. \
+                    Including non-PyTorch memory, this process has 31.29 GiB memory in use. Of the \
+                    allocated memory 30.80 GiB is allocated by PyTorch, and 2.80 MiB is reserved \
+                    by PyTorch but unallocated.";
+        let f = oom_figures(text).unwrap();
+        approx(f.process_used, 31.29 * GIB);
+        approx(f.allocated, 30.80 * GIB);
+        // Held minus the free cache, plus the request.
+        let want = 31.29 * GIB - 2.80 * MIB + 170.0 * MIB;
+        assert!((f.demand().unwrap() as f64 - want).abs() < 0.01 * MIB);
+        // Older PyTorch: what the tensors held.
+        let f = oom_figures("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.26 GiB already allocated; 7.88 MiB free; 14.45 GiB reserved in total by PyTorch)").unwrap();
+        assert_eq!(f.process_used, None);
+        approx(f.allocated, 14.26 * GIB);
+        assert!((f.demand().unwrap() as f64 - (14.26 * GIB + 20.0 * MIB)).abs() < 0.01 * MIB);
+        // JAX says only what it tried; without that there is no demand.
+        let f = oom_figures(
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+        )
+        .unwrap();
+        assert_eq!(f.demand(), Some(17179869184));
+        let f = oom_figures("GPU 0 has a total capacity of 15.48 GiB of which 4.10 GiB is free.")
+            .unwrap();
+        assert_eq!(f.demand(), None);
     }
 
     #[test]

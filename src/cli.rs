@@ -1019,6 +1019,10 @@ fn print_gpus(rows: &[crate::store::GpuRow]) {
                 .unwrap_or_else(|| "admits".into())
         );
     }
+    // The estimate in words: the same for every device (it is the next trial's), said once.
+    if let Some(why) = rows.iter().find_map(|r| r.expected_why.as_deref()) {
+        println!("next trial's expected peak: {why}");
+    }
     if let Some(r) = rows.first() {
         println!("(read at {})", r.updated_at);
     }

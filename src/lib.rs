@@ -11,7 +11,6 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod gpu;
-pub mod memory_model;
 pub mod metrics;
 pub mod process;
 pub mod progress;

@@ -5,6 +5,11 @@
 //! Values are pushed here by the supervisor as things happen (failures, trial ends), on each
 //! housekeeping tick (running trials, GPU readings) or every tenth tick (counts by state, a
 //! query over the study), so a scrape never touches the database.
+//!
+//! Every family carries the daemon's `host` label (the host's name in the study, see
+//! `supervisor::host_id`): the daemons of several hosts running one study on PostgreSQL report
+//! the same families, and one Prometheus scraping them all must tell them apart (the scrape's
+//! `instance` names an address, which says nothing when two "hosts" share a machine).
 
 use crate::store::GpuRow;
 use crate::study::Counts;
@@ -55,17 +60,16 @@ pub struct Metrics {
     restarts: Counter,
     best: Family<ObjectiveLabel, Gauge<f64, AtomicU64>>,
     front: Gauge,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
-    }
+    database_up: Gauge,
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("sweepd");
+    /// The metrics of the daemon of `host`.
+    pub fn new(host: &str) -> Metrics {
+        let mut registry = Registry::with_prefix_and_labels(
+            "sweepd",
+            [("host".into(), host.to_owned().into())].into_iter(),
+        );
         let m = Metrics {
             trials: Family::default(),
             running: Family::default(),
@@ -84,8 +88,10 @@ impl Metrics {
             restarts: Counter::default(),
             best: Family::default(),
             front: Gauge::default(),
+            database_up: Gauge::default(),
             registry: Registry::default(),
         };
+        m.database_up.set(1);
         registry.register("trials", "Trials of the study by state", m.trials.clone());
         registry.register(
             "running_trials",
@@ -136,6 +142,11 @@ impl Metrics {
             "pareto_front_trials",
             "Trials on the Pareto front (studies with several objectives)",
             m.front.clone(),
+        );
+        registry.register(
+            "database_up",
+            "1 while the study's database answers, 0 while it cannot be reached",
+            m.database_up.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -207,6 +218,10 @@ impl Metrics {
 
     pub fn worker_restarted(&self) {
         self.restarts.inc();
+    }
+
+    pub fn set_database_up(&self, up: bool) {
+        self.database_up.set(i64::from(up));
     }
 
     /// The text exposition of every metric.
@@ -293,7 +308,7 @@ mod tests {
 
     #[test]
     fn each_objective_has_its_best_and_a_front_its_size() {
-        let m = Metrics::new();
+        let m = Metrics::new("h");
         let best = [
             ("loss".to_owned(), Some(0.25)),
             ("latency_ms".to_owned(), Some(12.0)),
@@ -302,14 +317,17 @@ mod tests {
         m.set_best(&best, Some(7));
         let text = m.encode();
         assert!(
-            text.contains(r#"best_value{objective="0",name="loss"} 0.25"#),
+            text.contains(r#"best_value{host="h",objective="0",name="loss"} 0.25"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"best_value{objective="1",name="latency_ms"} 12.0"#),
+            text.contains(r#"best_value{host="h",objective="1",name="latency_ms"} 12.0"#),
             "{text}"
         );
         assert!(!text.contains("unset"), "{text}");
-        assert!(text.contains("sweepd_pareto_front_trials 7"), "{text}");
+        assert!(
+            text.contains(r#"sweepd_pareto_front_trials{host="h"} 7"#),
+            "{text}"
+        );
     }
 }

@@ -311,9 +311,11 @@ fn enqueued_params_are_used_and_the_rest_suggested() {
 
 #[test]
 fn optuna_dashboard_shows_why_a_trial_failed_while_the_study_runs() {
+    // A budget the study cannot spend before the dashboard has looked, however slow the
+    // machine (the dashboard's import alone takes seconds): SIGTERM ends it.
     let cfg = Cfg {
         name: "dash".into(),
-        n_trials: Some(40),
+        n_trials: Some(100_000),
         max_par: 2,
         ..Cfg::default()
     }

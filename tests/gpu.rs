@@ -307,3 +307,278 @@ fn gpus_command_shows_par_and_the_readings_it_came_from() {
     let out = wait_output(child, LIMIT);
     assert!(out.status.success(), "{}", sweep.daemon_stderr());
 }
+
+/// Each pid's last size in the fake NVML state (0: released), as the fake reads it.
+fn last_usage(gpus: &FakeGpus) -> HashMap<i32, u64> {
+    let state = std::fs::read_to_string(&gpus.state).unwrap();
+    let mut last = HashMap::new();
+    for line in state.lines().filter(|l| l.starts_with("proc ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bytes = if f[3] == "0" {
+            0
+        } else {
+            f[3].parse::<u64>().unwrap_or(1)
+        };
+        last.insert(f[2].parse().unwrap(), bytes);
+    }
+    last
+}
+
+/// (pid, detail) of the workers whose `exited` event's detail contains `what`.
+fn retired_because(sweep: &Sweep, what: &str) -> Vec<(i32, String)> {
+    sweep
+        .sql(&format!(
+            "SELECT w.pid || ' ' || e.detail FROM sweepd_worker_events e \
+             JOIN sweepd_workers w USING (worker_id) \
+             WHERE e.kind = 'exited' AND e.detail LIKE '%{what}%'"
+        ))
+        .into_iter()
+        .map(|r| {
+            let (pid, detail) = r.split_once(' ').unwrap();
+            (pid.parse().unwrap(), detail.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn idle_workers_are_retired_when_a_waiting_trial_needs_their_memory() {
+    // Every worker holds a 3 GiB context. Small trials (1 GiB + context) run three at a time,
+    // each on a worker of its own; a large one (16 GiB + context) fits in 24 GiB only once the
+    // contexts of the idle workers the small ones left are given back. Every trial is
+    // enqueued, so the scenario does not hang on what a sampler draws: the first four teach
+    // the memory model both sizes, then twice three small ones and a large one.
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [1024, 16384]\n{X_PARAM}");
+    let cfg = Cfg {
+        n_trials: Some(12),
+        max_par: 4,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "3G")
+    .env("SIM_STEPS", "2")
+    .env("SIM_RAMP_S", "0.2")
+    .env("SIM_HOLD_S", "0.6");
+    let (sweep, gpus) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    let mut enqueue = vec![
+        trial(16384, 0.1),
+        trial(1024, 0.2),
+        trial(1024, 0.3),
+        trial(1024, 0.4),
+    ];
+    for round in 0..2 {
+        for k in 0..3 {
+            enqueue.push(trial(1024, 0.5 + 0.1 * f64::from(round * 4 + k) / 10.0));
+        }
+        enqueue.push(trial(16384, 0.9 - 0.1 * f64::from(round)));
+    }
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    // Every enqueued trial ran: none was passed by new samples until the budget ran out.
+    assert!(
+        err.contains("12 COMPLETE, 0 PRUNED, 0 FAIL, 0 WAITING"),
+        "{err}"
+    );
+    // Large trials were admitted into idle workers' memory: those were retired first.
+    let retired = retired_because(&sweep, "its memory was needed for trial");
+    assert!(!retired.is_empty(), "{err}");
+    let last = last_usage(&gpus);
+    for (pid, _) in &retired {
+        assert!(!alive(*pid), "retired worker {pid} still runs");
+        assert_eq!(
+            last.get(pid).copied().unwrap_or(0),
+            0,
+            "worker {pid}'s memory is back in the fake NVML"
+        );
+    }
+    assert!(
+        err.contains("after retiring") && err.contains("idle worker"),
+        "the admission line says so: {err}"
+    );
+}
+
+#[test]
+fn idle_workers_go_after_idle_worker_timeout() {
+    // Trial 0 runs 4 s; trial 1 ends at once and its worker waits idle: past the 1 s timeout
+    // it is retired while trial 0 still runs.
+    let (sweep, gpus) = gpu_sweep(
+        &["24G Fake A10"],
+        2,
+        2,
+        "trial_memory = \"2GiB\"\nidle_worker_timeout = \"1s\"",
+        &[
+            ("SIM_MEM", "1G"),
+            ("SIM_BY_NUMBER", r#"{"0": {"hold": 4}, "1": {"hold": 0}}"#),
+        ],
+    );
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let retired = retired_because(&sweep, "idle_worker_timeout");
+    assert_eq!(retired.len(), 1, "{}", stderr(&out));
+    let (pid, detail) = &retired[0];
+    assert!(detail.contains("idle for 1s"), "{detail}");
+    assert!(!alive(*pid));
+    assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
+    // Retired before the study ended, not with it.
+    let ended = sweep.sql(&format!(
+        "SELECT COUNT(*) FROM sweepd_workers WHERE pid = {pid} AND ended_at < \
+         (SELECT MAX(datetime_complete) FROM trials)"
+    ));
+    assert_eq!(ended, vec!["1"]);
+}
+
+#[test]
+fn a_waiting_trial_starts_soon_after_a_trial_ends_even_with_a_long_poll_interval() {
+    // Two trials of 7 GiB fit on 24 GiB, a third does not. NVML is polled every 10 s: the
+    // poll at ~10 s sees trials 0 and 1 holding their memory, and the next is due at ~20 s.
+    // Trial 0 ends at ~11 s while trial 1 runs on to ~19 s: trial 2 starts when trial 0's end
+    // is seen, NVML read right then, not at the next poll (nor when trial 1 leaves the card
+    // to it alone).
+    let (sweep, _g) = gpu_sweep(
+        &["24G Fake A10"],
+        3,
+        3,
+        "trial_memory = \"7GiB\"\npoll_interval = \"10s\"",
+        &[
+            ("SIM_MEM", "7G"),
+            ("SIM_CONTEXT", "256M"),
+            ("SIM_HOLD_S", "1"),
+            ("SIM_BY_NUMBER", r#"{"0": {"hold": 11}, "1": {"hold": 19}}"#),
+        ],
+    );
+    let toml = std::fs::read_to_string(&sweep.config)
+        .unwrap()
+        .replace("poll_interval = \"100ms\"\n", "");
+    std::fs::write(&sweep.config, toml).unwrap();
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(fails(&sweep).is_empty());
+    let trials = sweep.trials();
+    let at = |n: i64, key: &str| -> f64 {
+        let t = trials.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    // Trial 2 waited for trial 0, not for trial 1.
+    assert!(at(2, "datetime_start") >= at(0, "datetime_complete") - 0.5);
+    assert!(at(2, "datetime_start") < at(1, "datetime_complete"));
+    // A generous margin against the ~8 s until trial 1 ends (and ~9 s to the next poll):
+    // the gap is the time to see the end and start the next trial on the idle worker.
+    let gap = at(2, "datetime_start") - at(0, "datetime_complete");
+    assert!(gap < 4.0, "trial 2 waited {gap:.1}s after trial 0 ended");
+}
+
+#[test]
+fn infeasible_by_message_on_the_first_oom_with_others_running() {
+    // Trial 2 asks for 250 GiB on a 24 GiB card while trials 0 and 1 run: its message says
+    // it can never fit, whatever ran beside it.
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [1024, 256000]\n{X_PARAM}");
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 3,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "256M")
+    .env(
+        "SIM_BY_NUMBER",
+        r#"{"0": {"hold": 3}, "1": {"hold": 3}, "2": {"delay": 0.5}}"#,
+    );
+    let (sweep, _g) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\npoll_interval = \"100ms\"\n\
+         [retry]\noom = 2\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    sweep.optuna(
+        "optuna_enqueue.py",
+        &[
+            "t",
+            &trial(1024, 0.1),
+            &trial(1024, 0.2),
+            &trial(256000, 0.3),
+        ],
+    );
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    let big = trials.iter().find(|t| t["number"] == 2).expect("trial 2");
+    assert_eq!(big["state"], "FAIL", "{big}");
+    assert_eq!(big["fail_kind"], "oom");
+    let reason = big["fail_reason"].as_str().unwrap();
+    assert!(reason.contains("infeasible: needs at least"), "{reason}");
+    let attr = |key: &str| {
+        sweep.sql(&format!(
+            "SELECT a.value_json FROM trial_system_attributes a JOIN trials t USING (trial_id) \
+             WHERE t.number = 2 AND a.key = '{key}'"
+        ))
+    };
+    assert_eq!(attr("constraints"), vec!["[1.0]"]);
+    assert!(attr("sweepd:retried_as").is_empty(), "not retried");
+    // It failed while the others ran.
+    let end = |n: i64| -> f64 {
+        let t = trials.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t["datetime_complete"].as_str().unwrap())
+    };
+    assert!(end(2) < end(0) && end(2) < end(1), "{trials:?}");
+    assert_eq!(sweep.count("COMPLETE"), 2);
+    assert_eq!(trials.len(), 3, "no retry copy");
+}
+
+#[test]
+fn two_daemons_on_one_fake_card_never_over_admit() {
+    // Two studies share one 24 GiB card. Their trials take 6 GiB, and only after 3 s: daemon b
+    // starts while a's first three trials have not allocated anything, so NVML shows the card
+    // free. Through the host's ledger b counts a's trials still to claim, and together they
+    // never run four (without it, b starts three more and they run out of memory).
+    let env = [
+        ("SIM_MEM", "6G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_DELAY_START_S", "3"),
+        ("SIM_HOLD_S", "0.4"),
+    ];
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"6GiB\"", &env);
+    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"6GiB\"", &env);
+    b.env = gpus.env();
+    let ca = a.spawn_run();
+    wait_until(LIMIT, "daemon a runs three trials", || {
+        a.db.exists() && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["3"]
+    });
+    let cb = b.spawn_run();
+    let oa = wait_output(ca, LIMIT);
+    let ob = wait_output(cb, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(&a).is_empty(), "{:?}", fails(&a));
+    assert!(fails(&b).is_empty(), "{:?}", fails(&b));
+    assert_eq!(a.count("COMPLETE") + b.count("COMPLETE"), 12);
+    // Replaying the fake card's log of allocations: never more than three trials holding
+    // their memory at once (a fourth would not fit: 4 × 6.25 GiB > 24 GiB).
+    let state = std::fs::read_to_string(&gpus.state).unwrap();
+    let (mut holding, mut most) = (HashSet::new(), 0);
+    for line in state.lines().filter(|l| l.starts_with("proc ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f[3].parse::<u64>().unwrap_or(0) > 1 << 30 {
+            holding.insert(f[2].to_owned());
+        } else {
+            holding.remove(f[2]);
+        }
+        most = most.max(holding.len());
+    }
+    assert!(most <= 3, "{most} trials held memory at once");
+}

@@ -854,6 +854,67 @@ fn metrics_endpoint_serves_prometheus_text() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// Every sample of every family carries the daemon's `host` label (`SWEEPD_HOST_ID`, else the
+/// hostname), histogram buckets and counters included: the daemons of several hosts on one
+/// study report the same families, and one Prometheus scraping them all tells them apart.
+#[test]
+fn metrics_carry_the_host_label_on_every_family() {
+    let port = free_port();
+    let cfg = Cfg {
+        n_trials: Some(10_000),
+        max_par: 2,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_SLEEP", "0.1")
+    .env("SWEEPD_TEST_RAISE_ON", "1");
+    let mut sweep = Sweep::with_toml(&metrics_toml(&cfg, &format!("127.0.0.1:{port}")));
+    sweep.env.push(("SWEEPD_HOST_ID".into(), "box-7".into()));
+    let mut child = sweep.spawn_run();
+    let result = std::panic::catch_unwind(|| {
+        let (_, body, e) = scrape_until(
+            port,
+            Duration::from_secs(90),
+            "a finished trial, a failure and the counts",
+            |e| {
+                e.get("sweepd_trial_failures_total", &[("kind", "user_error")])
+                    .is_some()
+                    && e.get("sweepd_trials", &[("state", "COMPLETE")])
+                        .unwrap_or(0.0)
+                        > 0.0
+            },
+        );
+        assert_all_typed(&e, &body);
+        assert!(!e.samples.is_empty(), "{body}");
+        for (name, labels, _) in &e.samples {
+            assert_eq!(
+                labels.get("host").map(String::as_str),
+                Some("box-7"),
+                "{name} {labels:?} has no host label:\n{body}"
+            );
+        }
+        // Every family, not only those that happen to have samples: each TYPE'd family has one.
+        for family in e.types.keys() {
+            assert!(
+                e.samples
+                    .iter()
+                    .any(|(n, _, _)| n.starts_with(family.as_str())),
+                "family {family} has no sample to carry the label:\n{body}"
+            );
+        }
+        assert_family(&e, &body, "sweepd_database_up", "gauge");
+        assert_eq!(
+            e.get("sweepd_database_up", &[("host", "box-7")]),
+            Some(1.0),
+            "{body}"
+        );
+    });
+    sigterm(&child);
+    let _ = wait_exit(&mut child, LIMIT, "after SIGTERM", &sweep);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
 #[test]
 fn metrics_endpoint_serves_gpu_families_on_simulated_gpus() {
     let port = free_port();

@@ -227,6 +227,9 @@ pub struct GpuConfig {
     /// The NVML library to load instead of the system's, absolute (resolved against the config
     /// file's directory); an existing file.
     pub nvml_lib: Option<PathBuf>,
+    /// A persistent worker left idle this long is retired, giving its device memory back;
+    /// default 60s, at most a day.
+    pub idle_worker_timeout: Duration,
 }
 
 impl Default for GpuConfig {
@@ -239,6 +242,7 @@ impl Default for GpuConfig {
             gpus_per_trial: 1,
             poll_interval: Duration::from_secs(1),
             nvml_lib: None,
+            idle_worker_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -93,6 +93,7 @@ pub(crate) struct RawGpu {
     pub(crate) gpus_per_trial: Option<Spanned<i64>>,
     pub(crate) poll_interval: Option<Spanned<String>>,
     pub(crate) nvml_lib: Option<Spanned<String>>,
+    pub(crate) idle_worker_timeout: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]

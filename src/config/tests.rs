@@ -560,6 +560,7 @@ fn defaults_when_new_tables_are_absent() {
             gpus_per_trial: 1,
             poll_interval: Duration::from_secs(1),
             nvml_lib: None,
+            idle_worker_timeout: Duration::from_secs(60),
         }
     );
     assert_eq!(
@@ -652,7 +653,7 @@ fn parses_every_new_setting() {
              {PX}\
              [gpu]\ndevices = [0, 2]\nheadroom = \"1.5 GiB\"\ntrial_memory = \"8G\"\n\
              max_par_per_device = 4\ngpus_per_trial = 1\npoll_interval = \"250ms\"\n\
-             nvml_lib = \"libnvidia-ml.so.1\"\n\
+             nvml_lib = \"libnvidia-ml.so.1\"\nidle_worker_timeout = \"90s\"\n\
              [retry]\noom = 0\ncuda_fatal = 3\ncrash = 4\nbreaker_threshold = 2\n\
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\n\
              oom_admission_factor = 0.5\noom_recovery = \"20m\"\n\
@@ -689,6 +690,7 @@ fn parses_every_new_setting() {
             gpus_per_trial: 1,
             poll_interval: Duration::from_millis(250),
             nvml_lib: Some(dir.path().join("libnvidia-ml.so.1")),
+            idle_worker_timeout: Duration::from_secs(90),
         }
     );
     assert_eq!(
@@ -1025,6 +1027,8 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::poll_interval_below_50ms(with("", "[gpu]\npoll_interval = \"10ms\"\n"), "gpu.poll_interval", &["at least 50ms"])]
 #[case::missing_nvml_lib(with("", "[gpu]\nnvml_lib = \"no/libnvidia-ml.so\"\n"), "gpu.nvml_lib", &["does not exist"])]
 #[case::empty_nvml_lib(with("", "[gpu]\nnvml_lib = \"\"\n"), "gpu.nvml_lib", &[])]
+#[case::zero_idle_worker_timeout(with("", "[gpu]\nidle_worker_timeout = \"0s\"\n"), "gpu.idle_worker_timeout", &["greater than zero"])]
+#[case::idle_worker_timeout_over_a_day(with("", "[gpu]\nidle_worker_timeout = \"2d\"\n"), "gpu.idle_worker_timeout", &["too long"])]
 // [retry]
 #[case::negative_oom_retries(with("", "[retry]\noom = -1\n"), "retry.oom", &[])]
 #[case::negative_cuda_fatal_retries(with("", "[retry]\ncuda_fatal = -1\n"), "retry.cuda_fatal", &[])]

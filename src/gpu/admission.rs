@@ -5,12 +5,16 @@
 //! [`Instant`], so that every rule here is testable with explicit times.
 //!
 //! [`Capacity`] is the admission rule: a device takes a trial of `expected_peak` bytes (from
-//! [`super::MemoryModel`]) when `(free − headroom − unclaimed) × oom_factor ≥ expected_peak`,
-//! where `unclaimed` is what our trials already running there have yet to allocate (a trial
-//! that has not allocated yet counts at its whole expected peak), and at most
-//! `max_par_per_device` trials run on it. A device with none of our trials always takes one.
+//! [`super::MemoryModel`]) when
+//! `(free + idle − headroom − unclaimed − others) × oom_factor ≥ expected_peak`,
+//! where `idle` is what our idle workers there hold (ours to take back by retiring them),
+//! `unclaimed` is what our trials already running there have yet to allocate (a trial
+//! that has not allocated yet counts at its whole expected peak), `others` is the same for the
+//! other daemons on this host (from [`super::ledger`]), and at most `max_par_per_device` of our
+//! trials run on it. A device with no trial of ours or of another daemon always takes one.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
-//! all.
+//! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
+//! go first to free the memory it was admitted into.
 //!
 //! Users' view: `docs/gpu-memory-model.md`.
 
@@ -29,12 +33,39 @@ fn scale_down(bytes: u64, factor: f64) -> u64 {
     }
 }
 
-/// What the capacity model needs from an NVML reading of one device.
-#[derive(Debug, Clone)]
+/// What the capacity model needs from an NVML reading of one device, and of the memory on it
+/// that is ours to take back or that other daemons have yet to claim.
+#[derive(Debug, Clone, Default)]
 pub struct DeviceView {
     pub index: u32,
     pub total: u64,
     pub free: u64,
+    /// What our idle workers on it hold (contexts, caches): free once they are retired.
+    pub idle: u64,
+    pub idle_workers: usize,
+    /// What the other daemons' trials on it have yet to allocate, and how many they run.
+    pub others: u64,
+    pub others_running: usize,
+}
+
+/// One of our idle workers: a persistent worker waiting on `device` for its next trial.
+#[derive(Debug, Clone)]
+pub struct IdleWorker {
+    pub id: i64,
+    pub device: u32,
+    /// What NVML shows its process group holding.
+    pub memory: u64,
+    /// When its last trial ended.
+    pub since: Instant,
+}
+
+/// What a trial admitted on a device does with our idle workers there: runs on `reuse` (its
+/// memory becomes the trial's), and waits for `retire` to be gone (their memory freed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reclaim {
+    pub reuse: Option<i64>,
+    /// Least recently used first.
+    pub retire: Vec<i64>,
 }
 
 /// One of our running trials on a device.
@@ -61,9 +92,11 @@ pub enum Wait {
     /// `running` of our trials already run there, and `limit` is `max_par_per_device`.
     MaxParPerDevice { running: usize, limit: usize },
     /// The new trial's expected peak (`needed`) is more than the device can give (`available`).
-    /// `available = (free − headroom − unclaimed) × factor`; the other fields are its parts:
-    /// `unclaimed` is what `claiming` of our running trials there have yet to allocate, and
-    /// `factor` is below 1 for a while after an out-of-memory failure on the device.
+    /// `available = (free + idle − headroom − unclaimed − others) × factor`; the other fields
+    /// are its parts: `idle` is what `idle_workers` of ours hold there, `unclaimed` is what
+    /// `claiming` of our running trials there have yet to allocate, `others` what
+    /// `others_running` trials of other daemons have, and `factor` is below 1 for a while after
+    /// an out-of-memory failure on the device.
     Memory {
         needed: u64,
         available: u64,
@@ -72,6 +105,10 @@ pub enum Wait {
         unclaimed: u64,
         claiming: usize,
         factor: f64,
+        idle: u64,
+        idle_workers: usize,
+        others: u64,
+        others_running: usize,
     },
 }
 
@@ -90,14 +127,40 @@ impl fmt::Display for Wait {
                 unclaimed,
                 claiming,
                 factor,
+                idle,
+                idle_workers,
+                others,
+                others_running,
             } => {
-                let mut parts =
-                    format!("free {} − headroom {}", fmt_gib(*free), fmt_gib(*headroom));
+                let mut parts = format!("free {}", fmt_gib(*free));
+                if *idle > 0 {
+                    let workers = if *idle_workers == 1 {
+                        "worker"
+                    } else {
+                        "workers"
+                    };
+                    parts.push_str(&format!(
+                        " + {} held by {idle_workers} idle {workers}",
+                        fmt_gib(*idle)
+                    ));
+                }
+                parts.push_str(&format!(" − headroom {}", fmt_gib(*headroom)));
                 if *unclaimed > 0 {
                     let trials = if *claiming == 1 { "trial" } else { "trials" };
                     parts.push_str(&format!(
                         " − {} yet to be claimed by {claiming} running {trials}",
                         fmt_gib(*unclaimed)
+                    ));
+                }
+                if *others > 0 {
+                    let trials = if *others_running == 1 {
+                        "trial"
+                    } else {
+                        "trials"
+                    };
+                    parts.push_str(&format!(
+                        " − {} yet to be claimed by {others_running} {trials} of other daemons",
+                        fmt_gib(*others)
                     ));
                 }
                 write!(
@@ -126,7 +189,8 @@ pub struct Decision {
     pub admitted: bool,
     /// `None` exactly when `admitted`.
     pub wait: Option<Wait>,
-    /// `(free − headroom − unclaimed) × oom_factor`: what a new trial may use on the device.
+    /// `(free + idle − headroom − unclaimed − others) × oom_factor`: what a new trial may use
+    /// on the device.
     pub usable: u64,
     /// Our trials running on the device now.
     pub par_now: usize,
@@ -285,8 +349,10 @@ impl Capacity {
         let factor = self.admission_factor(device.index, now);
         let before_factor = device
             .free
+            .saturating_add(device.idle)
             .saturating_sub(self.headroom)
-            .saturating_sub(unclaimed);
+            .saturating_sub(unclaimed)
+            .saturating_sub(device.others);
         let usable = scale_down(before_factor, factor);
         let limit = self.max_par_per_device;
         let more_fit = match usable.checked_div(expected_peak) {
@@ -300,9 +366,10 @@ impl Capacity {
                 running: par_now,
                 limit,
             })
-        } else if par_now == 0 {
-            // Always one on a device with none of ours: a too-large estimate must not stall the
-            // sweep forever. If the trial does not fit it fails by OOM and that feeds back.
+        } else if par_now == 0 && device.others_running == 0 {
+            // Always one on a device with no trial of any daemon: a too-large estimate must not
+            // stall the sweep forever. If the trial does not fit it fails by OOM and that feeds
+            // back. (With another daemon's trials there, it waits for them to end instead.)
             par_estimate = par_estimate.max(1);
             None
         } else if usable >= expected_peak {
@@ -316,6 +383,10 @@ impl Capacity {
                 unclaimed,
                 claiming,
                 factor,
+                idle: device.idle,
+                idle_workers: device.idle_workers,
+                others: device.others,
+                others_running: device.others_running,
             })
         };
         Decision {
@@ -325,6 +396,59 @@ impl Capacity {
             usable,
             par_now,
             par_estimate,
+        }
+    }
+}
+
+impl Capacity {
+    /// What a trial of `expected_peak` bytes admitted on `device` does with our idle workers
+    /// there (`idle`; those on other devices are ignored): it runs on the one used most recently
+    /// (its context and caches become the trial's), and the least recently used others are
+    /// retired, one by one, until the memory the trial was admitted into is free without them:
+    /// `free − headroom − unclaimed − others ≥ expected_peak / factor`, counting what the reused
+    /// worker holds as the trial's own. A trial admitted as the only one on its device (it may
+    /// not fit at all) has every other idle worker there retired.
+    pub fn reclaim(
+        &self,
+        device: &DeviceView,
+        running: &[RunningTrial],
+        expected_peak: u64,
+        idle: &[IdleWorker],
+        now: Instant,
+    ) -> Reclaim {
+        let mut here: Vec<&IdleWorker> = idle.iter().filter(|w| w.device == device.index).collect();
+        // Most recently used first; the reused one is the first, retirements come from the end.
+        here.sort_by_key(|w| (Reverse(w.since), w.id));
+        let Some((reuse, rest)) = here.split_first() else {
+            return Reclaim::default();
+        };
+        let unclaimed: u64 = running
+            .iter()
+            .filter(|t| t.device == device.index)
+            .map(RunningTrial::unclaimed)
+            .fold(0, u64::saturating_add);
+        let factor = self.admission_factor(device.index, now);
+        // Bytes needed before the factor, as admission's rule has it.
+        let needed = if factor > 0.0 {
+            (expected_peak as f64 / factor).ceil()
+        } else {
+            f64::INFINITY
+        };
+        let have =
+            device.free as f64 - self.headroom as f64 - unclaimed as f64 - device.others as f64
+                + reuse.memory as f64;
+        let mut short = needed - have;
+        let mut retire = Vec::new();
+        for w in rest.iter().rev() {
+            if short <= 0.0 {
+                break;
+            }
+            retire.push(w.id);
+            short -= w.memory as f64;
+        }
+        Reclaim {
+            reuse: Some(reuse.id),
+            retire,
         }
     }
 }
@@ -346,6 +470,7 @@ mod tests {
             index,
             total: 24 * G,
             free,
+            ..DeviceView::default()
         }
     }
 
@@ -424,6 +549,10 @@ mod tests {
                 unclaimed: 18 * G,
                 claiming: 3,
                 factor: 1.0,
+                idle: 0,
+                idle_workers: 0,
+                others: 0,
+                others_running: 0,
             })
         );
         assert_eq!(why[0].par_now, 3);
@@ -617,6 +746,111 @@ mod tests {
             }
             .to_string(),
             "4 of 4 trials already running here (max_par_per_device)"
+        );
+    }
+
+    #[test]
+    fn idle_workers_memory_is_ours_to_take_back_and_other_daemons_claims_are_not() {
+        let now = Instant::now();
+        let c = cap();
+        let busy = [trial(1, 0, 4 * G, 4 * G)];
+        // 10 GiB free, 6 GiB held by three idle workers of ours: 15 GiB usable.
+        let with_idle = DeviceView {
+            idle: 6 * G,
+            idle_workers: 3,
+            ..card(0, 10 * G)
+        };
+        assert_eq!(c.decide(&with_idle, &busy, 12 * G, now).usable, 15 * G);
+        assert!(c.decide(&with_idle, &busy, 12 * G, now).admitted);
+        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, now).admitted);
+        // Another daemon's trials have 5 GiB yet to allocate there: not ours to use.
+        let shared = DeviceView {
+            others: 5 * G,
+            others_running: 2,
+            ..with_idle.clone()
+        };
+        let d = c.decide(&shared, &busy, 12 * G, now);
+        assert_eq!(d.usable, 10 * G);
+        assert_eq!(
+            d.wait.unwrap().to_string(),
+            "needs 12.0 GiB, 10.0 GiB available (free 10.0 GiB + 6.0 GiB held by 3 idle \
+             workers − headroom 1.0 GiB − 5.0 GiB yet to be claimed by 2 trials of other \
+             daemons)"
+        );
+        // No trial of ours there, but the other daemon's: no "always one", it waits for them.
+        assert!(!c.decide(&shared, &[], 12 * G, now).admitted);
+        let alone = DeviceView {
+            others: 0,
+            others_running: 0,
+            ..shared
+        };
+        assert!(c.decide(&alone, &[], 40 * G, now).admitted);
+    }
+
+    #[test]
+    fn an_admitted_trial_reuses_the_newest_idle_worker_and_retires_the_oldest_for_room() {
+        let now = Instant::now();
+        let ago = |s: u64| now - Duration::from_secs(s);
+        let w = |id: i64, device: u32, memory: u64, idle_for: u64| IdleWorker {
+            id,
+            device,
+            memory,
+            since: ago(idle_for),
+        };
+        let idle = [
+            w(1, 0, 2 * G, 30),
+            w(2, 0, 2 * G, 10),
+            w(3, 0, 2 * G, 20),
+            // Another device's idle worker is no help here.
+            w(4, 1, 8 * G, 100),
+        ];
+        let dev = DeviceView {
+            idle: 6 * G,
+            idle_workers: 3,
+            ..card(0, 10 * G)
+        };
+        let c = cap();
+        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, now);
+        // 10 − 1 headroom + the reused worker's 2 = 11 GiB without retiring anyone.
+        let fits = Reclaim {
+            reuse: Some(2),
+            retire: vec![],
+        };
+        assert_eq!(reclaim(&c, 8 * G), fits);
+        assert_eq!(reclaim(&c, 11 * G), fits);
+        // One more GiB: the least recently used goes.
+        assert_eq!(
+            reclaim(&c, 12 * G),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1],
+            }
+        );
+        // More than all of them give (a first trial on the device): every other one goes.
+        assert_eq!(
+            reclaim(&c, 20 * G),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1, 3],
+            }
+        );
+        // A running trial's unclaimed memory is not free either.
+        let running = [trial(9, 0, 5 * G, 4 * G)];
+        assert_eq!(
+            c.reclaim(&dev, &running, 11 * G, &idle, now),
+            Reclaim {
+                reuse: Some(2),
+                retire: vec![1],
+            }
+        );
+        // After an OOM the factor asks for more room: 6 GiB at 0.5 needs 12 before it.
+        let mut c = cap();
+        c.record_oom(0, now);
+        assert_eq!(reclaim(&c, 6 * G).retire, vec![1]);
+        // No idle worker on the device: nothing to reuse or retire.
+        assert_eq!(
+            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, now),
+            Reclaim::default()
         );
     }
 

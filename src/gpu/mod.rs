@@ -1,26 +1,32 @@
 //! GPUs: what the driver says about them, and whether one has room for another trial.
 //!
 //! The room exists because placing trials by measured memory, not by a hand-tuned `PAR`, needs
-//! three things that only make sense together, and that nothing else in sweepd should know:
+//! things that only make sense together, and that nothing else in sweepd should know:
 //! - [`nvml`]: readings of each device (memory, utilization, compute processes) through NVIDIA's
 //!   NVML, via `nvml-wrapper` (blocking FFI: async callers use `spawn_blocking`);
-//! - [`monitor`]: those readings attributed to our trials by process group, with each trial's
-//!   peak, and the orphans of retired workers killed;
+//! - [`monitor`]: those readings attributed to our trials (and our idle workers) by process
+//!   group, with each trial's peak, and the orphans of retired workers killed;
 //! - [`admission`] and [`memory_model`]: pure rules, no I/O. Admission says whether a device
-//!   takes a trial of a given expected peak now (and why not); the memory model says what peak
-//!   to expect of a trial from the measured peaks of finished ones. Users' view of both:
-//!   `docs/gpu-memory-model.md`.
+//!   takes a trial of a given expected peak now (and why not), and which idle workers make room
+//!   for it; the memory model says what peak to expect of a trial from the measured peaks of
+//!   finished ones (a regression that learns which params drive memory, with a bound calibrated
+//!   from its own errors). Users' view of both: `docs/gpu-memory-model.md`;
+//! - [`ledger`]: the file that daemons on one host share, so that each counts what the others'
+//!   trials have yet to allocate.
 //!
-//! The supervisor drives all four: it polls the monitor, hands its readings to admission with
-//! the memory model's estimate, and feeds each finished trial's peak back to the model.
+//! The supervisor drives them all: it polls the monitor, hands its readings to admission with
+//! the memory model's estimate and the other daemons' claims, and feeds each finished trial's
+//! peak back to the model.
 
 pub mod admission;
+pub mod ledger;
 pub mod memory_model;
 pub mod monitor;
 pub mod nvml;
 
-pub use admission::{Capacity, Decision};
-pub use memory_model::MemoryModel;
+pub use admission::{Capacity, Decision, IdleWorker, Reclaim};
+pub use ledger::Ledger;
+pub use memory_model::{Estimate, MemoryModel};
 pub use monitor::Monitor;
 pub use nvml::Gpu;
 

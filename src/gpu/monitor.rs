@@ -3,8 +3,10 @@
 //! NVML reports memory per process; sweepd needs it per *trial*, and a trial is a worker's whole
 //! process group (a DataLoader child holds memory too). The monitor polls NVML off the async
 //! runtime (its FFI blocks), maps every listed pid to its process group, and keeps for each
-//! running trial the memory it uses now and its peak. Admission reads the latest readings from
-//! here; `sweepd gpus` reads what the monitor writes to `sweepd_gpus`.
+//! running trial the memory it uses now and its peak, and for each of our idle workers (a
+//! persistent worker waiting for its next trial) what it holds, which admission may take back.
+//! Admission reads the latest readings from here; `sweepd gpus` reads what the monitor writes
+//! to `sweepd_gpus`.
 //!
 //! It also enforces one invariant the admission rule depends on: a process of a retired worker
 //! that NVML still lists is killed (and logged), so no orphan keeps holding memory that sweepd
@@ -40,7 +42,11 @@ pub struct TrialMemory {
 struct State {
     /// The latest reading of each device we use (or why it failed).
     readings: Vec<(u32, Result<DeviceReading, String>)>,
+    /// When `readings` were taken.
+    read_at: Option<Instant>,
     trials: HashMap<i64, TrialMemory>,
+    /// Idle workers' process groups: their device and what they hold there.
+    idle: HashMap<i32, (u32, u64)>,
     retired: VecDeque<i32>,
 }
 
@@ -89,7 +95,9 @@ impl Monitor {
             .zip(results)
             .map(|(d, r)| (*d, r.map_err(|e| e.to_string())))
             .collect();
+        st.read_at = Some(now);
         let mut used: HashMap<i64, u64> = HashMap::new();
+        let mut idle_used: HashMap<i32, u64> = HashMap::new();
         let mut report = PollReport::default();
         let by_group: HashMap<(i32, u32), i64> = st
             .trials
@@ -107,10 +115,16 @@ impl Monitor {
                     // Readings come from the driver (or a fake one): never trusted to add up.
                     let u = used.entry(*trial).or_default();
                     *u = u.saturating_add(p.used);
+                } else if st.idle.get(&g).is_some_and(|(d, _)| d == device) {
+                    let u = idle_used.entry(g).or_default();
+                    *u = u.saturating_add(p.used);
                 } else if st.retired.contains(&g) {
                     report.orphans.push((p.pid, *device, p.used));
                 }
             }
+        }
+        for (g, (_, held)) in st.idle.iter_mut() {
+            *held = idle_used.get(g).copied().unwrap_or(0);
         }
         for (id, t) in st.trials.iter_mut() {
             if t.pgid.is_none() {
@@ -165,9 +179,34 @@ impl Monitor {
         self.lock().trials.remove(&trial_id)
     }
 
+    /// A persistent worker waits idle on `device`: what its group holds there (`held`, as just
+    /// measured) is counted as ours to take back, and updated by every reading, until it runs a
+    /// trial again ([`Monitor::busy`]) or is retired.
+    pub fn idle(&self, pgid: i32, device: u32, held: u64) {
+        self.lock().idle.insert(pgid, (device, held));
+    }
+
+    /// An idle worker's group runs a trial again (or is about to be retired).
+    pub fn busy(&self, pgid: i32) {
+        self.lock().idle.remove(&pgid);
+    }
+
+    /// What an idle worker's group holds, as of the latest reading (`None`: not idle).
+    pub fn idle_held(&self, pgid: i32) -> Option<u64> {
+        self.lock().idle.get(&pgid).map(|(_, held)| *held)
+    }
+
+    /// How old the latest reading is (`None`: no reading yet).
+    pub fn reading_age(&self, now: Instant) -> Option<Duration> {
+        self.lock()
+            .read_at
+            .map(|t| now.saturating_duration_since(t))
+    }
+
     /// A worker group ended: any of its processes NVML still lists from now on is an orphan.
     pub fn retired(&self, pgid: i32) {
         let mut st = self.lock();
+        st.idle.remove(&pgid);
         st.retired.push_back(pgid);
         if st.retired.len() > RETIRED_GROUPS {
             st.retired.pop_front();
@@ -185,6 +224,7 @@ impl Monitor {
                     index: *device,
                     total: r.total,
                     free: r.free,
+                    ..DeviceView::default()
                 }),
                 Err(e) => errors.push((*device, e.clone())),
             }

@@ -2,7 +2,9 @@
 //! watch, and the state `status` shows) and the commands the CLI queues for running daemons.
 
 use super::columns::NullableInt;
-use super::engine::{sql, Engine, Stamp};
+use super::engine::{sql, Engine, Stamp, Tx};
+use super::once::{once, Commit};
+use super::outage::retrying;
 use super::{Result, SqlContext, Store, StoreError, Study};
 use crate::study::{DaemonCommand, DaemonState, UnknownName};
 use serde_json::{json, Value};
@@ -21,6 +23,26 @@ impl Store {
         me: &DaemonId,
         blocks: impl Fn(&Holder) -> bool,
     ) -> Result<(), DaemonLockError> {
+        // Safe to run again whole: taken by a first attempt whose commit was lost, the row
+        // is ours and blocks nothing.
+        let holder = retrying!(self, { self.lock_daemon_attempt(study, me, &blocks).await })?;
+        match holder {
+            Some(holder) => Err(DaemonLockError::Held {
+                pid: holder.id.pid,
+                host: holder.id.host,
+                since: holder.started_at,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// One attempt of [`Store::lock_daemon`]: the live holder that blocks it, if any.
+    async fn lock_daemon_attempt(
+        &self,
+        study: &Study,
+        me: &DaemonId,
+        blocks: &impl Fn(&Holder) -> bool,
+    ) -> Result<Option<Holder>> {
         let mut tx = self.begin_study_write(study.id).await?;
         let sql = format!(
             "SELECT pid, pid_start, host, CAST(started_at AS TEXT) AS started_at, \
@@ -34,12 +56,9 @@ impl Store {
             .await)
         .at(&self.path)?;
         if let Some(holder) = holders.into_iter().find(|h| blocks(h)) {
-            return Err(DaemonLockError::Held {
-                pid: holder.id.pid,
-                host: holder.id.host,
-                since: holder.started_at,
-            });
+            return Ok(Some(holder));
         }
+        self.forget_old_ops(&mut tx).await?;
         if self.engine() == Engine::Sqlite {
             for table in ["sweepd_daemon", "sweepd_gpus"] {
                 let sql = format!("DELETE FROM {table} WHERE study_id = $1 AND host <> $2");
@@ -87,7 +106,7 @@ impl Store {
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
-        Ok(())
+        Ok(None)
     }
 
     /// Heartbeat and state of our daemon row. `false` when the row is no longer ours (another
@@ -105,17 +124,19 @@ impl Store {
              WHERE study_id = $3 AND pid = $4 AND host = $5 AND state <> $6",
             self.engine().now()
         );
-        let done = sql!(self.acquire().await?.conn(), |c| sqlx::query(&sql)
-            .bind(state.as_str())
-            .bind(detail)
-            .bind(study.id)
-            .bind(me.pid as i64)
-            .bind(&me.host)
-            .bind(DaemonState::Gone.as_str())
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))
-        .at(&self.path)?;
+        let done = retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| sqlx::query(&sql)
+                .bind(state.as_str())
+                .bind(detail)
+                .bind(study.id)
+                .bind(me.pid as i64)
+                .bind(&me.host)
+                .bind(DaemonState::Gone.as_str())
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+            .at(&self.path)
+        })?;
         Ok(done == 1)
     }
 
@@ -127,11 +148,13 @@ impl Store {
              FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at, host",
             self.engine().age("heartbeat_at")
         );
-        sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&sql)
-            .bind(study.id)
-            .fetch_all(c)
-            .await)
-        .at(&self.path)
+        retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&sql)
+                .bind(study.id)
+                .fetch_all(c)
+                .await)
+            .at(&self.path)
+        })
     }
 
     /// Queues a request for the running daemon.
@@ -155,7 +178,15 @@ impl Store {
         &self,
         study: &Study,
     ) -> Result<Vec<Result<DaemonCommand, UnknownName>>> {
-        let mut tx = self.begin_write().await?;
+        // Once: a command marked done by a commit whose acknowledgement was lost must still
+        // be carried out.
+        let cmds: Vec<String> = once!(self, study.id, |tx| {
+            Ok(Commit::Yes(self.take_commands_in(tx, study).await?))
+        })?;
+        Ok(cmds.iter().map(|c| c.parse()).collect())
+    }
+
+    async fn take_commands_in(&self, tx: &mut Tx, study: &Study) -> Result<Vec<String>> {
         let cmds: Vec<String> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT command FROM sweepd_commands WHERE study_id = $1 AND done_at IS NULL ORDER BY command_id",
         )
@@ -174,8 +205,7 @@ impl Store {
             .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
-        tx.commit().await.at(&self.path)?;
-        Ok(cmds.iter().map(|c| c.parse()).collect())
+        Ok(cmds)
     }
 }
 

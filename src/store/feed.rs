@@ -20,6 +20,7 @@
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Conn};
+use super::outage::retrying;
 use super::{placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{Distribution, Params, TrialRecord, TrialState};
 use serde_json::Value;
@@ -95,6 +96,20 @@ impl Store {
     /// whole study (a daemon's start). On an error `feed` is left as it was: the next read
     /// finds the same changes.
     pub async fn changes(
+        &self,
+        study: &Study,
+        me: &DaemonId,
+        feed: &mut Feed,
+        curves: bool,
+    ) -> Result<Changes> {
+        // Read-only, and `feed` changes only when an attempt succeeds: run again whole after a
+        // lost connection.
+        retrying!(self, {
+            self.changes_attempt(study, me, feed, curves).await
+        })
+    }
+
+    async fn changes_attempt(
         &self,
         study: &Study,
         me: &DaemonId,

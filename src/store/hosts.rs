@@ -10,7 +10,9 @@
 //! finds its trials no longer RUNNING: nothing runs twice, and a result it still reports is
 //! refused by the finish's own conditional update.
 
-use super::engine::{sql, Engine};
+use super::engine::{sql, Engine, Tx};
+use super::once::{once, Commit};
+use super::outage::retrying;
 use super::{DaemonId, Result, SqlContext, Store, Study, OWNER_ATTR};
 use crate::study::{DaemonState, Failure, FailureKind, Finish};
 use serde_json::Value;
@@ -48,16 +50,18 @@ impl Store {
             "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ($1, {now}) \
              ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"
         );
-        let mut tx = self.begin().await?;
-        for id in trial_ids {
-            sql!(tx.conn(), |c| sqlx::query(&sql)
-                .bind(id)
-                .execute(c)
-                .await
-                .map(|r| r.rows_affected()))
-            .at(&self.path)?;
-        }
-        tx.commit().await.at(&self.path)
+        retrying!(self, {
+            let mut tx = self.begin().await?;
+            for id in trial_ids {
+                sql!(tx.conn(), |c| sqlx::query(&sql)
+                    .bind(id)
+                    .execute(c)
+                    .await
+                    .map(|r| r.rows_affected()))
+                .at(&self.path)?;
+            }
+            tx.commit().await.at(&self.path)
+        })
     }
 
     /// Fails over every other host of the study whose daemon row has been silent for
@@ -73,78 +77,96 @@ impl Store {
             "study_id = $1 AND host <> $2 AND state IN ('RUNNING', 'PAUSED') AND {} > $3",
             self.engine().age("heartbeat_at")
         );
-        let hosts: Vec<String> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_scalar(&format!("SELECT host FROM sweepd_daemon WHERE {silent}"))
-                .bind(study.id)
-                .bind(&me.host)
-                .bind(timeout.as_secs_f64())
-                .fetch_all(c)
-                .await
-        })
-        .at(&self.path)?;
+        let hosts: Vec<String> = retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| {
+                sqlx::query_scalar(&format!("SELECT host FROM sweepd_daemon WHERE {silent}"))
+                    .bind(study.id)
+                    .bind(&me.host)
+                    .bind(timeout.as_secs_f64())
+                    .fetch_all(c)
+                    .await
+            })
+            .at(&self.path)
+        })?;
         let mut out = Vec::new();
         for host in hosts {
-            let mut tx = self.begin_study_write(study.id).await?;
-            let detail = format!(
-                "silent for {}s: failed over by {}",
-                timeout.as_secs(),
-                me.host
-            );
-            let won = sql!(tx.conn(), |c| sqlx::query(&format!(
-                "UPDATE sweepd_daemon SET state = $4, detail = $5 WHERE {silent} AND host = $6"
-            ))
-            .bind(study.id)
-            .bind(&me.host)
-            .bind(timeout.as_secs_f64())
-            .bind(DaemonState::Gone.as_str())
-            .bind(&detail)
-            .bind(&host)
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))
-            .at(&self.path)?;
-            if won != 1 {
-                // Back in time, or another survivor was first.
-                tx.rollback().await.at(&self.path)?;
-                continue;
-            }
-            let running: Vec<(i64, Option<String>)> = sql!(tx.conn(), |c| sqlx::query_as(
-                "SELECT CAST(t.trial_id AS BIGINT), a.value_json FROM trials t \
-                 JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.key = $1 \
-                 WHERE t.study_id = $2 AND t.state = 'RUNNING' ORDER BY t.trial_id",
-            )
-            .bind(OWNER_ATTR)
-            .bind(study.id)
-            .fetch_all(c)
-            .await)
-            .at(&self.path)?;
-            let mut trials = Vec::new();
-            for (trial_id, owner) in running {
-                let owner = owner
-                    .and_then(|j| serde_json::from_str::<Value>(&j).ok())
-                    .and_then(|v| DaemonId::from_json(&v));
-                if owner.is_none_or(|o| o.host != host) {
-                    continue;
-                }
-                let failure = Failure {
-                    kind: FailureKind::Interrupted,
-                    reason: format!(
-                        "interrupted: host {host} stopped sending heartbeats for {}s (failed over by {})",
-                        timeout.as_secs(),
-                        me.host
-                    ),
-                    stderr_tail: None,
-                    retry: true,
-                };
-                let finished = self
-                    .finish_in(&mut tx, study, trial_id, &Finish::Fail(failure), &[])
-                    .await?;
-                trials.extend(finished);
-            }
-            tx.commit().await.at(&self.path)?;
-            out.push(FailedOver { host, trials });
+            // Once: a failover whose commit was lost is still reported.
+            let trials = once!(self, study.id, |tx| {
+                self.fail_over_in(tx, study, me, timeout, &silent, &host)
+                    .await
+            })?;
+            out.extend(trials.map(|trials| FailedOver { host, trials }));
         }
         Ok(out)
+    }
+
+    /// Fails `host` over in `tx`, if it is still silent and no other survivor was first: the
+    /// numbers of its trials re-enqueued.
+    async fn fail_over_in(
+        &self,
+        tx: &mut Tx,
+        study: &Study,
+        me: &DaemonId,
+        timeout: Duration,
+        silent: &str,
+        host: &str,
+    ) -> Result<Commit<Option<Vec<i64>>>> {
+        let detail = format!(
+            "silent for {}s: failed over by {}",
+            timeout.as_secs(),
+            me.host
+        );
+        let won = sql!(tx.conn(), |c| sqlx::query(&format!(
+            "UPDATE sweepd_daemon SET state = $4, detail = $5 WHERE {silent} AND host = $6"
+        ))
+        .bind(study.id)
+        .bind(&me.host)
+        .bind(timeout.as_secs_f64())
+        .bind(DaemonState::Gone.as_str())
+        .bind(&detail)
+        .bind(host)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
+        if won != 1 {
+            // Back in time, or another survivor was first.
+            return Ok(Commit::No(None));
+        }
+        let running: Vec<(i64, Option<String>)> = sql!(tx.conn(), |c| sqlx::query_as(
+            "SELECT CAST(t.trial_id AS BIGINT), a.value_json FROM trials t \
+             JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.key = $1 \
+             WHERE t.study_id = $2 AND t.state = 'RUNNING' ORDER BY t.trial_id",
+        )
+        .bind(OWNER_ATTR)
+        .bind(study.id)
+        .fetch_all(c)
+        .await)
+        .at(&self.path)?;
+        let mut trials = Vec::new();
+        for (trial_id, owner) in running {
+            let owner = owner
+                .and_then(|j| serde_json::from_str::<Value>(&j).ok())
+                .and_then(|v| DaemonId::from_json(&v));
+            if owner.is_none_or(|o| o.host != host) {
+                continue;
+            }
+            let failure = Failure {
+                kind: FailureKind::Interrupted,
+                reason: format!(
+                    "interrupted: host {host} stopped sending heartbeats for {}s (failed over by {})",
+                    timeout.as_secs(),
+                    me.host
+                ),
+                stderr_tail: None,
+                retry: true,
+            };
+            let finished = self
+                .finish_in(tx, study, trial_id, &Finish::Fail(failure), &[])
+                .await?;
+            trials.extend(finished);
+        }
+        Ok(Commit::Yes(Some(trials)))
     }
 
     /// Each host of the study with the RUNNING trials its daemons started, for `status`.

@@ -416,6 +416,10 @@ impl Store {
     /// deleted under a running daemon, whose last writes (worker exits, events) came after
     /// the triggers had deleted its rows.
     pub async fn purge_orphans(&self) -> Result<()> {
+        super::outage::retrying!(self, { self.purge_orphans_attempt().await })
+    }
+
+    async fn purge_orphans_attempt(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
         for q in PURGE {
             sql!(tx.conn(), |c| sqlx::query(q)
@@ -431,6 +435,10 @@ impl Store {
     /// Whether `study` is gone from the database: deleted (`optuna.delete_study`), or its id
     /// now names another study.
     pub async fn study_deleted(&self, study: &super::Study) -> Result<bool> {
+        super::outage::retrying!(self, { self.study_deleted_attempt(study).await })
+    }
+
+    async fn study_deleted_attempt(&self, study: &super::Study) -> Result<bool> {
         let name: Option<String> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_scalar("SELECT study_name FROM studies WHERE study_id = $1")
                 .bind(study.id)

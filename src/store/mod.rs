@@ -44,6 +44,8 @@ mod engine;
 mod feed;
 mod hosts;
 mod mirror;
+mod once;
+mod outage;
 mod postgres;
 mod schema;
 mod sqlite;
@@ -61,6 +63,7 @@ pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
 pub use engine::Engine;
 pub use feed::{Changed, Changes, Feed};
 pub use hosts::{FailedOver, HostView};
+pub use outage::{Ended, Outage};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use suggested::{ParamRefused, FAIL_REASON_USER_ATTR};
 pub use telemetry::{GpuRow, MemorySample};
@@ -145,6 +148,11 @@ pub struct Store {
     path: PathBuf,
     /// Group commit: makes lazy commits durable (see [`Store::sync`]); SQLite only.
     syncer: Option<std::sync::Arc<sync::Syncer>>,
+    /// Whether operations wait through an outage of the server, and the outage in progress
+    /// (`outage`); shared by every clone.
+    outages: std::sync::Arc<outage::Outages>,
+    /// The ids of the writes that must take effect once (`once`).
+    ops: std::sync::Arc<once::Ops>,
 }
 
 /// A study row.
@@ -212,7 +220,13 @@ fn io_hint(path: &Path) -> String {
 /// " (the file system … is read-only)" when a database or I/O error has that cause.
 fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
     if path.to_string_lossy().contains("://") {
-        return String::new(); // a server, not a file
+        // A server, not a file.
+        return if outage::connection_lost(source) {
+            " (the database server cannot be reached: down, restarting, or the network cut)"
+                .to_owned()
+        } else {
+            String::new()
+        };
     }
     match source {
         sqlx::Error::Database(_) | sqlx::Error::Io(_) => file_system_state(path)
@@ -256,19 +270,6 @@ pub fn file_system_state(path: &Path) -> Option<String> {
         Err(ErrorKind::StorageFull) => full(),
         _ if st.blocks_available() == 0 => full(),
         _ => None,
-    }
-}
-
-/// Whether an error says the server cannot be reached now (down, restarting, the network
-/// cut), as opposed to a query it refused.
-fn unreachable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
-        // Class 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now.
-        sqlx::Error::Database(d) => d
-            .code()
-            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
-        _ => false,
     }
 }
 
@@ -345,60 +346,15 @@ impl Store {
         }
     }
 
-    /// A connection from the pool, for queries outside a transaction.
+    /// A connection from the pool, for queries outside a transaction. (An operation that
+    /// must wait through an outage of the server runs whole in `retrying!`, see `outage`.)
     async fn acquire(&self) -> Result<engine::PoolConn> {
-        self.reconnecting(|| self.pool.acquire()).await
+        self.pool.acquire().await.at(&self.path)
     }
 
     /// A transaction for single-row writes (see `engine::Pool::begin`).
     async fn begin(&self) -> Result<engine::Tx> {
-        self.reconnecting(|| self.pool.begin()).await
-    }
-
-    /// Gets a connection (or starts a transaction on one) through an outage of the PostgreSQL
-    /// server: while it cannot be reached (restarted, the network cut), waits and tries again
-    /// with a backoff, instead of failing. Nothing has been sent yet when a connection cannot
-    /// be had, so trying again is always safe; the caller (a slot about to record a trial, the
-    /// core about to start one) just waits, which stops dispatching until the server is back,
-    /// and what the workers finish meanwhile is written then. SQLite waits for its lock itself.
-    pub(super) async fn reconnecting<T, F, Fut>(&self, mut op: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
-    {
-        let mut failures = 0u32;
-        let since = std::time::Instant::now();
-        loop {
-            match op().await {
-                Err(e) if self.engine() == Engine::Postgres && unreachable(&e) => {
-                    failures += 1;
-                    if failures == 1 {
-                        tracing::warn!(
-                            "database {} cannot be reached ({e}): no trial starts until it is back; running trials go on and their results are written then",
-                            self.path.display()
-                        );
-                    } else if failures % 10 == 0 {
-                        tracing::warn!(
-                            "database {} still cannot be reached after {}s ({e}); retrying",
-                            self.path.display(),
-                            since.elapsed().as_secs()
-                        );
-                    }
-                    let wait = std::time::Duration::from_millis(250 << failures.min(7));
-                    tokio::time::sleep(wait).await;
-                }
-                other => {
-                    if failures > 0 {
-                        tracing::info!(
-                            "database {} is back after {}s",
-                            self.path.display(),
-                            since.elapsed().as_secs()
-                        );
-                    }
-                    return other.at(&self.path);
-                }
-            }
-        }
+        self.pool.begin().await.at(&self.path)
     }
 
     /// Finds the study, or creates it the way `optuna.create_study` does: one

@@ -16,9 +16,17 @@ use std::time::Duration;
 pub(super) type Pool = sqlx::PgPool;
 
 /// How long a caller waits for a connection before the store reports the database
-/// unreachable: the supervisor then waits and tries again (see `supervisor::outage`), rather
-/// than every task hanging on a server that is gone.
+/// unreachable: a daemon then waits and tries the whole operation again (`store::outage`),
+/// rather than every task hanging on a server that is gone.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the server keeps one of our sessions that sits idle inside a transaction before
+/// it ends it (`idle_in_transaction_session_timeout`). sweepd's transactions never wait on
+/// anything but the database; a session idle that long is one whose host was cut off mid-
+/// transaction, and it would otherwise hold the study's row lock, and every other host with it,
+/// until the server's TCP gives up on it (hours). Ended by mistake (a process stalled that
+/// long), the transaction is rolled back and run again (`store::outage`).
+const IDLE_IN_TRANSACTION: &str = "10s";
 
 /// Connections per daemon: the core's transactions are one at a time, besides them the
 /// housekeeping task and the slots' reports.
@@ -42,9 +50,11 @@ pub(super) async fn connect(url: &str) -> Result<Pool, sqlx::Error> {
                 // that set its own; `log_timezone` is, and initdb writes both from the system's.
                 let zone = std::env::var("PGTZ").ok().filter(|z| !z.is_empty());
                 sqlx::query(
-                    "SELECT set_config('TimeZone', COALESCE($1, current_setting('log_timezone')), false)",
+                    "SELECT set_config('TimeZone', COALESCE($1, current_setting('log_timezone')), false), \
+                     set_config('idle_in_transaction_session_timeout', $2, false)",
                 )
                 .bind(zone)
+                .bind(IDLE_IN_TRANSACTION)
                 .execute(&mut *conn)
                 .await?;
                 Ok(())

@@ -70,7 +70,7 @@ impl Store {
     /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
     /// study's row lock (`engine::Tx::lock_study`).
     pub(super) async fn begin_write(&self) -> Result<engine::Tx> {
-        self.reconnecting(|| self.pool.begin_write()).await
+        self.pool.begin_write().await.at(&self.path)
     }
 
     /// A write transaction serialised with every writer of the study's trials.
@@ -120,6 +120,8 @@ impl Store {
                     pool: Pool::Sqlite(pool),
                     path: label,
                     syncer: Some(std::sync::Arc::new(sync::Syncer::new(path))),
+                    outages: Default::default(),
+                    ops: Default::default(),
                 })
             }
             Target::Postgres { url, .. } => {
@@ -128,6 +130,8 @@ impl Store {
                     pool: Pool::Postgres(pool),
                     path: label,
                     syncer: None,
+                    outages: Default::default(),
+                    ops: Default::default(),
                 })
             }
         }

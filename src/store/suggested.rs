@@ -3,6 +3,7 @@
 //! storage checks it, and user attributes, both written as Optuna writes them.
 
 use super::engine::sql;
+use super::outage::retrying;
 use super::{Result, SqlContext, Store, Study};
 use crate::study::{pyjson, Distribution, ParamValue};
 use serde_json::Value;
@@ -32,6 +33,17 @@ impl Store {
         name: &str,
         dist: &Distribution,
     ) -> Result<Option<String>> {
+        retrying!(self, {
+            self.param_conflict_attempt(study, name, dist).await
+        })
+    }
+
+    async fn param_conflict_attempt(
+        &self,
+        study: &Study,
+        name: &str,
+        dist: &Distribution,
+    ) -> Result<Option<String>> {
         let earlier: Option<String> = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
             "SELECT p.distribution_json FROM trial_params p JOIN trials t \
              ON t.trial_id = p.trial_id WHERE t.study_id = $1 AND p.param_name = $2 LIMIT 1",
@@ -46,7 +58,9 @@ impl Store {
 
     /// Records param `name` of a RUNNING trial, suggested by its objective, with the check of
     /// [`Store::param_conflict`] made again in the write's own transaction (another writer may
-    /// have recorded the name since).
+    /// have recorded the name since). Run again whole through an outage: an attempt whose
+    /// commit went through but whose acknowledgement was lost finds the param recorded with
+    /// this value, which is a success.
     pub async fn set_param(
         &self,
         study: &Study,
@@ -55,7 +69,41 @@ impl Store {
         dist: &Distribution,
         v: &ParamValue,
     ) -> Result<std::result::Result<(), ParamRefused>> {
+        retrying!(self, {
+            self.set_param_attempt(study, trial_id, name, dist, v).await
+        })
+    }
+
+    async fn set_param_attempt(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        name: &str,
+        dist: &Distribution,
+        v: &ParamValue,
+    ) -> Result<std::result::Result<(), ParamRefused>> {
         let mut tx = self.begin_write().await?;
+        let recorded: Option<(f64, String)> = sql!(tx.conn(), |c| sqlx::query_as(
+            "SELECT param_value, distribution_json FROM trial_params \
+             WHERE trial_id = $1 AND param_name = $2"
+        )
+        .bind(trial_id)
+        .bind(name)
+        .fetch_optional(c)
+        .await)
+        .at(&self.path)?;
+        if let Some((internal, json)) = recorded {
+            tx.rollback().await.at(&self.path)?;
+            let same =
+                internal.to_bits() == dist.to_internal(v).to_bits() && json == dist.optuna_json();
+            return Ok(if same {
+                Ok(())
+            } else {
+                Err(ParamRefused::Conflict(format!(
+                    "param `{name}` of this trial was already recorded with another value"
+                )))
+            });
+        }
         let running: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
             "SELECT CAST(1 AS BIGINT) FROM trials WHERE trial_id = $1 AND state = 'RUNNING'"
         )
@@ -89,6 +137,12 @@ impl Store {
     /// set again replaced. Only while the trial is RUNNING (Optuna refuses to change a finished
     /// trial); a late one is dropped.
     pub async fn set_user_attr(&self, trial_id: i64, key: &str, value: &Value) -> Result<()> {
+        retrying!(self, {
+            self.set_user_attr_attempt(trial_id, key, value).await
+        })
+    }
+
+    async fn set_user_attr_attempt(&self, trial_id: i64, key: &str, value: &Value) -> Result<()> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "INSERT INTO trial_user_attributes (trial_id, key, value_json) \
              SELECT $1, $2, $3 WHERE EXISTS \

@@ -1,6 +1,7 @@
 //! Keeping the budget's [`Tally`] current by reading only the trials that can have changed.
 
 use super::engine::{sql, Conn};
+use super::outage::retrying;
 use super::{placeholders, Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
 
@@ -37,8 +38,11 @@ impl Store {
     /// that were not final then. Cheap (it reads what changed, not the study), so the budget
     /// can be checked against the database before every start.
     pub async fn refresh_tally(&self, study: &Study, tally: &mut Tally) -> Result<()> {
-        let mut conn = self.acquire().await?;
-        self.refresh_tally_on(conn.conn(), study, tally).await
+        // Safe to run again: what one attempt applied, the next reads again.
+        retrying!(self, {
+            let mut conn = self.acquire().await?;
+            self.refresh_tally_on(conn.conn(), study, tally).await
+        })
     }
 
     /// [`Store::refresh_tally`] on `conn`: in a start's transaction, which on PostgreSQL holds

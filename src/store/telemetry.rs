@@ -3,22 +3,27 @@
 
 use super::columns::NullableInt;
 use super::engine::{sql, Stamp};
+use super::outage::retrying;
 use super::{Result, SqlContext, Store, Study};
 
 impl Store {
     /// Replaces this host's `sweepd_gpus` rows of the study with the monitor's latest view.
     pub async fn write_gpus(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
+        retrying!(self, { self.write_gpus_attempt(study, host, rows).await })
+    }
+
+    async fn write_gpus_attempt(&self, study: &Study, host: &str, rows: &[GpuRow]) -> Result<()> {
         let mut tx = self.begin().await?;
         for r in rows {
             sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
-                 running, par_estimate, expected_peak, wait, error, updated_at, host) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                 running, par_estimate, expected_peak, wait, error, updated_at, host, expected_why) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
                  ON CONFLICT (study_id, host, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
                  free = excluded.free, used = excluded.used, util_gpu = excluded.util_gpu, \
                  util_mem = excluded.util_mem, running = excluded.running, par_estimate = excluded.par_estimate, \
                  expected_peak = excluded.expected_peak, wait = excluded.wait, error = excluded.error, \
-                 updated_at = excluded.updated_at",
+                 updated_at = excluded.updated_at, expected_why = excluded.expected_why",
             )
             .bind(study.id)
             .bind(r.device as i64)
@@ -35,6 +40,7 @@ impl Store {
             .bind(&r.error)
             .bind(Stamp::now())
             .bind(host)
+            .bind(&r.expected_why)
             .execute(c)
             .await
             .map(|r| r.rows_affected()))
@@ -45,10 +51,14 @@ impl Store {
     }
 
     pub async fn gpus(&self, study: &Study) -> Result<Vec<GpuRow>> {
+        retrying!(self, { self.gpus_attempt(study).await })
+    }
+
+    async fn gpus_attempt(&self, study: &Study) -> Result<Vec<GpuRow>> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT host, device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
-             expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at FROM sweepd_gpus \
-             WHERE study_id = $1 ORDER BY host, device",
+             expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at, expected_why \
+             FROM sweepd_gpus WHERE study_id = $1 ORDER BY host, device",
         )
         .bind(study.id)
         .fetch_all(c)
@@ -58,6 +68,10 @@ impl Store {
 
     /// Telemetry samples of trial memory.
     pub async fn write_samples(&self, samples: &[MemorySample]) -> Result<()> {
+        retrying!(self, { self.write_samples_attempt(samples).await })
+    }
+
+    async fn write_samples_attempt(&self, samples: &[MemorySample]) -> Result<()> {
         if samples.is_empty() {
             return Ok(());
         }
@@ -118,4 +132,6 @@ pub struct GpuRow {
     pub wait: Option<String>,
     pub error: Option<String>,
     pub updated_at: String,
+    /// How the memory model came to `expected_peak`, in words.
+    pub expected_why: Option<String>,
 }

@@ -4,6 +4,8 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
+use super::once::{once, Commit};
+use super::outage::retrying;
 use super::suggested::FAIL_REASON_USER_ATTR;
 use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
 use crate::study::{
@@ -27,6 +29,49 @@ pub struct StartCtx<'a> {
 pub enum StartOp<'a> {
     New(&'a Params),
     Claim(&'a Waiting, &'a Params),
+}
+
+impl StartOp<'_> {
+    /// The trial it starts, once the store has given it its row.
+    fn claimed(self, trial_id: i64, number: i64) -> Claimed {
+        let (params, attempts) = match self {
+            StartOp::New(params) => (params.clone(), Attempts::new()),
+            StartOp::Claim(w, params) => (params.clone(), w.attempts.clone()),
+        };
+        Claimed {
+            trial_id,
+            number,
+            params,
+            attempts,
+        }
+    }
+}
+
+/// A start as its transaction decided it, and as `once!` records it: with the
+/// [`StartOp`], enough to tell the caller what [`Started`].
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+enum StartRec {
+    Yes { trial_id: i64, number: i64 },
+    Taken,
+    NoRoom,
+}
+
+impl StartRec {
+    fn started(self, op: StartOp<'_>) -> Started {
+        match self {
+            StartRec::Yes { trial_id, number } => Started::Yes(op.claimed(trial_id, number)),
+            StartRec::Taken => Started::Taken,
+            StartRec::NoRoom => Started::NoRoom,
+        }
+    }
+
+    /// Only a start that happened is committed.
+    fn commit(self) -> Commit<StartRec> {
+        match self {
+            StartRec::Yes { .. } => Commit::Yes(self),
+            _ => Commit::No(self),
+        }
+    }
 }
 
 /// How an attempt to start a trial ended.
@@ -72,7 +117,7 @@ impl Store {
     /// trials of sweepd versions that did not record it: they only named the worker). RUNNING
     /// trials of anyone else (an Optuna script) are not listed: sweepd leaves them alone.
     pub async fn sweepd_running(&self, study: &Study) -> Result<Vec<(i64, Option<DaemonId>)>> {
-        let rows: Vec<(i64, Option<String>)> =
+        let rows: Vec<(i64, Option<String>)> = retrying!(self, {
             sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
                 "SELECT CAST(t.trial_id AS BIGINT), \
                (SELECT a.value_json FROM trial_system_attributes a \
@@ -86,7 +131,8 @@ impl Store {
             .bind(study.id)
             .fetch_all(c)
             .await)
-            .at(&self.path)?;
+            .at(&self.path)
+        })?;
         Ok(rows
             .into_iter()
             .map(|(trial_id, owner)| {
@@ -120,7 +166,18 @@ impl Store {
     /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
     /// trial is not a FAIL without a copy.
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
-        let mut tx = self.begin_study_write(study.id).await?;
+        once!(self, study.id, |tx| {
+            self.requeue_failed_in(tx, study, trial_id).await
+        })
+    }
+
+    /// The writes of [`Store::requeue_failed`], in `tx`.
+    async fn requeue_failed_in(
+        &self,
+        tx: &mut Tx,
+        study: &Study,
+        trial_id: i64,
+    ) -> Result<Commit<Option<i64>>> {
         let row: Option<(i64, Option<String>)> = sql!(tx.conn(), |c| {
             sqlx::query_as(
             "SELECT CAST(t.number AS BIGINT), (SELECT a.value_json FROM trial_system_attributes a \
@@ -135,25 +192,34 @@ impl Store {
         })
         .at(&self.path)?;
         let Some((number, kind)) = row else {
-            tx.rollback().await.at(&self.path)?;
-            return Ok(None);
+            return Ok(Commit::No(None));
         };
         let kind = kind
             .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
             .unwrap_or(FailureKind::UserError);
         let copy = self
-            .enqueue_retry(&mut tx, study, trial_id, number, kind)
+            .enqueue_retry(tx, study, trial_id, number, kind)
             .await?;
-        self.set_attr(&mut tx, trial_id, "sweepd:retried_as", &json!(copy))
+        self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
             .await?;
-        tx.commit().await.at(&self.path)?;
-        Ok(Some(copy))
+        Ok(Commit::Yes(Some(copy)))
     }
 
     /// The oldest WAITING trial and the params it already has (a retry copy's, or Optuna's
     /// `fixed_params` from `enqueue_trial`), without claiming it: the supervisor first decides
     /// where it can run. `problem` is set when a given param is outside the search space.
     pub async fn peek_waiting(
+        &self,
+        study: &Study,
+        space: &SearchSpace,
+        exclude: &[i64],
+    ) -> Result<Option<Waiting>> {
+        retrying!(self, {
+            self.peek_waiting_attempt(study, space, exclude).await
+        })
+    }
+
+    async fn peek_waiting_attempt(
         &self,
         study: &Study,
         space: &SearchSpace,
@@ -281,15 +347,12 @@ impl Store {
         &self,
         space: &SearchSpace,
         op: StartOp<'_>,
-        ctx: StartCtx<'_>,
+        mut ctx: StartCtx<'_>,
     ) -> Result<Started> {
-        let mut tx = self.begin_study_write(ctx.study.id).await?;
-        let started = self.start_in(&mut tx, space, op, ctx).await?;
-        match started {
-            Started::Yes(_) => tx.commit().await.at(&self.path)?,
-            _ => tx.rollback().await.at(&self.path)?,
-        }
-        Ok(started)
+        let started = once!(self, ctx.study.id, |tx| {
+            Ok(self.start_in(tx, space, op, &mut ctx).await?.commit())
+        })?;
+        Ok(started.started(op))
     }
 
     /// Finishes a RUNNING trial and starts the next one in one durable commit: when a slot's
@@ -304,27 +367,29 @@ impl Store {
         attrs: &[(&str, Value)],
         space: &SearchSpace,
         op: StartOp<'_>,
-        ctx: StartCtx<'_>,
+        mut ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
-        let mut tx = self.begin_study_write(study.id).await?;
-        let finished = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
-        let started = self.start_in(&mut tx, space, op, ctx).await?;
-        tx.commit().await.at(&self.path)?;
-        Ok((finished, started))
+        let (finished, started) = once!(self, study.id, |tx| {
+            let finished = self.finish_in(tx, study, trial_id, how, attrs).await?;
+            let started = self.start_in(tx, space, op, &mut ctx).await?;
+            Ok(Commit::Yes((finished, started)))
+        })?;
+        Ok((finished, started.started(op)))
     }
 
-    /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`.
+    /// The writes of [`Store::start`], in `tx`. Writes nothing unless it returns `Yes`. What it
+    /// changes in the tally is redone by the next refresh if the transaction is rolled back.
     async fn start_in(
         &self,
         tx: &mut Tx,
         space: &SearchSpace,
         op: StartOp<'_>,
-        ctx: StartCtx<'_>,
-    ) -> Result<Started> {
+        ctx: &mut StartCtx<'_>,
+    ) -> Result<StartRec> {
         self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally)
             .await?;
         if !ctx.tally.room(ctx.budget) {
-            return Ok(Started::NoRoom);
+            return Ok(StartRec::NoRoom);
         }
         let (claimed, skip) = match op {
             StartOp::New(params) => {
@@ -352,7 +417,7 @@ impl Store {
                 .map(|r| r.rows_affected()))
                 .at(&self.path)?;
                 if claimed != 1 {
-                    return Ok(Started::Taken);
+                    return Ok(StartRec::Taken);
                 }
                 ctx.tally.started(w.trial_id);
                 let claimed = Claimed {
@@ -377,31 +442,37 @@ impl Store {
             self.insert_param(tx, claimed.trial_id, &spec.name, &spec.dist, v)
                 .await?;
         }
-        Ok(Started::Yes(claimed))
+        Ok(StartRec::Yes {
+            trial_id: claimed.trial_id,
+            number: claimed.number,
+        })
     }
 
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
     /// GPU, once the worker is known.
     pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
-        let mut tx = self.begin().await?;
-        self.write_runner(&mut tx, trial_id, runner).await?;
-        if let Some(gpu) = gpu {
-            self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
-                .await?;
-        }
-        tx.commit().await.at(&self.path)?;
-        Ok(())
+        retrying!(self, {
+            let mut tx = self.begin().await?;
+            self.write_runner(&mut tx, trial_id, runner).await?;
+            if let Some(gpu) = gpu {
+                self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
+                    .await?;
+            }
+            tx.commit().await.at(&self.path)
+        })
     }
 
     /// The number the next trial created in this study will get (a hint for seeding).
     pub async fn next_number(&self, study: &Study) -> Result<i64> {
-        sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
-            "SELECT CAST(COALESCE(MAX(number), -1) + 1 AS BIGINT) FROM trials WHERE study_id = $1",
-        )
-        .bind(study.id)
-        .fetch_one(c)
-        .await)
-        .at(&self.path)
+        retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+                "SELECT CAST(COALESCE(MAX(number), -1) + 1 AS BIGINT) FROM trials WHERE study_id = $1",
+            )
+            .bind(study.id)
+            .fetch_one(c)
+            .await)
+            .at(&self.path)
+        })
     }
 
     /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
@@ -463,8 +534,13 @@ impl Store {
             .await
     }
 
-    /// Records an intermediate value. A repeated step keeps the first value, as Optuna does.
+    /// Records an intermediate value. A repeated step keeps the first value, as Optuna does
+    /// (which also makes it safe to write again after a lost connection).
     pub async fn report(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
+        retrying!(self, { self.report_attempt(trial_id, step, value).await })
+    }
+
+    async fn report_attempt(&self, trial_id: i64, step: i64, value: f64) -> Result<()> {
         let (v, t) = encode_value(value);
         let sql = "INSERT INTO trial_intermediate_values \
              (trial_id, step, intermediate_value, intermediate_value_type) VALUES ($1, $2, $3, $4) \
@@ -506,13 +582,14 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
-        let mut tx = self.begin_study_write(study.id).await?;
-        let number = self.finish_in(&mut tx, study, trial_id, how, attrs).await?;
-        match number {
-            Some(_) => tx.commit().await.at(&self.path)?,
-            None => tx.rollback().await.at(&self.path)?,
-        }
-        Ok(number)
+        once!(self, study.id, |tx| {
+            Ok(
+                match self.finish_in(tx, study, trial_id, how, attrs).await? {
+                    Some(number) => Commit::Yes(Some(number)),
+                    None => Commit::No(None),
+                },
+            )
+        })
     }
 
     /// The writes of [`Store::finish`], in `tx`. Writes nothing when it returns `None`.

@@ -4,6 +4,7 @@
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
 use super::engine::{sql, Label};
+use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
@@ -65,6 +66,10 @@ pub struct Candidate {
 impl Store {
     /// Trial counts by state; FAIL trials with a retry copy are counted apart.
     pub async fn counts(&self, study: &Study) -> Result<Counts> {
+        retrying!(self, { self.counts_attempt(study).await })
+    }
+
+    async fn counts_attempt(&self, study: &Study) -> Result<Counts> {
         let rows: Vec<(String, i64, Option<i64>)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT CAST(t.state AS TEXT), COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
              FROM trials t LEFT JOIN trial_system_attributes a \
@@ -95,6 +100,15 @@ impl Store {
 
     /// Trials for display, oldest first; optionally only one state and only the last `limit`.
     pub async fn trials(
+        &self,
+        study: &Study,
+        state: Option<TrialState>,
+        limit: Option<u64>,
+    ) -> Result<Vec<TrialView>> {
+        retrying!(self, { self.trials_attempt(study, state, limit).await })
+    }
+
+    async fn trials_attempt(
         &self,
         study: &Study,
         state: Option<TrialState>,
@@ -154,6 +168,10 @@ impl Store {
     /// The best COMPLETE trial for a single-objective study's direction (the first objective's,
     /// for a study with several: see `front_candidates` for those).
     pub async fn best(&self, study: &Study) -> Result<Option<TrialView>> {
+        retrying!(self, { self.best_attempt(study).await })
+    }
+
+    async fn best_attempt(&self, study: &Study) -> Result<Option<TrialView>> {
         // INF_NEG/INF_POS rows have a NULL value: order them by type first.
         let order = match study.directions[0] {
             Direction::Minimize => {
@@ -174,7 +192,7 @@ impl Store {
             .await)
         .at(&self.path)?;
         match id {
-            Some(id) => self.trial(study, id).await.map(Some),
+            Some(id) => self.trial_attempt(study, id).await.map(Some),
             None => Ok(None),
         }
     }
@@ -183,6 +201,10 @@ impl Store {
     /// COMPLETE trial in trial order with its values and constraints, and whether the study is
     /// a constrained one (some trial, in any state, has constraints).
     pub async fn front_candidates(&self, study: &Study) -> Result<(Vec<Candidate>, bool)> {
+        retrying!(self, { self.front_candidates_attempt(study).await })
+    }
+
+    async fn front_candidates_attempt(&self, study: &Study) -> Result<(Vec<Candidate>, bool)> {
         let rows: Vec<(i64, i64)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT CAST(trial_id AS BIGINT), CAST(number AS BIGINT) FROM trials \
              WHERE study_id = $1 AND state = 'COMPLETE' ORDER BY trial_id",
@@ -252,6 +274,10 @@ impl Store {
 
     /// One trial of `study` by id.
     pub async fn trial(&self, study: &Study, trial_id: i64) -> Result<TrialView> {
+        retrying!(self, { self.trial_attempt(study, trial_id).await })
+    }
+
+    async fn trial_attempt(&self, study: &Study, trial_id: i64) -> Result<TrialView> {
         let row = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(&format!(
             "{TRIAL_COLUMNS} WHERE t.trial_id = $1"
         ))
@@ -361,6 +387,10 @@ impl Store {
     /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the
     /// memory model survives a restart.
     pub async fn peaks(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
+        retrying!(self, { self.peaks_attempt(study).await })
+    }
+
+    async fn peaks_attempt(&self, study: &Study) -> Result<Vec<(Params, u64)>> {
         let rows: Vec<(i64, String, String, f64, String)> =
             sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
                 "SELECT CAST(a.trial_id AS BIGINT), a.value_json, p.param_name, p.param_value, \

@@ -1,6 +1,8 @@
 //! sweepd's worker rows and their events: who ran what, with which pid, and how it ended.
 
-use super::engine::{sql, Stamp};
+use super::engine::{sql, Stamp, Tx};
+use super::once::{once, Commit};
+use super::outage::retrying;
 use super::{Result, SqlContext, Store, Study};
 use crate::study::WorkerState;
 use std::path::Path;
@@ -8,7 +10,21 @@ use std::path::Path;
 impl Store {
     /// Registers a worker before it is spawned; its id is the worker's `SWEEPD_WORKER_ID`.
     pub async fn worker_created(&self, study: &Study, slot: usize, host: &str) -> Result<i64> {
-        sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+        // Once: a second row for one worker would show a worker that never ran.
+        once!(self, study.id, |tx| {
+            let id = self.worker_created_in(tx, study, slot, host).await?;
+            Ok(Commit::Yes(id))
+        })
+    }
+
+    async fn worker_created_in(
+        &self,
+        tx: &mut Tx,
+        study: &Study,
+        slot: usize,
+        host: &str,
+    ) -> Result<i64> {
+        sql!(tx.conn(), |c| sqlx::query_scalar(
             "INSERT INTO sweepd_workers (study_id, slot, host, state, started_at) \
              VALUES ($1, $2, $3, 'STARTING', $4) RETURNING worker_id",
         )
@@ -23,6 +39,19 @@ impl Store {
 
     /// Records the pid and its start time, so a later instance can kill exactly this process.
     pub async fn worker_spawned(
+        &self,
+        worker_id: i64,
+        pid: u32,
+        start_time: Option<u64>,
+        log: &Path,
+    ) -> Result<()> {
+        retrying!(self, {
+            self.worker_spawned_attempt(worker_id, pid, start_time, log)
+                .await
+        })
+    }
+
+    async fn worker_spawned_attempt(
         &self,
         worker_id: i64,
         pid: u32,
@@ -44,6 +73,10 @@ impl Store {
     }
 
     pub async fn worker_state(&self, worker_id: i64, state: WorkerState) -> Result<()> {
+        retrying!(self, { self.worker_state_attempt(worker_id, state).await })
+    }
+
+    async fn worker_state_attempt(&self, worker_id: i64, state: WorkerState) -> Result<()> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "UPDATE sweepd_workers SET state = $1 WHERE worker_id = $2"
         )
@@ -57,6 +90,18 @@ impl Store {
     }
 
     pub async fn worker_exited(
+        &self,
+        worker_id: i64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    ) -> Result<()> {
+        retrying!(self, {
+            self.worker_exited_attempt(worker_id, exit_code, signal)
+                .await
+        })
+    }
+
+    async fn worker_exited_attempt(
         &self,
         worker_id: i64,
         exit_code: Option<i32>,
@@ -79,6 +124,10 @@ impl Store {
 
     /// Counts a successful trial of a worker (shown by `status`, used for recycling).
     pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
+        retrying!(self, { self.worker_trial_done_attempt(worker_id).await })
+    }
+
+    async fn worker_trial_done_attempt(&self, worker_id: i64) -> Result<()> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query(
             "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
         )
@@ -91,6 +140,18 @@ impl Store {
     }
 
     pub async fn event(
+        &self,
+        worker_id: Option<i64>,
+        trial_id: Option<i64>,
+        kind: &str,
+        detail: &str,
+    ) -> Result<()> {
+        retrying!(self, {
+            self.event_attempt(worker_id, trial_id, kind, detail).await
+        })
+    }
+
+    async fn event_attempt(
         &self,
         worker_id: Option<i64>,
         trial_id: Option<i64>,
@@ -120,6 +181,14 @@ impl Store {
         study: &Study,
         host: Option<&str>,
     ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+        retrying!(self, { self.unfinished_workers_attempt(study, host).await })
+    }
+
+    async fn unfinished_workers_attempt(
+        &self,
+        study: &Study,
+        host: Option<&str>,
+    ) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT worker_id, pid, pid_start_time FROM sweepd_workers \
              WHERE study_id = $1 AND state <> 'EXITED' AND ($2 IS NULL OR host = $2)",
@@ -133,6 +202,10 @@ impl Store {
 
     /// Live workers for `status`.
     pub async fn live_workers(&self, study: &Study) -> Result<Vec<WorkerView>> {
+        retrying!(self, { self.live_workers_attempt(study).await })
+    }
+
+    async fn live_workers_attempt(&self, study: &Study) -> Result<Vec<WorkerView>> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT worker_id, host, slot, pid, state, trials_done, \
              CAST(started_at AS TEXT) AS started_at FROM sweepd_workers \

@@ -72,11 +72,25 @@ impl Tally {
         self.finished = self.finished.saturating_sub(1);
     }
 
-    /// This daemon finished `trial_id`; `spends` unless it failed and was retried.
-    pub fn finished_own(&mut self, trial_id: i64, spends: bool) {
-        if self.open.remove(&trial_id).is_some() && spends {
+    /// This daemon finished `trial_id`; `spends` unless it failed and was retried. Returns
+    /// whether the tally still had the trial open (and so counted this finish).
+    pub fn finished_own(&mut self, trial_id: i64, spends: bool) -> bool {
+        let open = self.open.remove(&trial_id).is_some();
+        if open && spends {
             self.finished += 1;
         }
+        open
+    }
+
+    /// A finish counted by [`Tally::finished_own`] (which had the trial open) found the trial
+    /// already ended by another process (a host that failed this one over, Optuna's
+    /// `fail_stale_trials`): the count is taken back and the trial read again at the next
+    /// refresh, which counts it as that process ended it.
+    pub fn finished_elsewhere(&mut self, trial_id: i64, spends: bool) {
+        if spends {
+            self.finished = self.finished.saturating_sub(1);
+        }
+        self.started(trial_id);
     }
 
     /// What a refresh read of one trial: its state (`None`: deleted, or a state this version
@@ -129,13 +143,39 @@ mod tests {
         // Our own start and finish, and a finish seen again later, count once.
         t.started_new(10);
         assert_eq!(t.reserved(), 1);
-        t.finished_own(10, true);
-        t.finished_own(10, true);
+        assert!(t.finished_own(10, true));
+        assert!(!t.finished_own(10, true));
         assert_eq!((t.finished, t.reserved()), (3, 0));
         // A deleted open trial leaves nothing behind.
         t.apply(11, Some(TrialState::Waiting), false, false);
         t.apply(11, None, false, false);
         assert!(t.open().is_empty());
         assert_eq!(t.seen(), 11);
+    }
+
+    /// Regression: a host cut off from the database finished a trial that another host had
+    /// failed over meanwhile (FAIL with a retry copy: it spends nothing). A refresh had
+    /// already read that FAIL and dropped the trial, so the finish counted nothing, but it
+    /// was taken back all the same: one final trial too many ran.
+    #[test]
+    fn a_finish_found_ended_elsewhere_takes_back_only_what_it_counted() {
+        let mut t = Tally::default();
+        t.started_new(1);
+        t.started_new(2);
+        // Trial 1: counted by our finish, then found failed over: not spent, read again.
+        assert!(t.finished_own(1, true));
+        t.finished_elsewhere(1, true);
+        t.apply(1, Some(TrialState::Fail), true, true);
+        // Trial 2: a refresh saw it failed over before our finish counted anything.
+        t.apply(2, Some(TrialState::Fail), true, true);
+        assert!(!t.finished_own(2, true));
+        assert_eq!((t.finished, t.reserved()), (0, 0));
+        // Ended elsewhere in a way that spends (Optuna's fail_stale_trials, no retry copy):
+        // counted once, by the refresh.
+        t.started_new(3);
+        assert!(t.finished_own(3, true));
+        t.finished_elsewhere(3, true);
+        t.apply(3, Some(TrialState::Fail), false, true);
+        assert_eq!((t.finished, t.reserved()), (1, 0));
     }
 }

@@ -5,14 +5,17 @@
 //! breaker never disagree. Choosing (`plan`, `choose`, `admit`) writes nothing; a start or a
 //! finish is one store transaction (`next`, `finish`, `finish_then_next`), and its accounting
 //! (`finish_begin` decides, `finish_end` books it to the budget, breaker, memory model, pruner
-//! and sampler) goes through the pure rules in `policy`.
+//! and sampler) goes through the pure rules in `policy`. On GPUs the admission round is in
+//! `admit`, and a started trial takes the idle workers admission chose for it (`pool`).
 
+use super::admit::{GpuCtl, Placement};
 use super::policy::{self, Breaker, SameError, Signature};
+use super::pool::Pool;
 use super::suggest::{Answer, Live};
 use super::RunError;
 use crate::classify;
 use crate::config::Config;
-use crate::gpu::{Capacity, Decision, MemoryModel, Monitor};
+use crate::gpu::Ledger;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{Proposal, Sampler};
@@ -28,17 +31,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{info, warn};
-
-/// The GPU side of the decision: readings, admission and the memory model.
-pub(super) struct GpuCtl {
-    pub(super) monitor: Arc<Monitor>,
-    pub(super) capacity: Capacity,
-    pub(super) model: MemoryModel,
-    /// The estimate for the trial at the head of the admission line, for `sweepd gpus`.
-    pub(super) next_expected: Option<u64>,
-    /// Devices whose readings are failing (logged once, when they start failing).
-    pub(super) failing: std::collections::HashSet<u32>,
-}
 
 /// A trial chosen but not yet admitted: kept until a device has room, so that a large trial
 /// is not dropped in favour of small ones.
@@ -99,6 +91,8 @@ pub(super) struct Core {
     pub(super) halted: bool,
     /// What the terminal's progress display shows, published as it changes.
     pub(super) progress: Tracker,
+    /// Idle persistent workers on GPUs, and those handed to trials that start.
+    pub(super) pool: Pool,
     /// How far this daemon has read other processes' trials (`learn`).
     pub(super) feed: Feed,
     /// When it last read them.
@@ -106,12 +100,11 @@ pub(super) struct Core {
 }
 
 /// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
-/// it runs.
+/// it runs (`None`: no GPUs).
 pub(super) struct Plan {
     pub(super) candidate: Candidate,
     pub(super) k: usize,
-    pub(super) device: Option<u32>,
-    pub(super) expected: Option<u64>,
+    pub(super) placement: Option<Placement>,
 }
 
 impl Plan {
@@ -126,7 +119,7 @@ impl Plan {
 
 /// What `Core::plan` decided.
 pub(super) enum Planned {
-    Start(Plan),
+    Start(Box<Plan>),
     Wait,
     Done,
 }
@@ -242,7 +235,7 @@ impl Core {
                 tally: &mut self.tally,
             };
             let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
-            if let Some(next) = self.started(plan, started) {
+            if let Some(next) = self.started(*plan, started) {
                 return Ok(next);
             }
         }
@@ -301,13 +294,45 @@ impl Core {
             }
             let head_passes = self.pending[0].1;
             let tries = policy::admissible(head_passes, self.pending.len());
-            let mut chosen = None;
+            let mut chosen: Option<(usize, Option<Placement>)> = None;
+            let round = self.round(now);
+            let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
+            // Starts left in the budget: a candidate does not pass enqueued trials in line
+            // with the slots they need (`policy::may_pass`).
+            let room = self
+                .config
+                .study
+                .n_trials
+                .map(|n| n.saturating_sub(self.tally.finished + self.tally.reserved()));
             for k in 0..tries {
-                let params = self.pending[k].0.params().clone();
-                if let Ok(placement) = self.admit(&params, hint, now) {
-                    chosen = Some((k, placement));
+                let waiting_ahead = self
+                    .pending
+                    .iter()
+                    .take(k)
+                    .filter(|(c, _)| matches!(c, Candidate::Waiting(..)))
+                    .count() as u64;
+                if !policy::may_pass(waiting_ahead, room) {
                     break;
                 }
+                let params = self.pending[k].0.params().clone();
+                if let Ok(placement) = self.admit(round.as_ref(), &params, hint, now) {
+                    let settled = k == 0 || placement.is_none();
+                    fits.push((k, placement));
+                    if settled {
+                        break;
+                    }
+                }
+            }
+            let sizes: Vec<(usize, u64)> = fits
+                .iter()
+                .map(|(k, p)| (*k, p.as_ref().map_or(0, |p| p.estimate.bytes)))
+                .collect();
+            if let Some(i) = policy::pick(&sizes) {
+                chosen = Some(fits.swap_remove(i));
+            }
+            if let Some(round) = round {
+                let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
+                self.write_claims(round.ledger, new);
             }
             let Some((k, placement)) = chosen else {
                 if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
@@ -324,18 +349,13 @@ impl Core {
                 self.pending[0].1 += 1;
             }
             if let (Some(g), Some((head, _))) = (&mut self.gpu, self.pending.front()) {
-                g.next_expected = Some(g.model.expected(head.params()));
+                g.next_expected = Some(g.model.estimate(head.params()));
             }
-            let (device, expected) = match placement {
-                Some((d, e)) => (Some(d), Some(e)),
-                None => (None, None),
-            };
-            return Ok(Planned::Start(Plan {
+            return Ok(Planned::Start(Box::new(Plan {
                 candidate,
                 k,
-                device,
-                expected,
-            }));
+                placement,
+            })));
         }
     }
 
@@ -345,8 +365,7 @@ impl Core {
         let Plan {
             candidate,
             k,
-            device,
-            expected,
+            placement,
         } = plan;
         let claimed = match started {
             Started::Yes(c) => c,
@@ -363,15 +382,30 @@ impl Core {
         self.live.insert(claimed.trial_id, live);
         self.next_key = self.next_key.max(claimed.number as u64 + 1);
         self.running += 1;
-        if let (Some(d), Some(g), Some(e)) = (device, &self.gpu, expected) {
+        let device = placement.as_ref().map(|p| p.device);
+        if let (Some(p), Some(g)) = (placement, &self.gpu) {
+            let mut how = String::new();
+            if p.reclaim.reuse.is_some() {
+                how.push_str(", on an idle worker");
+            }
+            if !p.reclaim.retire.is_empty() {
+                how.push_str(&format!(
+                    ", after retiring {} idle worker{} for their memory",
+                    p.reclaim.retire.len(),
+                    if p.reclaim.retire.len() == 1 { "" } else { "s" }
+                ));
+            }
             info!(
                 trial = claimed.number,
-                gpu = d,
-                "admitted: expected peak {}",
-                g.model.explain(&claimed.params)
+                gpu = p.device,
+                "admitted: expected peak {}{how}",
+                p.estimate.why
             );
-            g.monitor.track(claimed.trial_id, d, e);
-            *self.running_on.entry(d).or_default() += 1;
+            g.monitor
+                .track(claimed.trial_id, p.device, p.estimate.bytes);
+            *self.running_on.entry(p.device).or_default() += 1;
+            self.pool
+                .hand(claimed.trial_id, p.reclaim.reuse, &p.reclaim.retire);
         }
         self.publish();
         Some(Next::Run(claimed, device))
@@ -470,55 +504,6 @@ impl Core {
             self.sampler.observe(c.number, &observed);
         }
         Ok(ext)
-    }
-
-    /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some((device,
-    /// expected peak)))` when a device has room, or why each device waits.
-    pub(super) fn admit(
-        &mut self,
-        params: &Params,
-        hint: Option<u32>,
-        now: Instant,
-    ) -> Result<Option<(u32, u64)>, Vec<Decision>> {
-        let Some(g) = &mut self.gpu else {
-            return Ok(None);
-        };
-        let e = g.model.expected(params);
-        let (views, running, errors) = g.monitor.views();
-        // Said once when a device's readings fail, not on every poll.
-        for (device, why) in &errors {
-            if g.failing.insert(*device) {
-                warn!(
-                    device,
-                    "no admission on this device: NVML reading failed: {why}"
-                );
-            }
-        }
-        g.failing.retain(|d| errors.iter().any(|(e, _)| e == d));
-        let usable: Vec<_> = views
-            .into_iter()
-            .filter(|v| self.breaker.quarantined(Some(v.index), now).is_none())
-            .collect();
-        if self
-            .pending
-            .front()
-            .is_some_and(|(head, _)| head.params() == params)
-        {
-            g.next_expected = Some(e);
-        }
-        // The slot's own device first: its worker need not move.
-        let on_hint = hint
-            .and_then(|h| usable.iter().find(|v| v.index == h))
-            .map(|v| g.capacity.decide(v, &running, e, now))
-            .filter(|d| d.admitted)
-            .map(|d| d.device);
-        match on_hint {
-            Some(d) => Ok(Some((d, e))),
-            None => g
-                .capacity
-                .place(&usable, &running, e, now)
-                .map(|d| Some((d, e))),
-        }
     }
 
     /// The next candidate: the oldest WAITING trial (retries, `study.enqueue_trial`) before a
@@ -675,7 +660,7 @@ impl Core {
         if !f.spends() {
             return self.finish_written(c, f).await;
         }
-        self.finish_end(&f).await?;
+        let counted = self.finish_end(&f).await?;
         let plan = self.plan(hint, false).await?;
         let Planned::Start(plan) = plan else {
             if self
@@ -684,7 +669,7 @@ impl Core {
                 .await?
                 .is_none()
             {
-                self.finished_elsewhere(&f);
+                self.finished_elsewhere(&f, counted);
             }
             return Ok(Finished {
                 params: f.shown.clone(),
@@ -712,9 +697,9 @@ impl Core {
             )
             .await?;
         if written.is_none() {
-            self.finished_elsewhere(&f);
+            self.finished_elsewhere(&f, counted);
         }
-        let next = self.started(plan, started);
+        let next = self.started(*plan, started);
         Ok(Finished {
             params: f.shown.clone(),
             how: f.how,
@@ -724,14 +709,15 @@ impl Core {
     }
 
     /// A finish accounted for before it was written found the trial no longer RUNNING: another
-    /// process ended it (a host that took over this one's trials), so it spends nothing here.
-    pub(super) fn finished_elsewhere(&mut self, f: &Finishing) {
+    /// process ended it (a host that took over this one's trials), so it spends nothing here;
+    /// what the tally `counted` of it is taken back, and the next refresh reads the trial.
+    pub(super) fn finished_elsewhere(&mut self, f: &Finishing, counted: bool) {
         warn!(
             trial = f.number,
             "the trial was already ended by another process; its result here is not recorded"
         );
-        if f.spends() {
-            self.tally.unspend();
+        if counted {
+            self.tally.finished_elsewhere(f.trial_id, f.spends());
         }
     }
 
@@ -762,7 +748,17 @@ impl Core {
                 (c.params.clone(), dists, shown)
             }
         };
-        let alone = device.is_some_and(|d| self.running_on.get(&d).copied().unwrap_or(0) <= 1);
+        // Alone: no other trial of ours on the device, nor of another daemon on this host.
+        let others_there = |d: u32| -> usize {
+            let ledger = self.gpu.as_ref().and_then(|g| g.ledger.as_ref());
+            match ledger.map(Ledger::lock) {
+                Some(Ok(l)) => l.others().get(&d).map_or(0, |c| c.running),
+                _ => 0,
+            }
+        };
+        let alone = device.is_some_and(|d| {
+            self.running_on.get(&d).copied().unwrap_or(0) <= 1 && others_there(d) == 0
+        });
         if let Some(d) = device {
             if let Some(n) = self.running_on.get_mut(&d) {
                 *n = n.saturating_sub(1);
@@ -790,30 +786,50 @@ impl Core {
             } => {
                 // Infeasible: out of memory in a fresh process (no fragmentation of its own) with
                 // no other sweepd trial on the device: these params do not fit this card.
-                let infeasible = policy::infeasible(kind, alone, fresh_worker);
+                let mut infeasible = policy::infeasible(kind, alone, fresh_worker)
+                    .then(|| "out of memory while alone on the device".to_owned());
                 // An OOM that turned into a device-side assert still says the trial needs more.
                 if policy::oom_like(kind, &reason) {
                     if let (Some(g), Some(d)) = (&mut self.gpu, device) {
                         g.capacity.record_oom(d, now);
+                        // What the message says the trial needed at least, where it says.
+                        let figures = tail
+                            .as_deref()
+                            .and_then(classify::oom_figures)
+                            .or_else(|| classify::oom_figures(&reason));
+                        let demand = figures.as_ref().and_then(|f| f.demand());
                         let total = g
                             .monitor
                             .views()
                             .0
                             .iter()
                             .find(|v| v.index == d)
-                            .map_or(u64::MAX, |v| v.total);
-                        g.model.record_oom(&params, peak.unwrap_or(0), total);
+                            .map(|v| v.total)
+                            .or(figures.as_ref().and_then(|f| f.total));
+                        if let (Some(need), Some(total)) = (demand, total) {
+                            let headroom = g.capacity.headroom();
+                            if policy::never_fits(need, total, headroom) {
+                                // Whatever ran beside it: alone, it still would not fit.
+                                infeasible = Some(format!(
+                                    "needs at least {} by its out-of-memory message, more than \
+                                     the device's {} less headroom {}",
+                                    crate::gpu::fmt_gib(need),
+                                    crate::gpu::fmt_gib(total),
+                                    crate::gpu::fmt_gib(headroom)
+                                ));
+                            }
+                        }
+                        let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
+                        g.model
+                            .record_oom(&params, reached, total.unwrap_or(u64::MAX));
                     }
                 }
                 let signature = Signature::of(kind, &reason, error.as_ref());
-                let (retry, reason) = if infeasible {
+                let (retry, reason) = if let Some(why) = infeasible {
                     constraints.push(1.0);
                     self.infeasible.push((params.clone(), dists.clone()));
                     attrs.push(("constraints", json!([1.0])));
-                    (
-                        false,
-                        format!("{reason} (infeasible: out of memory while alone on the device)"),
-                    )
+                    (false, format!("{reason} (infeasible: {why})"))
                 } else if let Some(sig) = &signature {
                     if self.same_error.stopped_for(sig) {
                         (true, reason)
@@ -862,7 +878,8 @@ impl Core {
     /// The accounting of a finish once written (or about to be, in the same commit as the next
     /// start): budget, best value, breaker, memory model, pruner and sampler. (The metrics are
     /// the slot's to update, once the finish is durable.)
-    pub(super) async fn finish_end(&mut self, f: &Finishing) -> Result<(), RunError> {
+    /// Returns whether the tally had the trial open (and so counted the finish).
+    pub(super) async fn finish_end(&mut self, f: &Finishing) -> Result<bool, RunError> {
         let Finishing {
             trial_id,
             number,
@@ -879,7 +896,7 @@ impl Core {
             Finish::Pruned => (TrialState::Pruned, Vec::new()),
             Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
-        self.tally.finished_own(trial_id, f.spends());
+        let counted = self.tally.finished_own(trial_id, f.spends());
         if self.fatal.is_some() {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
             // them too, so that none of the streak spends the budget.
@@ -937,6 +954,8 @@ impl Core {
                 g.model.record(params, p);
             }
         }
+        // Its memory is no longer ours to claim: the other daemons may use it now.
+        self.refresh_claims();
         self.pruner.finish(number, state == TrialState::Complete);
         self.sampler.tell(&TrialRecord {
             number,
@@ -946,6 +965,6 @@ impl Core {
             constraints: f.constraints.clone(),
             distributions: f.dists.clone(),
         });
-        Ok(())
+        Ok(counted)
     }
 }

@@ -1,8 +1,15 @@
-//! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, takes the
-//! CLI's requests (`sweepd resume`), learns other processes' trials (`Core::catch_up`), keeps
-//! the daemon's row, `systemctl status` line and the watchdog current, puts back sweepd's
+//! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, retires idle
+//! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`),
+//! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
+//! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
 //! triggers when an Optuna migration dropped them, and notices a study deleted from the
-//! database. Every pass wakes the slots waiting for room.
+//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`read_gpus`) is
+//! also what a trial's end and a worker's exit do at once, so that admission does not wait for
+//! the next pass.
+//!
+//! While the database cannot be reached that loop waits in the store like every other task;
+//! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
+//! waiting, not wedged) and the metrics say so until the server is back.
 
 use super::core::Core;
 use super::{study_deleted_under_us, Shared};
@@ -46,21 +53,8 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
         }
         if let Some(m) = &sh.monitor {
-            let report = m.poll().await;
-            if let Err(e) = sh.store.write_samples(&report.samples).await {
-                warn!("could not store memory samples: {e}");
-            }
-            for (pid, device, bytes) in &report.orphans {
-                let _ = sh
-                    .store
-                    .event(
-                        None,
-                        None,
-                        "orphan_killed",
-                        &format!("pid {pid} held {bytes} bytes on gpu{device}"),
-                    )
-                    .await;
-            }
+            read_gpus(&sh).await;
+            retire_idle(&sh);
             let rows = gpu_rows(&sh, m).await;
             sh.metrics.set_gpus(&rows);
             if let Err(e) = sh.store.write_gpus(&sh.study, &sh.host, &rows).await {
@@ -103,15 +97,23 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         } else {
             DaemonState::Running
         };
+        let last_outage = sh.store.outage().borrow().last.clone();
+        // `status` shows the pause, else the last outage of the database this daemon rode out.
+        let detail = paused
+            .clone()
+            .or_else(|| last_outage.as_ref().map(outage_note));
         let asked = Instant::now();
         let written = sh
             .store
-            .daemon_state(&sh.study, &sh.me, state, paused.as_deref())
+            .daemon_state(&sh.study, &sh.me, state, detail.as_deref())
             .await;
         // The store waits through an outage instead of failing: a heartbeat that took this
-        // long was one.
+        // long was one, and every heartbeat is old at the end of one.
         if asked.elapsed() > Duration::from_secs(2) {
             last_silence = Instant::now();
+        }
+        if let Some(ended) = sh.store.outage().borrow().last.as_ref() {
+            last_silence = last_silence.max(ended.at);
         }
         match written {
             Ok(true) => {}
@@ -146,6 +148,46 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         sh.changed.notify_waiters();
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
+            _ = done.cancelled() => return,
+        }
+    }
+}
+
+/// How `status` shows the last outage of the database a daemon rode out.
+pub(super) fn outage_note(o: &crate::store::Ended) -> String {
+    format!(
+        "the database could not be reached for {} until {}; what finished meanwhile was written then",
+        crate::units::format_duration(Duration::from_secs(o.lasted.as_secs().max(1))),
+        o.at_wall
+    )
+}
+
+/// Speaks for the daemon while the database cannot be reached (the housekeeping loop is
+/// waiting in the store then, like the slots): `systemctl status` says so, the watchdog is fed
+/// (the daemon is waiting for the server, not wedged: every store operation meanwhile is
+/// retried with a bounded wait), and `sweepd_database_up` drops to 0.
+pub(super) async fn watch_outages(sh: Arc<Shared>, done: CancellationToken) {
+    let mut outage = sh.store.outage();
+    loop {
+        let (since, error) = {
+            let o = outage.borrow_and_update();
+            (o.since, o.error.clone())
+        };
+        sh.metrics.set_database_up(since.is_none());
+        if let Some(since) = since {
+            let status = format!(
+                "database unreachable for {}: no trial starts until it is back; running trials go on, their results are written then ({})",
+                crate::units::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                error.as_deref().unwrap_or("no answer")
+            );
+            let _ = sd_notify::notify(&[
+                sd_notify::NotifyState::Status(&status),
+                sd_notify::NotifyState::Watchdog,
+            ]);
+        }
+        tokio::select! {
+            changed = outage.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(1)), if since.is_some() => {}
             _ = done.cancelled() => return,
         }
     }
@@ -212,6 +254,47 @@ async fn fail_over_silent_hosts(sh: &Shared) {
     }
 }
 
+/// Reads the GPUs now and records what the reading found (memory samples, orphans killed):
+/// every housekeeping pass, and at once when a trial ends or a worker is retired.
+pub(super) async fn read_gpus(sh: &Shared) {
+    let Some(m) = &sh.monitor else { return };
+    let report = m.poll().await;
+    if let Err(e) = sh.store.write_samples(&report.samples).await {
+        warn!("could not store memory samples: {e}");
+    }
+    for (pid, device, bytes) in &report.orphans {
+        let _ = sh
+            .store
+            .event(
+                None,
+                None,
+                "orphan_killed",
+                &format!("pid {pid} held {bytes} bytes on gpu{device}"),
+            )
+            .await;
+    }
+}
+
+/// Retires, each in a task of its own, the idle workers past `[gpu] idle_worker_timeout` and
+/// those that died while idle. A retirement reads the GPUs and wakes waiting slots when the
+/// memory is back.
+fn retire_idle(sh: &Arc<Shared>) {
+    let timeout = sh.cfg().gpu.idle_worker_timeout;
+    let expired = match sh.core.try_lock() {
+        Ok(mut core) => core.pool.expired(Instant::now(), timeout),
+        // Busy deciding: the next pass looks again.
+        Err(_) => return,
+    };
+    for (c, why) in expired {
+        let sh = sh.clone();
+        tokio::spawn(async move {
+            if let Err(e) = super::workers::retire(&sh, c.worker, c.device, &why).await {
+                warn!("could not record an idle worker's retirement: {e}");
+            }
+        });
+    }
+}
+
 /// The line `systemctl status` shows: "running 3/4 on gpu0, 812/5000 done, best 0.388".
 pub(super) fn status_line(cfg: &Config, core: &Core) -> String {
     let on = match &core.gpu {
@@ -235,23 +318,35 @@ pub(super) fn status_line(cfg: &Config, core: &Core) -> String {
     )
 }
 
-/// The rows `sweepd gpus` shows: the latest readings with the admission decisions.
+/// The rows `sweepd gpus` shows: the latest readings with the admission decisions, as an
+/// admission round sees them (our idle workers, other daemons' claims). Writing them also
+/// brings our entry in the host's ledger up to date.
 pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
-    let core = sh.core.lock().await;
+    let mut core = sh.core.lock().await;
+    let now = Instant::now();
+    let Some(round) = core.round(now) else {
+        return Vec::new();
+    };
     let Some(g) = &core.gpu else {
         return Vec::new();
     };
-    let (views, running, _) = m.views();
-    let expected = g.next_expected.unwrap_or(sh.cfg().gpu.trial_memory);
-    let now = Instant::now();
-    m.readings()
+    let (expected, why) = match &g.next_expected {
+        Some(e) => (e.bytes, Some(e.why.clone())),
+        None => (
+            sh.cfg().gpu.trial_memory,
+            Some("trial_memory: no trial waiting yet".to_owned()),
+        ),
+    };
+    let rows = m
+        .readings()
         .into_iter()
         .map(|(device, r)| {
-            let on_device = running.iter().filter(|t| t.device == device).count();
+            let on_device = round.running.iter().filter(|t| t.device == device).count();
             match r {
                 Ok(r) => {
-                    let view = views.iter().find(|v| v.index == device);
-                    let decision = view.map(|v| g.capacity.decide(v, &running, expected, now));
+                    let view = round.views.iter().find(|v| v.index == device);
+                    let decision =
+                        view.map(|v| g.capacity.decide(v, &round.running, expected, now));
                     let quarantine = core.breaker.quarantined(Some(device), now);
                     let wait = match (quarantine, &decision) {
                         (Some(u), _) => Some(format!(
@@ -276,6 +371,7 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
                         wait,
                         error: None,
                         updated_at: String::new(),
+                        expected_why: why.clone(),
                     }
                 }
                 Err(e) => GpuRow {
@@ -287,5 +383,7 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
                 },
             }
         })
-        .collect()
+        .collect();
+    core.write_claims(round.ledger, None);
+    rows
 }

@@ -19,19 +19,22 @@
 //! (`progress`) whenever a trial starts or ends.
 //!
 //! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
-//! instance left RUNNING, the slot tasks, the first error); `core` decides; `learn` brings it
-//! the trials other processes (other hosts, Optuna scripts) write; `policy` holds its pure
-//! rules; `slot` runs the trial loop of one slot, `trial` one trial's protocol
-//! conversation, `workers` starts and retires worker processes; `housekeeping` is the
-//! once-a-second task; `reload` applies SIGHUP.
+//! instance left RUNNING, the slot tasks, the first error, the idle workers left at the end);
+//! `core` decides, `admit` is its GPU admission round; `learn` brings it the trials other
+//! processes (other hosts, Optuna scripts) write; `policy` holds its pure rules; `pool`
+//! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
+//! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
+//! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress
 
+mod admit;
 mod core;
 mod housekeeping;
 mod learn;
 mod policy;
+mod pool;
 mod reload;
 mod slot;
 mod suggest;
@@ -48,7 +51,8 @@ use crate::sampler;
 use crate::store::{self, DaemonId, DaemonLockError, Feed, Holder, Store, StoreError};
 use crate::study::pareto::{self, Front};
 use crate::study::{Counts, DaemonState, Tally};
-use core::{Core, GpuCtl};
+use admit::GpuCtl;
+use core::Core;
 use policy::{Breaker, SameError};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -267,6 +271,10 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             DaemonLockError::Store(s) => RunError::Store(s),
             held => RunError::Locked(held.to_string()),
         })?;
+    // The study is ours: from now on a lost connection to a PostgreSQL server is waited
+    // through (no trial starts meanwhile; what workers finish is written when it is back)
+    // instead of ending the run.
+    store.wait_through_outages();
     let result = run_locked(config, store.clone(), study.clone(), me.clone(), control).await;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // However the run ended (housekeeping noticed, or a write failed on the missing rows),
@@ -292,8 +300,15 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
     if left_running {
         warn!("trials of this daemon are still RUNNING in the database: another host fails them over after [storage] host_timeout, or the next start on this host re-enqueues them");
     } else {
+        // The row keeps naming the last outage of the database this run rode out.
+        let outage = store
+            .outage()
+            .borrow()
+            .last
+            .as_ref()
+            .map(housekeeping::outage_note);
         let _ = store
-            .daemon_state(&study, &me, DaemonState::Stopped, None)
+            .daemon_state(&study, &me, DaemonState::Stopped, outage.as_deref())
             .await;
     }
     result
@@ -414,7 +429,7 @@ async fn run_locked(
         gpus = monitor.as_ref().map(|m| tracing::field::debug(m.devices.clone())),
         "study started"
     );
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(&me.host));
     metrics.set_counts(&counts);
     let gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
@@ -427,6 +442,8 @@ async fn run_locked(
         model,
         next_expected: None,
         failing: Default::default(),
+        ledger: open_ledger(),
+        ledger_failing: false,
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
@@ -455,6 +472,7 @@ async fn run_locked(
             fatal: None,
             halted: false,
             progress: tracker(&store, &study, &control, counts.finished()).await?,
+            pool: Default::default(),
             feed,
             fed_at: Some(Instant::now()),
         }),
@@ -490,6 +508,10 @@ async fn run_locked(
         ));
     }
     let housekeeping = tokio::spawn(housekeeping::housekeep(shared.clone(), slots_done.clone()));
+    tokio::spawn(housekeeping::watch_outages(
+        shared.clone(),
+        slots_done.clone(),
+    ));
     // The database is migrated and NVML read: systemd may consider us started.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     // Slot tasks by index: SIGHUP may raise max_par (start the missing ones) or lower it
@@ -549,6 +571,13 @@ async fn run_locked(
                 shared.shutdown.cancel();
                 first_error.get_or_insert(e);
             }
+        }
+    }
+    // Idle workers (and any handed to a trial that never ran) go with the study.
+    let left = shared.core.lock().await.pool.drain();
+    for c in left {
+        if let Err(e) = workers::retire(&shared, c.worker, c.device, "study stopped").await {
+            first_error.get_or_insert(e);
         }
     }
     slots_done.cancel();
@@ -626,6 +655,25 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
     let monitor = Arc::new(Monitor::new(Arc::new(gpu), devices));
     monitor.poll().await;
     Ok(Some(monitor))
+}
+
+/// The host's GPU ledger (`gpu::ledger`), or `None`, said once, where it cannot be opened.
+fn open_ledger() -> Option<crate::gpu::Ledger> {
+    let me = crate::gpu::ledger::Owner::me()?;
+    let path = crate::gpu::Ledger::default_path();
+    match crate::gpu::Ledger::open(path.clone(), me) {
+        Ok(l) => {
+            info!(ledger = %path.display(), "GPU ledger shared with the other daemons on this host");
+            Some(l)
+        }
+        Err(e) => {
+            warn!(
+                "cannot open the GPU ledger {} ({e}): other sweepd daemons on this host will not see this one's trials, nor it theirs (set SWEEPD_LEDGER to a writable file)",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the

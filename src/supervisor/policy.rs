@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// this is healthy enough to keep after an OOM exception.
 pub(super) const OOM_HEALTH_SLACK: u64 = 256 << 20;
 /// Candidates kept in line for admission (see `Core::plan`).
-pub(super) const MAX_QUEUE: usize = 4;
+pub(super) const MAX_QUEUE: usize = 8;
 /// Trials that may start ahead of the candidate at the head of the line before it has priority.
 pub(super) const MAX_PASSES: u32 = 8;
 
@@ -338,6 +338,13 @@ pub(super) fn oom_like(kind: FailureKind, reason: &str) -> bool {
         || (kind == FailureKind::CudaFatal && reason.contains("after CUDA OOM"))
 }
 
+/// What an out-of-memory message shows a trial needed at least (`demand`: what its process held
+/// plus what it tried to allocate) is more than the device can ever give one trial, its `total`
+/// less `headroom`: alone on the card it would fail the same way.
+pub(super) fn never_fits(demand: u64, total: u64, headroom: u64) -> bool {
+    demand > total.saturating_sub(headroom)
+}
+
 /// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
 /// the device: these params do not fit this card.
 pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
@@ -356,6 +363,28 @@ pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
     } else {
         line
     }
+}
+
+/// Which of the candidates that fit now starts (`fits`: their places in line and expected
+/// peaks, in line order): the head when it fits; else, of those behind it, the largest (the
+/// first of equals). The small ones fill what room is left after it, and a large one does not
+/// wait behind every small one for room the small ones keep taking. `None` when none fits.
+pub(super) fn pick(fits: &[(usize, u64)]) -> Option<usize> {
+    if fits.first().is_some_and(|(k, _)| *k == 0) {
+        return Some(0);
+    }
+    fits.iter()
+        .enumerate()
+        .max_by(|(i, a), (j, b)| a.1.cmp(&b.1).then(j.cmp(i)))
+        .map(|(i, _)| i)
+}
+
+/// Whether a candidate may start ahead of `waiting_ahead` enqueued (WAITING) trials in line,
+/// with `room` starts left in the budget (`None`: no trial budget). Each start spends a slot
+/// of the budget: passing an enqueued trial with the last slots would leave it never run, so
+/// the budget must still hold one for each of them after this start.
+pub(super) fn may_pass(waiting_ahead: u64, room: Option<u64>) -> bool {
+    waiting_ahead == 0 || room.is_none_or(|r| r > waiting_ahead)
 }
 
 /// Whether to draw one more candidate when none in line fits: the line is short, the head not
@@ -762,6 +791,37 @@ mod tests {
         assert!(!oom_like(Killed, "after CUDA OOM"));
     }
 
+    #[rstest::rstest]
+    // (demand, total, headroom, never fits)
+    #[case::a_request_larger_than_the_card(250 * G, 24 * G, G, true)]
+    #[case::held_plus_requested_past_total_less_headroom(23 * G + 1, 24 * G, G, true)]
+    #[case::exactly_what_the_card_gives_one_trial(23 * G, 24 * G, G, false)]
+    #[case::small_beside_others(4 * G, 24 * G, G, false)]
+    #[case::headroom_above_total(G, G / 2, G, true)]
+    fn an_oom_whose_message_needs_more_than_the_card_never_fits(
+        #[case] demand: u64,
+        #[case] total: u64,
+        #[case] headroom: u64,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(never_fits(demand, total, headroom), expected);
+    }
+
+    const G: u64 = 1 << 30;
+
+    #[rstest::rstest]
+    // (places in line and sizes of the candidates that fit, the one that starts)
+    #[case::the_head_when_it_fits(&[(0, 2), (1, 9)], Some(0))]
+    #[case::else_the_largest_behind_it(&[(1, 2), (3, 9), (4, 5)], Some(1))]
+    #[case::the_first_of_equals(&[(2, 4), (5, 4)], Some(0))]
+    #[case::none_fits(&[], None)]
+    fn of_the_candidates_that_fit_the_head_else_the_largest_starts(
+        #[case] fits: &[(usize, u64)],
+        #[case] expected: Option<usize>,
+    ) {
+        assert_eq!(pick(fits), expected);
+    }
+
     #[test]
     fn the_admission_line_lets_small_trials_pass_until_the_head_is_starved() {
         // (passes of the head, line length, exhausted) -> (candidates tried, look further?)
@@ -783,5 +843,19 @@ mod tests {
                 "{passes} {line} {exhausted}"
             );
         }
+    }
+
+    #[rstest::rstest]
+    #[case::nothing_enqueued_ahead(0, Some(1), true)]
+    #[case::no_budget(3, None, true)]
+    #[case::room_for_it_and_the_enqueued(2, Some(3), true)]
+    #[case::the_last_slot_is_the_enqueued_trials(1, Some(1), false)]
+    #[case::not_enough_for_every_enqueued_trial(3, Some(2), false)]
+    fn an_enqueued_trial_keeps_its_slot_of_the_budget(
+        #[case] waiting_ahead: u64,
+        #[case] room: Option<u64>,
+        #[case] pass: bool,
+    ) {
+        assert_eq!(may_pass(waiting_ahead, room), pass);
     }
 }

@@ -1,11 +1,17 @@
-//! A slot: one of the `max_par` tasks that run trials, each owning at most one worker at a
-//! time. It loops: ask the `Core` for a trial, make sure a worker is ready on the trial's
-//! device, run it (`trial`), hand back how it ended (its next trial started in the same
-//! commit when one can), report it once durable, then keep, recycle or replace the worker as
-//! `policy` says.
+//! A slot: one of the `max_par` tasks that run trials. It loops: ask the `Core` for a trial,
+//! make sure a worker is ready on the trial's device, run it (`trial`), hand back how it ended
+//! (its next trial started in the same commit when one can), report it once durable, then
+//! keep, recycle or replace the worker as `policy` says.
+//!
+//! Without GPUs a slot keeps its persistent worker for its lifetime. On GPUs it owns one only
+//! while a trial runs: a worker kept after its trial goes back to the `Core`'s pool of idle
+//! workers (in the finish's own lock, so that the next admission can reuse it), and the slot's
+//! next trial comes with the idle workers admission chose for it: the one to run on, and those
+//! to retire first because the trial was admitted into their memory (`pool`).
 
 use super::core::{Finished, Next, Outcome};
 use super::policy::{self, Fate, WorkerHealth};
+use super::pool;
 use super::trial::run_trial;
 use super::workers::{retire, start_oneshot, start_persistent};
 use super::{RunError, Shared, MAX_START_FAILURES};
@@ -30,6 +36,9 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
     let mut start_failures = 0u32;
     // A trial started in the commit that finished the previous one, not run yet.
     let mut carried: Option<(Claimed, Option<u32>)> = None;
+    // On GPUs: the device of the worker this slot last put back in the pool, where its next
+    // trial would find it idle.
+    let mut last_device: Option<u32> = None;
     let result: Result<(), RunError> = async {
         loop {
             if sh.shutdown.is_cancelled() || slot >= sh.cfg().worker.max_par {
@@ -40,11 +49,13 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                         tail: None,
                         error: None,
                     };
-                    record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                    record_finish(&sh, &claimed, device, out, Duration::ZERO, false, None).await?;
                 }
                 return Ok(());
             }
             let persistent = sh.cfg().worker.mode == WorkerMode::Persistent;
+            // Persistent workers on GPUs live in the core's pool between trials.
+            let pooled = persistent && sh.monitor.is_some();
             if current
                 .as_ref()
                 .is_some_and(|c| c.worker.exit_status().is_some())
@@ -75,7 +86,16 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                     }
                 }
             }
-            let hint = current.as_ref().and_then(|c| c.device);
+            let hint = if pooled {
+                last_device
+            } else {
+                current.as_ref().and_then(|c| c.device)
+            };
+            // Listening before asking: a trial that ends while the core says "wait" still
+            // wakes this slot.
+            let changed = sh.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             let next = match carried.take() {
                 Some((claimed, device)) => Next::Run(claimed, device),
                 None => {
@@ -90,7 +110,7 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 Next::Done => return Ok(()),
                 Next::Wait => {
                     tokio::select! {
-                        _ = sh.changed.notified() => {}
+                        _ = &mut changed => {}
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         _ = sh.shutdown.cancelled() => {}
                     }
@@ -100,6 +120,25 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
             };
             // Its number is seen from here on (the worker, the log): it must be durable.
             sh.store.sync().await?;
+            if pooled {
+                let handoff = sh.core.lock().await.pool.take(claimed.trial_id);
+                // Admitted into the memory of these idle workers: it is freed before the trial
+                // starts (retire waits until NVML no longer lists them).
+                for c in handoff.retire {
+                    let why = format!("idle; its memory was needed for trial {}", claimed.number);
+                    retire(&sh, c.worker, c.device, &why).await?;
+                }
+                if let Some(c) = handoff.reuse {
+                    if pool::alive(&c) {
+                        if let Some(m) = &sh.monitor {
+                            m.busy(c.worker.pid as i32);
+                        }
+                        current = Some(c);
+                    } else {
+                        retire(&sh, c.worker, c.device, "exited while idle").await?;
+                    }
+                }
+            }
             if persistent && current.as_ref().is_some_and(|c| c.device != device) {
                 let c = current.take().expect("checked");
                 retire(&sh, c.worker, c.device, "moved to another device").await?;
@@ -121,7 +160,8 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                             tail: Some(stderr.clone()),
                             error: None,
                         };
-                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false, None)
+                            .await?;
                         if sh.shutdown.is_cancelled() {
                             return Ok(());
                         }
@@ -157,7 +197,8 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                             tail: None,
                             error: None,
                         };
-                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false).await?;
+                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false, None)
+                            .await?;
                         return Err(e);
                     }
                 }
@@ -169,12 +210,56 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                     ..
                 }
             );
+            let success = matches!(&outcome, Outcome::Complete(..) | Outcome::Pruned);
             // Oneshot workers are always fresh.
             let fresh = current.as_ref().is_none_or(|c| c.health.clean());
+            // The worker's fate is decided before the finish is written, so that a worker kept
+            // on a GPU is idle in the pool by the time the next admission runs.
+            let mut kept = None;
+            let mut replaced = None;
+            if oneshot.is_none() {
+                let mut c = current.take().expect("persistent worker");
+                c.health.trials_run += 1;
+                if success {
+                    c.health.successes += 1;
+                }
+                if let (Some(m), Some(d), Fate::Keep) = (&sh.monitor, c.device, &fate) {
+                    // What the process holds between trials: the growth baseline, and how clean
+                    // it is when the next trial starts.
+                    c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
+                    if success && c.health.baseline.is_none() {
+                        c.health.baseline = c.health.idle;
+                    }
+                }
+                let fate = match fate {
+                    Fate::Keep if oom => policy::after_oom(&c.health),
+                    Fate::Keep if success => {
+                        let cfg = sh.cfg();
+                        policy::recycle(
+                            &c.health,
+                            cfg.worker.recycle_after,
+                            cfg.worker.recycle_on_growth,
+                        )
+                    }
+                    other => other,
+                };
+                match fate {
+                    Fate::Replace(why) => replaced = Some((c, why)),
+                    Fate::Keep => kept = Some(c),
+                }
+            }
+            let worker_id = kept
+                .as_ref()
+                .or(replaced.as_ref().map(|(c, _)| c))
+                .map(|c| c.worker.id);
+            let to_pool = if pooled { kept.take() } else { None };
+            if to_pool.is_some() {
+                last_device = device;
+            }
             // The next trial starts in the same commit, unless this slot is ending.
             let then = (!sh.shutdown.is_cancelled() && slot < sh.cfg().worker.max_par)
                 .then_some(if persistent { device } else { None });
-            let (how, next) = finish_and_next(
+            let (_, next) = finish_and_next(
                 &sh,
                 &claimed,
                 device,
@@ -182,46 +267,23 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 trial_started.elapsed(),
                 fresh,
                 then,
+                to_pool,
             )
             .await?;
             if let Some(Next::Run(c, d)) = next {
                 carried = Some((c, d));
             }
+            if let (true, Some(id)) = (success, worker_id) {
+                sh.store.worker_trial_done(id).await?;
+            }
             if let Some(w) = oneshot {
                 retire(&sh, w, device, "oneshot trial done").await?;
                 continue;
             }
-            let mut c = current.take().expect("persistent worker");
-            c.health.trials_run += 1;
-            let success = matches!(how, Finish::Complete(_) | Finish::Pruned);
-            if success {
-                c.health.successes += 1;
-                sh.store.worker_trial_done(c.worker.id).await?;
+            if let Some((c, why)) = replaced {
+                retire(&sh, c.worker, c.device, &why).await?;
             }
-            if let (Some(m), Some(d), Fate::Keep) = (&sh.monitor, c.device, &fate) {
-                // What the process holds between trials: the growth baseline, and how clean
-                // it is when the next trial starts.
-                c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
-                if success && c.health.baseline.is_none() {
-                    c.health.baseline = c.health.idle;
-                }
-            }
-            let fate = match fate {
-                Fate::Keep if oom => policy::after_oom(&c.health),
-                Fate::Keep if success => {
-                    let cfg = sh.cfg();
-                    policy::recycle(
-                        &c.health,
-                        cfg.worker.recycle_after,
-                        cfg.worker.recycle_on_growth,
-                    )
-                }
-                other => other,
-            };
-            match fate {
-                Fate::Replace(why) => retire(&sh, c.worker, c.device, &why).await?,
-                Fate::Keep => current = Some(c),
-            }
+            current = kept;
         }
     }
     .await;
@@ -265,14 +327,26 @@ pub(super) async fn record_finish(
     outcome: Outcome,
     duration: Duration,
     fresh_worker: bool,
+    idle: Option<Current>,
 ) -> Result<Finish, RunError> {
-    let (how, _) =
-        finish_and_next(sh, claimed, device, outcome, duration, fresh_worker, None).await?;
+    let (how, _) = finish_and_next(
+        sh,
+        claimed,
+        device,
+        outcome,
+        duration,
+        fresh_worker,
+        None,
+        idle,
+    )
+    .await?;
     Ok(how)
 }
 
 /// `record_finish`, and with `then = Some(hint)` the slot's next trial started in the same
-/// commit where one can start now (see `Core::finish_then_next`).
+/// commit where one can start now (see `Core::finish_then_next`). `idle`: the worker that ran
+/// the trial, kept, which waits in the pool from now on (GPUs).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn finish_and_next(
     sh: &Shared,
     claimed: &Claimed,
@@ -281,9 +355,16 @@ pub(super) async fn finish_and_next(
     duration: Duration,
     fresh_worker: bool,
     then: Option<Option<u32>>,
+    idle: Option<Current>,
 ) -> Result<(Finish, Option<Next>), RunError> {
     let (finished, fatal) = {
         let mut core = sh.core.lock().await;
+        if let Some(c) = idle {
+            if let (Some(m), Some(d)) = (&sh.monitor, c.device) {
+                m.idle(c.worker.pid as i32, d, c.health.idle.unwrap_or(0));
+            }
+            core.pool.put(c, Instant::now());
+        }
         let finished = match then {
             Some(hint) => {
                 core.finish_then_next(claimed, device, outcome, fresh_worker, hint)
@@ -296,6 +377,10 @@ pub(super) async fn finish_and_next(
     // Reported (log line, metrics, the display) only once durable; the sync is shared with
     // other slots' commits and runs outside the core's lock.
     sh.store.sync().await?;
+    // The trial's memory is free now (its worker emptied its caches before reporting): read
+    // the devices at once, so that a trial waiting for that memory is admitted now rather
+    // than at the next poll.
+    super::housekeeping::read_gpus(sh).await;
     let Finished {
         how,
         peak,

@@ -281,6 +281,11 @@ pub(super) async fn retire(
     w.mark(&format!("worker {} retired: {why}", w.id)).await;
     sh.store.worker_exited(w.id, code, signal).await?;
     sh.store.event(Some(w.id), None, "exited", why).await?;
+    if device.is_some() && !sh.kill_now.is_cancelled() {
+        // Its memory is free: a trial waiting for it may start now, not at the next poll.
+        super::housekeeping::read_gpus(sh).await;
+        sh.changed.notify_waiters();
+    }
     Ok(())
 }
 

@@ -2,6 +2,10 @@
 //! real Python workers, and the database read back with sqlx or with real Optuna.
 #![allow(dead_code)]
 
+mod postgres;
+#[allow(unused_imports)] // not every test file uses PostgreSQL
+pub use postgres::*;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -386,20 +390,40 @@ pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
 }
 
 pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // The pipes are read while the child runs: a daemon that writes more than a pipe holds
+    // (64 KiB of log lines) would otherwise block on its stderr and never exit.
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
             panic!(
                 "sweepd did not finish within {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&err.join().unwrap_or_default())
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
 }
 
@@ -484,6 +508,15 @@ impl FakeGpus {
             (
                 "FAKE_NVML_STATE".into(),
                 self.state.to_string_lossy().into_owned(),
+            ),
+            // The fake card's own GPU ledger: daemons of other tests on this host, on other
+            // fake cards, must not count against it.
+            (
+                "SWEEPD_LEDGER".into(),
+                self.state
+                    .with_file_name("gpu-ledger")
+                    .to_string_lossy()
+                    .into_owned(),
             ),
         ]
     }
@@ -790,222 +823,4 @@ pub fn assert_nothing_lost(sweep: &Sweep) {
 
 pub fn integrity_ok(sweep: &Sweep) {
     assert_eq!(sweep.sql("PRAGMA integrity_check"), vec!["ok".to_owned()]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// A PostgreSQL server for the tests: a throwaway cluster in a temp dir.
-
-/// Where Debian's `postgresql` package puts the server programs (`initdb`, `pg_ctl` and
-/// `postgres` are not on PATH there), newest version first; PATH as a fallback.
-pub fn pg_bin(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.reverse();
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| tool(name))
-}
-
-/// A PostgreSQL cluster of its own (`initdb` in a temp dir, `pg_ctl` on a loopback port),
-/// stopped and deleted when dropped. PostgreSQL refuses to run as root: as root (CI) the
-/// cluster belongs to `nobody` and its programs run through `runuser`.
-pub struct PgServer {
-    pub dir: tempfile::TempDir,
-    pub port: u16,
-    as_user: Option<&'static str>,
-}
-
-impl PgServer {
-    pub fn start() -> PgServer {
-        let dir = tempfile::Builder::new()
-            .prefix("sweepd-pg-")
-            .tempdir()
-            .expect("temp dir");
-        let root = nix::unistd::geteuid().is_root();
-        let as_user = root.then_some("nobody");
-        if let Some(user) = as_user {
-            let u = nix::unistd::User::from_name(user)
-                .unwrap()
-                .expect("user nobody");
-            nix::unistd::chown(dir.path(), Some(u.uid), Some(u.gid)).unwrap();
-        }
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let server = PgServer { dir, port, as_user };
-        server.pg(
-            "initdb",
-            &[
-                "-D",
-                &server.data(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-                "--no-sync",
-            ],
-        );
-        // Small and quick: no fsync (a test's cluster does not outlive a crash), few workers.
-        let conf = format!(
-            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
-             fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 100\n\
-             shared_buffers = 32MB\n",
-            server.dir.path().display()
-        );
-        let path = std::path::Path::new(&server.data()).join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str(&conf);
-        std::fs::write(&path, text).unwrap();
-        server.ctl_start();
-        server
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").to_string_lossy().into_owned()
-    }
-
-    /// Runs a server program as the cluster's owner; panics with its output when it fails.
-    fn pg(&self, program: &str, args: &[&str]) {
-        let bin = pg_bin(program);
-        let mut cmd = match self.as_user {
-            Some(user) => {
-                let mut c = Command::new(tool("runuser"));
-                c.args(["-u", user, "--"]).arg(&bin);
-                c
-            }
-            None => Command::new(&bin),
-        };
-        let out = cmd
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        assert!(
-            out.status.success(),
-            "{program} {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn ctl_start(&self) {
-        let log = self.dir.path().join("server.log");
-        self.pg(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "120",
-                "start",
-            ],
-        );
-    }
-
-    /// Stops the server (`fast`: every session ended, what was committed kept).
-    pub fn stop(&self) {
-        self.pg("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
-    }
-
-    /// Starts it again after [`PgServer::stop`].
-    pub fn restart(&self) {
-        self.ctl_start();
-    }
-
-    /// The URL of database `db` as user `postgres`.
-    pub fn url(&self, db: &str) -> String {
-        format!("postgresql://postgres@127.0.0.1:{}/{db}", self.port)
-    }
-
-    /// Creates database `db` and returns its URL.
-    pub fn create_db(&self, db: &str) -> String {
-        pg_exec(&self.url("postgres"), &format!("CREATE DATABASE \"{db}\""));
-        self.url(db)
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let mut cmd = match self.as_user {
-            Some(user) => {
-                let mut c = Command::new(tool("runuser"));
-                c.args(["-u", user, "--"]).arg(pg_bin("pg_ctl"));
-                c
-            }
-            None => Command::new(pg_bin("pg_ctl")),
-        };
-        let _ = cmd
-            .args(["-D", &self.data(), "-m", "immediate", "-w", "stop"])
-            .output();
-    }
-}
-
-/// Runs SQL statements on a PostgreSQL database (no result).
-pub fn pg_exec(url: &str, sql: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-        sqlx::raw_sql(sql)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    })
-}
-
-/// [`pg_column`], or `None` while the query fails (the daemons still creating the tables).
-pub fn pg_try_column(url: &str, sql: &str) -> Option<Vec<String>> {
-    pg_query(url, sql).ok()
-}
-
-/// A query's first column as text, on a PostgreSQL database.
-pub fn pg_column(url: &str, sql: &str) -> Vec<String> {
-    pg_query(url, sql).unwrap_or_else(|e| panic!("query {sql:?}: {e}"))
-}
-
-fn pg_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
-    use sqlx::{Connection, Row};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url)
-            .await
-            .map_err(|e| format!("connect {url}: {e}"))?;
-        let rows = sqlx::query(sql)
-            .fetch_all(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let _ = conn.close().await;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                r.try_get::<String, _>(0)
-                    .or_else(|_| r.try_get::<i64, _>(0).map(|v| v.to_string()))
-                    .or_else(|_| r.try_get::<i32, _>(0).map(|v| v.to_string()))
-                    .or_else(|_| r.try_get::<f64, _>(0).map(|v| v.to_string()))
-                    .or_else(|_| r.try_get::<bool, _>(0).map(|v| v.to_string()))
-                    .unwrap_or_default()
-            })
-            .collect())
-    })
 }

@@ -130,8 +130,9 @@ class Worker(object):
 def oom_text(x, total, free_mib, own, alloc, frag):
     return (
         "CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of "
-        "%.2f GiB of which %.2f MiB is free. Process has %.2f GiB memory in use. Of the "
-        "allocated memory %.2f GiB is allocated by PyTorch, and %.2f GiB is reserved by "
+        "%.2f GiB of which %.2f MiB is free. Including non-PyTorch memory, this process has "
+        "%.2f GiB memory in use. Of the allocated memory %.2f GiB is allocated by PyTorch, "
+        "and %.2f GiB is reserved by "
         "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
         "documentation for Memory Management  "
@@ -270,8 +271,15 @@ class MemoryTests(Base):
         w = self.worker(SIM_RECORD=record, SIM_CONTEXT="1G")
         w.trial(0, {"mem": 1024})
         w.trial(1, {"mem": "2G"})
+        w.trial(2, {"mem": 256, "hold": 0.3})
         with open(record) as f:
-            self.assertEqual(f.read(), "%d 0 %d\n%d 1 %d\n" % (w.pid, 2 * GIB, w.pid, 3 * GIB))
+            lines = [line.split() for line in f]
+        self.assertEqual([l[:3] for l in lines],
+                         [[str(w.pid), "0", str(2 * GIB)], [str(w.pid), "1", str(3 * GIB)],
+                          [str(w.pid), "2", str(GIB + 256 * MIB)]])
+        # How long each objective ran: at least its hold.
+        seconds = [float(l[3]) for l in lines]
+        self.assertGreaterEqual(seconds[2], 0.3)
 
     def test_concurrent_workers_append_whole_lines(self):
         ws = [self.worker(SIM_STEPS="20", SIM_RAMP_S="0.2") for _ in range(3)]
@@ -290,6 +298,90 @@ class MemoryTests(Base):
         with open(self.state) as f:
             for line in f:
                 self.assertRegex(line, r"^(gpu 0 8G .*|prune_dead_pids|proc 0 \d+ \d+)\n$")
+
+
+class FidelityTests(Base):
+    """What makes the simulated trial behave like a real one on a real card."""
+
+    def test_the_context_appears_at_the_first_allocation_when_lazy(self):
+        w = self.worker(SIM_LAZY_CONTEXT="1", SIM_STEPS="2")
+        self.assertEqual(w.usage(), [])  # a started framework holds nothing yet
+        w.trial(0, {"mem": 1024})
+        self.assertEqual(w.usage(), [CONTEXT + 512 * MIB, CONTEXT + GIB, CONTEXT + GIB,
+                                     CONTEXT])
+        # Held from then on, until the process exits.
+        w.trial(1, {"mem": 512, "steps": 1})
+        self.assertEqual(w.usage()[-1], CONTEXT)
+        self.assertEqual(w.shutdown(), 0)
+        self.assertEqual(w.usage()[-1], 0)
+
+    def test_a_lazy_context_counts_in_the_first_allocation_that_does_not_fit(self):
+        self.write_state("proc 0 %d 7G" % os.getpid())
+        w = self.worker(SIM_LAZY_CONTEXT="1", SIM_STEPS="1")
+        # 7 GiB taken of 8: 512 MiB fits alone, not with the 500 MiB context.
+        err = w.trial(0, {"mem": 600})[1]
+        self.assertEqual(err["exc_type"], "torch.OutOfMemoryError")
+        self.assertEqual([u for u in w.usage() if u], [])
+
+    def test_reserved_memory_grows_in_whole_segments(self):
+        w = self.worker(SIM_SEGMENT="1G", SIM_STEPS="2")
+        w.trial(0, {"mem": 1536})
+        # 768 MiB and 1.5 GiB allocated, 1 and 2 GiB reserved; emptied after the trial.
+        self.assertEqual(w.usage(), [CONTEXT, CONTEXT + GIB, CONTEXT + 2 * GIB,
+                                     CONTEXT + 2 * GIB, CONTEXT])
+
+    def test_memory_grows_with_the_product_of_some_params_and_not_others(self):
+        env = {"SIM_MEM_PRODUCT": "width,depth", "SIM_MEM_UNIT": "1M",
+               "SIM_MEM_BASE": "256M", "SIM_STEPS": "1"}
+        w = self.worker(**env)
+        w.trial(0, {"width": 64, "depth": 4, "lr": 0.1})
+        w.trial(1, {"width": 64, "depth": 4, "lr": 0.0001})
+        w.trial(2, {"width": 128, "depth": 4, "lr": 0.1})
+        peaks = [u for u in w.usage() if u > CONTEXT]
+        self.assertEqual(peaks, [CONTEXT + 512 * MIB] * 4 + [CONTEXT + 768 * MIB] * 2)
+
+    def test_noise_and_hold_depend_on_the_trial_number_alone(self):
+        env = {"SIM_MEM_NOISE": "0.1", "SIM_HOLD_RANGE": "1.5,5"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            holds = [sim.hold_of({}, n) for n in range(50)]
+            self.assertTrue(all(1.5 <= h <= 5 for h in holds))
+            self.assertEqual(holds, [sim.hold_of({}, n) for n in range(50)])
+            self.assertGreater(len(set(holds)), 40)
+            self.assertEqual(sim.hold_of({"hold": 0.25}, 3), 0.25)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        # The peak's noise, in two workers: the same trial number, the same peak.
+        a = self.worker(SIM_MEM_NOISE="0.1", SIM_STEPS="1")
+        b = self.worker(SIM_MEM_NOISE="0.1", SIM_STEPS="1")
+        for n in (0, 1):
+            a.trial(n, {"mem": 1024})
+            b.trial(n, {"mem": 1024})
+        pa, pb = (sorted(set(w.usage()))[-2:] for w in (a, b))
+        self.assertEqual(pa, pb)
+        self.assertNotEqual(pa[0], pa[1])
+        for p in pa:
+            self.assertLessEqual(abs(p - CONTEXT - GIB), 0.1 * GIB)
+
+    def test_settings_by_trial_number(self):
+        w = self.worker(SIM_MEM="1G", SIM_STEPS="1",
+                        SIM_BY_NUMBER=json.dumps({"1": {"mem": "2G", "hold": 0}}))
+        w.trial(0, {"x": 1})
+        w.trial(1, {"x": 1})
+        self.assertEqual(max(w.usage()), CONTEXT + 2 * GIB)
+        self.assertIn(CONTEXT + GIB, w.usage())
+
+    def test_the_oom_text_says_what_the_process_held_as_pytorch_does(self):
+        self.write_state("proc 0 %d 7G" % os.getpid())
+        w = self.worker(SIM_STEPS="1")
+        err = w.trial(0, {"mem": 1024})[1]
+        self.assertIn("Including non-PyTorch memory, this process has 0.49 GiB memory in use",
+                      err["message"])
 
 
 class CachingAllocatorTests(Base):

@@ -12,6 +12,20 @@ Environment (all optional; N is a trial *number*, or a comma-separated list):
 FAKE_NVML_STATE=PATH      the fake NVML state file (unset: no memory accounting)
 CUDA_VISIBLE_DEVICES      the device is its first entry (an NVML index); default 0
 SIM_MEM=SIZE              trial peak on top of the baseline (default 1G)
+SIM_MEM_PRODUCT=A,B,...   the trial peak is SIM_MEM_BASE + SIM_MEM_UNIT x params[A] x
+                          params[B] x ... (numeric params), a network whose memory
+                          grows with its sizes and not with its other params
+SIM_MEM_UNIT=SIZE         (default 1M) and SIM_MEM_BASE=SIZE (default 0) for it
+SIM_MEM_NOISE=F           the peak varies by up to +-F (a fraction) from trial to trial,
+                          the same for the same trial number (run-to-run noise)
+SIM_HOLD_RANGE=A,B        seconds held at the peak drawn in [A, B] per trial number
+                          (the same for the same number: runs are comparable)
+SIM_BY_NUMBER=JSON        per trial number, settings over its params:
+                          '{"3": {"hold": 4, "mem": "2G"}}'
+SIM_LAZY_CONTEXT=1        the CUDA context appears at the first allocation, as with a
+                          real framework, not when the worker starts
+SIM_SEGMENT=SIZE          the caching allocator reserves whole segments: a trial's
+                          reserved memory grows in multiples of SIZE (default 0: exact)
 SIM_RAMP_S=S              seconds to reach the peak (default 0.2)
 SIM_STEPS=K               allocation steps to reach the peak (default 5); each one
                           checks room, appends a proc line, reports, sleeps
@@ -35,8 +49,9 @@ SIM_JAX_OOM_ON=N          jaxlib.xla_extension.XlaRuntimeError RESOURCE_EXHAUSTE
 SIM_TF_OOM_ON=N           tensorflow...errors_impl.ResourceExhaustedError
 SIM_CHILD_MEM=SIZE        fork a "DataLoader" child at start holding SIZE under its
                           own pid until its parent dies (then it releases it)
-SIM_RECORD=PATH           append "pid trial_number peak_bytes" per finished trial
-                          (peak_bytes: the highest usage of the process in the trial)
+SIM_RECORD=PATH           append "pid trial_number peak_bytes seconds" per finished trial
+                          (peak_bytes: the highest usage of the process in the trial;
+                          seconds: how long the objective ran)
 SIM_NO_TORCH=1            do not install the stand-in ``torch`` module (below)
 
 Memory as PyTorch's caching allocator holds it: a trial's allocations grow the
@@ -61,7 +76,9 @@ appends ``proc <dev> <pid> 0``; on SIGKILL/SIGSEGV/SIGABRT it cannot.
 """
 
 import atexit
+import json
 import os
+import random
 import re
 import signal
 import sys
@@ -94,8 +111,9 @@ ASSERT_TEXT = "CUDA error: device-side assert triggered" + CUDA_HINT
 ILLEGAL_TEXT = "CUDA error: an illegal memory access was encountered" + CUDA_HINT
 OOM_TEXT = (
     "CUDA out of memory. Tried to allocate {x:.2f} GiB. GPU {dev} has a total capacity "
-    "of {total:.2f} GiB of which {free:.2f} MiB is free. Process has {own:.2f} GiB memory "
-    "in use. Of the allocated memory {alloc:.2f} GiB is allocated by PyTorch, and "
+    "of {total:.2f} GiB of which {free:.2f} MiB is free. Including non-PyTorch memory, "
+    "this process has {own:.2f} GiB memory in use. Of the allocated memory {alloc:.2f} GiB "
+    "is allocated by PyTorch, and "
     "{frag:.2f} GiB is reserved by PyTorch but unallocated. If reserved but unallocated "
     "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
     "avoid fragmentation.  See documentation for Memory Management  "
@@ -189,12 +207,17 @@ ABORT_AFTER_ASSERT = os.environ.get("SIM_ABORT_AFTER_ASSERT") == "1"
 STICKY = os.environ.get("SIM_STICKY_CUDA_ERROR") == "1"
 ASSERT_PARAM = (os.environ.get("SIM_ASSERT_PARAM") or "").partition("=")
 RECORD = os.environ.get("SIM_RECORD")
+LAZY_CONTEXT = os.environ.get("SIM_LAZY_CONTEXT") == "1"
+SEGMENT = parse_size(os.environ.get("SIM_SEGMENT") or "0")
+MEM_NOISE = float(os.environ.get("SIM_MEM_NOISE") or 0)
+BY_NUMBER = json.loads(os.environ.get("SIM_BY_NUMBER") or "{}")
 
 
 class Gpu(object):
     """This process's usage on the simulated device."""
 
     def __init__(self):
+        self.context = 0 if LAZY_CONTEXT else CONTEXT  # the CUDA context, once created
         self.frag = 0        # reserved by PyTorch but unallocated (grows per trial)
         self.alloc = 0       # allocated by the current trial's tensors
         self.reserved = 0    # held by the caching allocator for tensors (>= alloc)
@@ -203,7 +226,7 @@ class Gpu(object):
         self.sticky = None   # the AcceleratorError text once the context is broken
 
     def usage(self):
-        return CONTEXT + self.frag + self.reserved
+        return self.context + self.frag + self.reserved
 
     def publish(self):
         self.peak = max(self.peak, self.usage())
@@ -211,8 +234,14 @@ class Gpu(object):
 
     def allocate_to(self, alloc):
         """Grow this trial's allocation to ``alloc`` bytes, or raise OutOfMemoryError. Memory
-        the allocator already reserves (an earlier trial's, not emptied) is reused first."""
-        need = alloc - self.reserved
+        the allocator already reserves (an earlier trial's, not emptied) is reused first; new
+        memory is reserved in whole segments; the first allocation creates the context."""
+        reserved = alloc
+        if SEGMENT:
+            reserved = -(-alloc // SEGMENT) * SEGMENT
+        reserved = max(self.reserved, reserved)
+        context = CONTEXT - self.context  # to create now, if lazy
+        need = reserved - self.reserved + context
         if STATE and need > 0:
             totals, procs = read_state(STATE)
             total = totals.get(DEV)
@@ -224,7 +253,8 @@ class Gpu(object):
                     x=need / GIB, dev=DEV, total=total / GIB, free=free / MIB,
                     own=self.usage() / GIB, alloc=self.alloc / GIB, frag=self.frag / GIB))
         self.alloc = alloc
-        self.reserved = max(self.reserved, alloc)
+        self.reserved = reserved
+        self.context = CONTEXT
         self.peak_alloc = max(self.peak_alloc, alloc)
         self.publish()
 
@@ -258,14 +288,40 @@ def setting(params, name, env, default, convert=float):
     return convert(params[name] if name in params else (os.environ.get(env) or default))
 
 
-def trial_mem(params):
+def trial_mem(params, number):
+    product = [n.strip() for n in (os.environ.get("SIM_MEM_PRODUCT") or "").split(",")
+               if n.strip()]
     if "mem" in params and isinstance(params["mem"], (int, float)):
-        return int(params["mem"] * MIB)
-    return parse_size(params.get("mem") or os.environ.get("SIM_MEM") or "1G")
+        mem = int(params["mem"] * MIB)
+    elif "mem" not in params and product:
+        mem = float(parse_size(os.environ.get("SIM_MEM_UNIT") or "1M"))
+        for name in product:
+            mem *= float(params[name])
+        mem = parse_size(os.environ.get("SIM_MEM_BASE") or "0") + int(mem)
+    else:
+        mem = parse_size(params.get("mem") or os.environ.get("SIM_MEM") or "1G")
+    if MEM_NOISE:
+        mem = int(mem * (1 + MEM_NOISE * (2 * per_trial(number, 1) - 1)))
+    return mem
 
 
-def choose_fault(trial):
-    fault = trial.params.get("fault")
+def per_trial(number, which):
+    """A number in [0, 1) that depends only on the trial number (and which draw it is)."""
+    return random.Random("%s/%s" % (number, which)).random()
+
+
+def hold_of(params, number):
+    if "hold" in params:
+        return float(params["hold"])
+    span = os.environ.get("SIM_HOLD_RANGE")
+    if span:
+        low, high = (float(x) for x in span.split(","))
+        return low + (high - low) * per_trial(number, 2)
+    return float(os.environ.get("SIM_HOLD_S") or 0.2)
+
+
+def choose_fault(trial, params):
+    fault = params.get("fault")
     if fault is not None:
         if fault not in FAULTS:
             raise ValueError("unknown fault %r (known: %s)" % (fault, ", ".join(FAULTS)))
@@ -315,14 +371,16 @@ def strike(fault):
 def objective(trial):
     if GPU.sticky:
         raise AcceleratorError(GPU.sticky)
-    params = trial.params
-    mem = trial_mem(params)
+    params = dict(trial.params)
+    params.update(BY_NUMBER.get(str(trial.number), {}))
+    mem = trial_mem(params, trial.number)
     ramp = setting(params, "ramp", "SIM_RAMP_S", 0.2)
-    hold = setting(params, "hold", "SIM_HOLD_S", 0.2)
+    hold = hold_of(params, trial.number)
     steps = max(setting(params, "steps", "SIM_STEPS", 5, int), 1)
     delay = setting(params, "delay", "SIM_DELAY_START_S", 0)
-    fault = choose_fault(trial)
-    value = value_of(params)
+    fault = choose_fault(trial, params)
+    value = value_of(trial.params)
+    began = time.monotonic()
     GPU.peak = GPU.usage()
     try:
         time.sleep(delay)
@@ -341,7 +399,8 @@ def objective(trial):
         if PERSISTENT:
             GPU.frag += FRAG_PER_TRIAL
         if RECORD:
-            append_line(RECORD, "%d %s %d" % (os.getpid(), trial.number, GPU.peak))
+            append_line(RECORD, "%d %s %d %.6f" % (os.getpid(), trial.number, GPU.peak,
+                                                   time.monotonic() - began))
         GPU.publish()
 
 
@@ -403,7 +462,8 @@ def main():
     child_mem = os.environ.get("SIM_CHILD_MEM")
     if child_mem and parse_size(child_mem):
         dataloader_child(parse_size(child_mem))
-    GPU.publish()  # the CUDA context
+    if not LAZY_CONTEXT:
+        GPU.publish()  # the CUDA context
     atexit.register(GPU.release)
 
     def on_sigterm(signum, _frame):

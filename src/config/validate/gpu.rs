@@ -96,6 +96,13 @@ impl Validator<'_> {
             }
             Some(path)
         });
+        let idle_worker_timeout = self
+            .duration(
+                raw.idle_worker_timeout.as_ref(),
+                "gpu.idle_worker_timeout",
+                MAX_IDLE_WORKER_TIMEOUT,
+            )
+            .unwrap_or(defaults.idle_worker_timeout);
         GpuConfig {
             devices,
             headroom,
@@ -104,6 +111,7 @@ impl Validator<'_> {
             gpus_per_trial,
             poll_interval,
             nvml_lib,
+            idle_worker_timeout,
         }
     }
 

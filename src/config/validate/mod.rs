@@ -68,6 +68,7 @@ pub(crate) const MAX_SHUTDOWN_GRACE: Duration = DAY;
 /// The loop that polls the GPUs also feeds the systemd watchdog (`WatchdogSec=60s` in the
 /// shipped unit): a longer interval would get the daemon killed as hung.
 pub(crate) const MAX_POLL_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const MAX_IDLE_WORKER_TIMEOUT: Duration = DAY;
 pub(crate) const MAX_BREAKER_BACKOFF: Duration = DAY;
 pub(crate) const MAX_OOM_RECOVERY: Duration = DAY;
 /// Every size (`[gpu] headroom`, `trial_memory`, `[worker] recycle_on_growth`, log sizes):

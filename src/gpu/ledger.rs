@@ -1,0 +1,403 @@
+//! One ledger per host: what each sweepd daemon's running trials have yet to claim on each
+//! device, shared by every daemon on the machine.
+//!
+//! Admission counts a just-started trial at its whole expected peak until NVML shows it using
+//! that memory ("unclaimed", `docs/gpu-memory-model.md`). A daemon knows that only of its own
+//! trials: two daemons on one card (two studies, two `sweepd@` units) would each see the other's
+//! just-started trials as free memory and over-admit. So each daemon writes its unclaimed memory
+//! and its running trials per device into one small file, and subtracts the others' in
+//! admission.
+//!
+//! The file is read and rewritten whole under an exclusive `flock`, held by a daemon from
+//! reading the others' claims to writing its own after the admission decision, so that two
+//! daemons never decide on the same free memory. An entry is keyed by the daemon's pid and that
+//! process's start time: an entry whose daemon is gone (exited, killed, crashed) is left out of
+//! every reading and dropped at the next write, so a crashed daemon's claims expire by
+//! themselves.
+//!
+//! Where the file is: `$SWEEPD_LEDGER` when set (tests point two daemons at one file with it),
+//! else `$RUNTIME_DIRECTORY/gpu-ledger` (systemd's `RuntimeDirectory=`), else
+//! `$XDG_RUNTIME_DIR/sweepd/gpu-ledger`, else `/run/sweepd/gpu-ledger` where that directory is
+//! writable, else `sweepd-<uid>/gpu-ledger` in the temporary directory.
+
+use crate::process;
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the ledger file, over every default.
+pub const LEDGER_ENV: &str = "SWEEPD_LEDGER";
+
+/// A daemon, as the ledger keys it: its pid and that process's start time (clock ticks after
+/// boot), so that a reused pid is never taken for a live daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Owner {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl Owner {
+    /// This process, or `None` where /proc cannot say its start time.
+    pub fn me() -> Option<Owner> {
+        let pid = std::process::id();
+        let start = process::proc_stat(pid as i32)?.start_time;
+        Some(Owner { pid, start })
+    }
+
+    /// Whether this daemon still runs: its pid names a live process started when it was.
+    pub fn alive(&self) -> bool {
+        process::proc_stat(self.pid as i32)
+            .is_some_and(|s| s.start_time == self.start && !matches!(s.state, 'Z' | 'X' | 'x'))
+    }
+}
+
+/// What one daemon's running trials hold back on one device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// Bytes its running trials are expected to allocate but have not yet.
+    pub unclaimed: u64,
+    /// Its trials running on the device.
+    pub running: usize,
+}
+
+/// Claims by device index.
+pub type Claims = BTreeMap<u32, Claim>;
+
+/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    owner: Owner,
+    device: u32,
+    claim: Claim,
+}
+
+/// Parses the file's text; lines that do not read as entries (a future format, a hand edit) are
+/// left out rather than trusted.
+fn parse(text: &str) -> Vec<Entry> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let entry = Entry {
+                owner: Owner {
+                    pid: f.next()?.parse().ok()?,
+                    start: f.next()?.parse().ok()?,
+                },
+                device: f.next()?.parse().ok()?,
+                claim: Claim {
+                    unclaimed: f.next()?.parse().ok()?,
+                    running: f.next()?.parse().ok()?,
+                },
+            };
+            f.next().is_none().then_some(entry)
+        })
+        .collect()
+}
+
+fn format(entries: &[Entry]) -> String {
+    let mut out = String::from(
+        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running\n",
+    );
+    for e in entries {
+        out.push_str(&format!(
+            "{} {} {} {} {}\n",
+            e.owner.pid, e.owner.start, e.device, e.claim.unclaimed, e.claim.running
+        ));
+    }
+    out
+}
+
+/// The claims of every daemon but `me`, summed per device.
+fn others(entries: &[Entry], me: Owner) -> Claims {
+    let mut out = Claims::new();
+    for e in entries.iter().filter(|e| e.owner != me) {
+        let c = out.entry(e.device).or_default();
+        c.unclaimed = c.unclaimed.saturating_add(e.claim.unclaimed);
+        c.running = c.running.saturating_add(e.claim.running);
+    }
+    out
+}
+
+/// The entries with `me`'s replaced by `mine` (devices with nothing to claim and nothing
+/// running are left out).
+fn replace_mine(entries: &[Entry], me: Owner, mine: &Claims) -> Vec<Entry> {
+    let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).copied().collect();
+    for (device, claim) in mine {
+        if claim.unclaimed > 0 || claim.running > 0 {
+            out.push(Entry {
+                owner: me,
+                device: *device,
+                claim: *claim,
+            });
+        }
+    }
+    out
+}
+
+/// The ledger's path from the environment (`var`), whether `/run/sweepd` is writable, the
+/// temporary directory and the user id: the rule of the module documentation.
+fn path_from(
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    run_writable: bool,
+    tmp: &Path,
+    uid: u32,
+) -> PathBuf {
+    let var = |name: &str| var(name).filter(|v| !v.is_empty());
+    if let Some(p) = var(LEDGER_ENV) {
+        return PathBuf::from(p);
+    }
+    if let Some(dir) = var("RUNTIME_DIRECTORY") {
+        // systemd may list several directories, separated by ':'.
+        let dir = dir.to_string_lossy().into_owned();
+        let first = dir.split(':').next().unwrap_or_default();
+        if !first.is_empty() {
+            return Path::new(first).join("gpu-ledger");
+        }
+    }
+    if let Some(dir) = var("XDG_RUNTIME_DIR") {
+        return Path::new(&dir).join("sweepd/gpu-ledger");
+    }
+    if run_writable {
+        return PathBuf::from("/run/sweepd/gpu-ledger");
+    }
+    tmp.join(format!("sweepd-{uid}")).join("gpu-ledger")
+}
+
+/// The host's ledger, as this daemon uses it.
+#[derive(Debug)]
+pub struct Ledger {
+    path: PathBuf,
+    me: Owner,
+}
+
+/// The ledger locked: the others' live claims, read; this daemon's, to be written. The lock is
+/// released when this is dropped (after [`Locked::write`] or without writing).
+pub struct Locked {
+    file: Flock<File>,
+    me: Owner,
+    /// Live entries (those of gone daemons already left out).
+    entries: Vec<Entry>,
+}
+
+impl Ledger {
+    /// Where the ledger is on this host (see the module documentation).
+    pub fn default_path() -> PathBuf {
+        let run = Path::new("/run/sweepd");
+        let run_writable = nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok();
+        path_from(
+            |name| std::env::var_os(name),
+            run_writable,
+            &std::env::temp_dir(),
+            // The owner of /proc/self is this process's user (no unsafe getuid needed).
+            std::fs::metadata("/proc/self").map_or(0, |m| m.uid()),
+        )
+    }
+
+    /// The ledger at `path` for daemon `me`: its directory is created (0700 when sweepd makes
+    /// it) and the file too (0660), so that a first use fails here, loudly, not at admission.
+    pub fn open(path: PathBuf, me: Owner) -> std::io::Result<Ledger> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() && !dir.is_dir() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)?;
+            }
+        }
+        let ledger = Ledger { path, me };
+        drop(ledger.file()?);
+        Ok(ledger)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn file(&self) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o660)
+            .open(&self.path)
+    }
+
+    /// Locks the ledger (waiting for another daemon that holds it: it holds it only for one
+    /// admission decision) and reads the live entries.
+    pub fn lock(&self) -> std::io::Result<Locked> {
+        let mut file = Flock::lock(self.file()?, FlockArg::LockExclusive)
+            .map_err(|(_, errno)| std::io::Error::from(errno))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let entries = parse(&text)
+            .into_iter()
+            .filter(|e| e.owner == self.me || e.owner.alive())
+            .collect();
+        Ok(Locked {
+            file,
+            me: self.me,
+            entries,
+        })
+    }
+
+    /// Writes this daemon's claims (others' kept, gone daemons' dropped).
+    pub fn publish(&self, mine: &Claims) -> std::io::Result<()> {
+        self.lock()?.write(mine)
+    }
+}
+
+impl Locked {
+    /// The other live daemons' claims, per device.
+    pub fn others(&self) -> Claims {
+        others(&self.entries, self.me)
+    }
+
+    /// Replaces this daemon's claims with `mine`, and releases the lock.
+    pub fn write(mut self, mine: &Claims) -> std::io::Result<()> {
+        let text = format(&replace_mine(&self.entries, self.me, mine));
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.set_len(0)?;
+        self.file.write_all(text.as_bytes())?;
+        self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    fn claims(list: &[(u32, u64, usize)]) -> Claims {
+        list.iter()
+            .map(|&(d, unclaimed, running)| (d, Claim { unclaimed, running }))
+            .collect()
+    }
+
+    #[test]
+    fn the_file_reads_back_what_was_written_and_skips_what_is_not_an_entry() {
+        let a = Owner { pid: 10, start: 5 };
+        let entries = replace_mine(&[], a, &claims(&[(0, 6 * G, 2), (1, 0, 0)]));
+        // A device with nothing claimed and nothing running is not written.
+        assert_eq!(entries.len(), 1);
+        let text = format!("{}garbage line\n1 2 3\n1 2 3 4 5 6\n", format(&entries));
+        assert_eq!(parse(&text), entries);
+    }
+
+    #[test]
+    fn a_daemon_sees_the_others_claims_summed_and_not_its_own() {
+        let (a, b, c) = (
+            Owner { pid: 1, start: 1 },
+            Owner { pid: 2, start: 1 },
+            Owner { pid: 3, start: 1 },
+        );
+        let mut e = replace_mine(&[], a, &claims(&[(0, 6 * G, 1)]));
+        e = replace_mine(&e, b, &claims(&[(0, 2 * G, 1), (1, G, 1)]));
+        e = replace_mine(&e, c, &claims(&[(0, 0, 3)]));
+        assert_eq!(others(&e, a), claims(&[(0, 2 * G, 4), (1, G, 1)]));
+        // Rewriting one's own entry replaces it, whatever it was.
+        e = replace_mine(&e, b, &claims(&[]));
+        assert_eq!(others(&e, a), claims(&[(0, 0, 3)]));
+        // The same pid started at another time is another daemon.
+        let a_again = Owner { pid: 1, start: 2 };
+        assert_eq!(others(&e, a_again), claims(&[(0, 6 * G, 4)]));
+    }
+
+    #[test]
+    fn entries_of_gone_daemons_expire_and_live_ones_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/ledger");
+        let me = Owner::me().unwrap();
+        // This test's own parent process (cargo's test harness or a shell) is alive.
+        let parent = nix::unistd::getppid().as_raw() as u32;
+        let live = Owner {
+            pid: parent,
+            start: process::proc_stat(parent as i32).unwrap().start_time,
+        };
+        // Pid 1 with a start time it never had: a daemon that is gone, its pid reused.
+        let gone = Owner {
+            pid: 1,
+            start: u64::MAX,
+        };
+        let mut e = replace_mine(&[], live, &claims(&[(0, 3 * G, 1)]));
+        e = replace_mine(&e, gone, &claims(&[(0, 9 * G, 2)]));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format(&e)).unwrap();
+        let ledger = Ledger::open(path.clone(), me).unwrap();
+        let locked = ledger.lock().unwrap();
+        assert_eq!(locked.others(), claims(&[(0, 3 * G, 1)]));
+        locked.write(&claims(&[(0, G, 1)])).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let left = parse(&text);
+        assert!(left.iter().all(|e| e.owner != gone), "{text}");
+        assert!(left.iter().any(|e| e.owner == live));
+        assert!(left.iter().any(|e| e.owner == me && e.claim.unclaimed == G));
+        // Another daemon's view of the same file sees ours.
+        let other = Ledger::open(path, live).unwrap();
+        assert_eq!(other.lock().unwrap().others(), claims(&[(0, G, 1)]));
+    }
+
+    #[test]
+    fn the_lock_is_held_until_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let me = Owner::me().unwrap();
+        let a = Ledger::open(path.clone(), me).unwrap();
+        let held = a.lock().unwrap();
+        // A second open file description cannot take the lock while it is held.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(_) => panic!("the ledger was not locked"),
+            Err((f, _)) => f,
+        };
+        held.write(&claims(&[(0, G, 1)])).unwrap();
+        assert!(Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok());
+    }
+
+    #[test]
+    fn the_ledger_is_where_the_environment_says_else_in_a_runtime_directory() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let tmp = Path::new("/tmp");
+        let all: &[(&str, &str)] = &[
+            (LEDGER_ENV, "/srv/shared/ledger"),
+            ("RUNTIME_DIRECTORY", "/run/sweepd:/run/other"),
+            ("XDG_RUNTIME_DIR", "/run/user/1000"),
+        ];
+        assert_eq!(
+            path_from(env(all), true, tmp, 7),
+            Path::new("/srv/shared/ledger")
+        );
+        assert_eq!(
+            path_from(env(&all[1..]), true, tmp, 7),
+            Path::new("/run/sweepd/gpu-ledger")
+        );
+        assert_eq!(
+            path_from(env(&all[2..]), true, tmp, 7),
+            Path::new("/run/user/1000/sweepd/gpu-ledger")
+        );
+        // An empty variable counts as unset.
+        assert_eq!(
+            path_from(env(&[(LEDGER_ENV, "")]), true, tmp, 7),
+            Path::new("/run/sweepd/gpu-ledger")
+        );
+        assert_eq!(
+            path_from(env(&[]), false, tmp, 7),
+            Path::new("/tmp/sweepd-7/gpu-ledger")
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! GPU admission, the `Core`'s: which device a candidate may start on now, and with which of
+//! our idle workers.
+//!
+//! An admission round (`Core::round`) decides from the latest NVML readings (devices whose
+//! reading failed or that are quarantined left out), what our idle workers hold (`pool`: ours to
+//! take back) and what the other daemons on this host have yet to claim (the host's ledger,
+//! locked from reading theirs until ours are written by `Core::write_claims`, so that two
+//! daemons never decide on the same free memory). `Core::admit` asks the memory model for the
+//! candidate's estimate and `gpu::Capacity` for a device with room and the idle workers the
+//! trial reuses or retires. The rules are `gpu::admission`'s; this file gathers what they
+//! decide from and keeps the ledger current.
+
+use super::core::Core;
+use crate::gpu::admission::{DeviceView, RunningTrial};
+use crate::gpu::ledger::{self, Claims};
+use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
+use crate::study::Params;
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::warn;
+
+/// The GPU side of the decision: readings, admission and the memory model.
+pub(super) struct GpuCtl {
+    pub(super) monitor: Arc<Monitor>,
+    pub(super) capacity: Capacity,
+    pub(super) model: MemoryModel,
+    /// The estimate for the trial at the head of the admission line, for `sweepd gpus`.
+    pub(super) next_expected: Option<Estimate>,
+    /// Devices whose readings are failing (logged once, when they start failing).
+    pub(super) failing: std::collections::HashSet<u32>,
+    /// The host's ledger, shared with the other daemons on it (`None`: it could not be opened,
+    /// and this daemon counts only its own trials).
+    pub(super) ledger: Option<Ledger>,
+    /// The ledger failed (said once, until it works again).
+    pub(super) ledger_failing: bool,
+}
+
+/// Where a trial admitted on a GPU runs: its device, its estimate, and what it does with our
+/// idle workers there.
+pub(super) struct Placement {
+    pub(super) device: u32,
+    pub(super) estimate: Estimate,
+    pub(super) reclaim: Reclaim,
+}
+
+/// What one admission round decides from: the usable devices as last read, with our idle
+/// workers' memory and the other daemons' claims added; our running trials; our idle workers;
+/// and the ledger, locked until our claims (with the trial admitted, if any) are written.
+pub(super) struct Round {
+    pub(super) views: Vec<DeviceView>,
+    pub(super) running: Vec<RunningTrial>,
+    pub(super) idle: Vec<IdleWorker>,
+    pub(super) ledger: Option<ledger::Locked>,
+}
+
+impl Core {
+    /// What an admission round decides from (`None` without GPUs): the devices as last read,
+    /// those whose reading failed or that are quarantined left out, with our idle workers'
+    /// memory and the other daemons' claims; the ledger stays locked until `write_claims`.
+    pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
+        let g = self.gpu.as_mut()?;
+        let (mut views, running, errors) = g.monitor.views();
+        // Said once when a device's readings fail, not on every poll.
+        for (device, why) in &errors {
+            if g.failing.insert(*device) {
+                warn!(
+                    device,
+                    "no admission on this device: NVML reading failed: {why}"
+                );
+            }
+        }
+        g.failing.retain(|d| errors.iter().any(|(e, _)| e == d));
+        views.retain(|v| self.breaker.quarantined(Some(v.index), now).is_none());
+        let idle = self.pool.views(&g.monitor);
+        for v in &mut views {
+            for w in idle.iter().filter(|w| w.device == v.index) {
+                v.idle = v.idle.saturating_add(w.memory);
+                v.idle_workers += 1;
+            }
+        }
+        let ledger = match g.ledger.as_ref().map(Ledger::lock) {
+            None => None,
+            Some(Ok(locked)) => {
+                g.ledger_failing = false;
+                Some(locked)
+            }
+            Some(Err(e)) => {
+                if !g.ledger_failing {
+                    g.ledger_failing = true;
+                    warn!("the GPU ledger shared with other daemons cannot be read ({e}); admitting as if this daemon were alone on its GPUs");
+                }
+                None
+            }
+        };
+        if let Some(l) = &ledger {
+            let others = l.others();
+            for v in &mut views {
+                if let Some(c) = others.get(&v.index) {
+                    v.others = c.unclaimed;
+                    v.others_running = c.running;
+                }
+            }
+        }
+        Some(Round {
+            views,
+            running,
+            idle,
+            ledger,
+        })
+    }
+
+    /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some(placement))`
+    /// when a device has room, or why each device waits.
+    pub(super) fn admit(
+        &mut self,
+        round: Option<&Round>,
+        params: &Params,
+        hint: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<Placement>, Vec<Decision>> {
+        let (Some(g), Some(round)) = (&mut self.gpu, round) else {
+            return Ok(None);
+        };
+        let estimate = g.model.estimate(params);
+        let e = estimate.bytes;
+        if self
+            .pending
+            .front()
+            .is_some_and(|(head, _)| head.params() == params)
+        {
+            g.next_expected = Some(estimate.clone());
+        }
+        let decisions: Vec<Decision> = round
+            .views
+            .iter()
+            .map(|v| g.capacity.decide(v, &round.running, e, now))
+            .collect();
+        // The slot's own device first (its worker waits idle there), then one with an idle
+        // worker (no worker to start), then the most room left.
+        let Some(pick) = decisions.iter().filter(|d| d.admitted).max_by_key(|d| {
+            let has_idle = round.idle.iter().any(|w| w.device == d.device);
+            // Signed: a device admitting its first trial may have less room than needed.
+            let room_after = i128::from(d.usable) - i128::from(e);
+            (
+                hint == Some(d.device),
+                has_idle,
+                room_after,
+                Reverse(d.par_now),
+                Reverse(d.device),
+            )
+        }) else {
+            return Err(decisions);
+        };
+        let device = pick.device;
+        let view = round
+            .views
+            .iter()
+            .find(|v| v.index == device)
+            .expect("decided from these views");
+        let mut reclaim = g
+            .capacity
+            .reclaim(view, &round.running, e, &round.idle, now);
+        // A trial that starts a worker keeps our workers within max_par: the least recently
+        // used idle one goes, wherever it is.
+        if reclaim.reuse.is_none() {
+            let live =
+                (self.running as usize + round.idle.len()).saturating_sub(reclaim.retire.len());
+            if live >= self.config.worker.max_par {
+                if let Some(w) = round
+                    .idle
+                    .iter()
+                    .filter(|w| !reclaim.retire.contains(&w.id))
+                    .min_by_key(|w| (w.since, w.id))
+                {
+                    reclaim.retire.push(w.id);
+                }
+            }
+        }
+        Ok(Some(Placement {
+            device,
+            estimate,
+            reclaim,
+        }))
+    }
+
+    /// What our running trials have yet to claim per device, and how many run there.
+    fn my_claims(monitor: &Monitor) -> Claims {
+        let mut mine = Claims::new();
+        for t in monitor.views().1 {
+            let c = mine.entry(t.device).or_default();
+            c.unclaimed = c.unclaimed.saturating_add(t.unclaimed());
+            c.running += 1;
+        }
+        mine
+    }
+
+    /// Writes our claims to the locked ledger (with `new`, a trial just admitted and not yet
+    /// tracked), which releases it.
+    pub(super) fn write_claims(&mut self, locked: Option<ledger::Locked>, new: Option<&Placement>) {
+        let (Some(locked), Some(g)) = (locked, &mut self.gpu) else {
+            return;
+        };
+        let mut mine = Self::my_claims(&g.monitor);
+        if let Some(p) = new {
+            let c = mine.entry(p.device).or_default();
+            c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);
+            c.running += 1;
+        }
+        if let Err(e) = locked.write(&mine) {
+            if !g.ledger_failing {
+                g.ledger_failing = true;
+                warn!("could not write the GPU ledger shared with other daemons: {e}");
+            }
+        }
+    }
+
+    /// Brings our entry in the ledger up to date (trials ended, or claimed their memory).
+    pub(super) fn refresh_claims(&mut self) {
+        let ledger = self.gpu.as_ref().and_then(|g| g.ledger.as_ref());
+        let locked = match ledger.map(Ledger::lock) {
+            Some(Ok(l)) => Some(l),
+            _ => None,
+        };
+        self.write_claims(locked, None);
+    }
+}
