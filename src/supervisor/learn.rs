@@ -47,6 +47,11 @@ impl Core {
         {
             return Learnt::default();
         }
+        // While the database cannot be reached, no trial starts and nothing is to be learnt:
+        // waiting for it here would hold the core's lock for the outage (the housekeeping pass).
+        if self.store.outage().borrow().since.is_some() {
+            return Learnt::default();
+        }
         self.fed_at = Some(now);
         let read = self
             .store
