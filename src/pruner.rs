@@ -201,6 +201,12 @@ impl Pruner {
         }
     }
 
+    /// Whether it learns from curves at all (`false`: no pruner): a daemon then need not read
+    /// other processes' intermediate values.
+    pub fn uses_curves(&self) -> bool {
+        !matches!(self.algo, Algo::None)
+    }
+
     /// A trial reported `value` at `step`. Returns whether it should stop now. Records the value.
     ///
     /// Reports for a trial already finished, and negative steps, are ignored and return false.

@@ -22,8 +22,9 @@
 //! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
 //! `suggested` (what a running trial's objective adds: suggested params, user attributes),
 //! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
-//! read back for the CLI and for a restarted daemon's sampler, pruner and memory model),
-//! `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
+//! read back for the CLI, and the peaks a restarted daemon's memory model starts from), `feed`
+//! (what changed since a daemon last looked: every trial at its start, then other processes'
+//! trials as they come, for the sampler, pruner and memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
 //! commands), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
 //! `columns` (enums and unsigned numbers in columns), and the three below.
 //!
@@ -40,6 +41,7 @@ mod attrs;
 mod columns;
 mod daemon;
 mod engine;
+mod feed;
 mod hosts;
 mod mirror;
 mod once;
@@ -59,13 +61,14 @@ mod workers;
 pub use attrs::OWNER_ATTR;
 pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
 pub use engine::Engine;
+pub use feed::{Changed, Changes, Feed};
 pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use suggested::{ParamRefused, FAIL_REASON_USER_ATTR};
 pub use telemetry::{GpuRow, MemorySample};
 pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
-pub use views::{Candidate, Curve, TrialView};
+pub use views::{Candidate, TrialView};
 pub use workers::WorkerView;
 
 use crate::study::Direction;

@@ -1,11 +1,12 @@
-//! Reading trials back: as the CLI shows them (`trials`, `best`, `status`), and as a
-//! restarted daemon's sampler, pruner and memory model learn from them.
+//! Reading trials back: as the CLI shows them (`trials`, `best`, `status`), and the measured
+//! peaks a restarted daemon's memory model starts from (its sampler and pruner learn the study
+//! through `feed`).
 
 use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
 use super::engine::{sql, Label};
 use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
-use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialRecord, TrialState};
+use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -62,9 +63,6 @@ pub struct Candidate {
     pub constraints: Vec<f64>,
 }
 
-/// A finished trial's intermediate values: (number, completed, [(step, value)]).
-pub type Curve = (i64, bool, Vec<(i64, f64)>);
-
 impl Store {
     /// Trial counts by state; FAIL trials with a retry copy are counted apart.
     pub async fn counts(&self, study: &Study) -> Result<Counts> {
@@ -98,96 +96,6 @@ impl Store {
             }
         }
         Ok(c)
-    }
-
-    /// Every trial of the study as the sampler learns from it: typed params, state, value and
-    /// Optuna's `constraints`. Read once at start; afterwards the supervisor keeps it current.
-    pub async fn history(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        retrying!(self, { self.history_attempt(study).await })
-    }
-
-    async fn history_attempt(&self, study: &Study) -> Result<Vec<TrialRecord>> {
-        let rows: Vec<(i64, Option<i64>, String)> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-                "SELECT CAST(trial_id AS BIGINT), CAST(number AS BIGINT), CAST(state AS TEXT) \
-             FROM trials WHERE study_id = $1 ORDER BY trial_id",
-            )
-            .bind(study.id)
-            .fetch_all(c)
-            .await
-        })
-        .at(&self.path)?;
-        let mut records: Vec<TrialRecord> = Vec::with_capacity(rows.len());
-        let mut index = HashMap::with_capacity(rows.len());
-        for (trial_id, number, state) in rows {
-            let Some(state) = state.parse::<TrialState>().ok() else {
-                continue;
-            };
-            index.insert(trial_id, records.len());
-            records.push(TrialRecord {
-                number: number.unwrap_or(0),
-                params: Params::new(),
-                state,
-                values: Vec::new(),
-                constraints: Vec::new(),
-                distributions: Default::default(),
-            });
-        }
-        for (trial_id, values) in self.values_of(study).await? {
-            if let Some(&i) = index.get(&trial_id) {
-                records[i].values = values;
-            }
-        }
-        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-            "SELECT CAST(p.trial_id AS BIGINT), p.param_name, p.param_value, p.distribution_json \
-             FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = $1",
-        )
-        .bind(study.id)
-        .fetch_all(c)
-        .await
-        })
-        .at(&self.path)?;
-        for (trial_id, name, internal, dist) in params {
-            let Some(&i) = index.get(&trial_id) else {
-                continue;
-            };
-            let Ok(d) = Distribution::from_optuna_json(&dist) else {
-                continue;
-            };
-            if let Some(v) = d.from_internal(internal) {
-                records[i].params.insert(name.clone(), v);
-                records[i].distributions.insert(name, d);
-            }
-        }
-        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-            "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json FROM trial_system_attributes a \
-             JOIN trials t ON t.trial_id = a.trial_id \
-             WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
-        )
-        .bind(study.id)
-        .bind(NEGATIVE_ZERO_ATTR)
-        .fetch_all(c)
-        .await
-        })
-        .at(&self.path)?;
-        for (trial_id, key, json) in attrs {
-            let Some(&i) = index.get(&trial_id) else {
-                continue;
-            };
-            let record = &mut records[i];
-            if key == NEGATIVE_ZERO_ATTR {
-                let zeros = NegativeZeros::parse(Some(&json));
-                for (objective, v) in record.values.iter_mut().enumerate() {
-                    *v = zeros.value(objective as i64, *v);
-                }
-                zeros.params(&mut record.params);
-            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
-                record.constraints = cs.iter().filter_map(Value::as_f64).collect();
-            }
-        }
-        Ok(records)
     }
 
     /// Trials for display, oldest first; optionally only one state and only the last `limit`.
@@ -474,41 +382,6 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// Intermediate values of every finished trial, for the pruner on start:
-    /// (number, completed, [(step, value)]) with non-finite values left out.
-    pub async fn intermediate_history(
-        &self,
-        study: &Study,
-    ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
-        retrying!(self, { self.intermediate_history_attempt(study).await })
-    }
-
-    async fn intermediate_history_attempt(
-        &self,
-        study: &Study,
-    ) -> Result<Vec<(i64, bool, Vec<(i64, f64)>)>> {
-        let rows: Vec<(i64, String, i64, f64)> =
-            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-                "SELECT CAST(t.number AS BIGINT), CAST(t.state AS TEXT), CAST(i.step AS BIGINT), \
-             i.intermediate_value FROM trial_intermediate_values i \
-             JOIN trials t ON t.trial_id = i.trial_id \
-             WHERE t.study_id = $1 AND t.state IN ('COMPLETE', 'PRUNED', 'FAIL') \
-               AND i.intermediate_value_type = 'FINITE' ORDER BY t.number, i.step",
-            )
-            .bind(study.id)
-            .fetch_all(c)
-            .await)
-            .at(&self.path)?;
-        let mut out: Vec<Curve> = Vec::new();
-        for (number, state, step, value) in rows {
-            if out.last().is_none_or(|l| l.0 != number) {
-                out.push((number, state == "COMPLETE", Vec::new()));
-            }
-            out.last_mut().expect("pushed").2.push((step, value));
-        }
-        Ok(out)
     }
 
     /// Measured peaks of finished trials (`sweepd:peak_memory_mib`) with their params, so the

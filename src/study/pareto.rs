@@ -228,9 +228,14 @@ impl Front {
     }
 
     /// A trial completed with `values`: it joins the front unless a member dominates it, and
-    /// the members it dominates leave. Values of the wrong count are ignored.
+    /// the members it dominates leave. Values of the wrong count are ignored, and so is a trial
+    /// inserted before (a daemon may read a trial from the database that it had already, see
+    /// `supervisor::learn`).
     pub fn insert(&mut self, number: i64, values: &[f64]) {
-        if values.len() != self.directions.len() || values.iter().any(|v| v.is_nan()) {
+        if values.len() != self.directions.len()
+            || values.iter().any(|v| v.is_nan())
+            || self.members.iter().any(|(n, _, _)| *n == number)
+        {
             return;
         }
         let loss = losses(values, &self.directions);
@@ -428,6 +433,16 @@ mod tests {
         let want = best_per_objective(all.iter().map(|&i| &values[i][..]), &d);
         assert_eq!(front.best(), want);
         assert_eq!(front.best(), [Some(0.0), Some(7.0), Some(0.0)]);
+    }
+
+    #[test]
+    fn a_trial_read_twice_is_on_the_front_once() {
+        let d = [Direction::Minimize, Direction::Minimize];
+        let mut front = Front::new(&d);
+        front.insert(1, &[1.0, 2.0]);
+        front.insert(2, &[2.0, 1.0]);
+        front.insert(1, &[1.0, 2.0]);
+        assert_eq!(front.len(), 2);
     }
 
     #[test]

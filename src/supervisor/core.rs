@@ -19,7 +19,7 @@ use crate::gpu::Ledger;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{Proposal, Sampler};
-use crate::store::{DaemonId, ParamRefused, StartCtx, StartOp, Started, Store, Waiting};
+use crate::store::{DaemonId, Feed, ParamRefused, StartCtx, StartOp, Started, Store, Waiting};
 use crate::study::space::external_json;
 use crate::study::{
     Claimed, Distribution, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord,
@@ -93,6 +93,10 @@ pub(super) struct Core {
     pub(super) progress: Tracker,
     /// Idle persistent workers on GPUs, and those handed to trials that start.
     pub(super) pool: Pool,
+    /// How far this daemon has read other processes' trials (`learn`).
+    pub(super) feed: Feed,
+    /// When it last read them.
+    pub(super) fed_at: Option<Instant>,
 }
 
 /// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
@@ -506,6 +510,8 @@ impl Core {
     /// new sample. `None` with `exhausted` set when the sampler has nothing left; `None`
     /// without it when a WAITING trial was failed for bad params (look again).
     pub(super) async fn choose(&mut self) -> Result<Option<Candidate>, RunError> {
+        // Whatever it proposes, the sampler first learns what other processes did meanwhile.
+        self.catch_up().await;
         let space = &self.config.space;
         let queued: Vec<i64> = self
             .pending

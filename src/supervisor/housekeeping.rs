@@ -1,10 +1,11 @@
 //! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, retires idle
 //! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`),
-//! keeps the daemon's row, its entry in the host's GPU ledger, the `systemctl status` line and
-//! the watchdog current, puts back sweepd's triggers when an Optuna migration dropped them, and
-//! notices a study deleted from the database. Every pass wakes the slots waiting for room.
-//! Reading the GPUs (`read_gpus`) is also what a trial's end and a worker's exit do at once, so
-//! that admission does not wait for the next pass.
+//! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
+//! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
+//! triggers when an Optuna migration dropped them, and notices a study deleted from the
+//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`read_gpus`) is
+//! also what a trial's end and a worker's exit do at once, so that admission does not wait for
+//! the next pass.
 //!
 //! While the database cannot be reached that loop waits in the store like every other task;
 //! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
@@ -75,7 +76,13 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Err(e) => warn!("could not read commands: {e}"),
         }
         let (paused, status) = {
-            let core = sh.core.lock().await;
+            let mut core = sh.core.lock().await;
+            // Other processes' trials, also while no trial starts here (every slot busy with a
+            // long trial): the pruner judges the next report against their curves.
+            if core.catch_up().await.completed > 0 {
+                let front = core.progress.front().map(|f| f.0);
+                sh.metrics.set_best(&core.progress.bests(), front);
+            }
             if core.gpu.is_none() {
                 sh.metrics.set_running(None, core.running as usize);
             }

@@ -20,7 +20,8 @@
 //!
 //! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
 //! instance left RUNNING, the slot tasks, the first error, the idle workers left at the end);
-//! `core` decides, `admit` is its GPU admission round; `policy` holds its pure rules; `pool`
+//! `core` decides, `admit` is its GPU admission round; `learn` brings it the trials other
+//! processes (other hosts, Optuna scripts) write; `policy` holds its pure rules; `pool`
 //! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
 //! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
 //! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
@@ -31,6 +32,7 @@
 mod admit;
 mod core;
 mod housekeeping;
+mod learn;
 mod policy;
 mod pool;
 mod reload;
@@ -46,9 +48,9 @@ use crate::process;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler;
-use crate::store::{self, DaemonId, DaemonLockError, Holder, Store, StoreError};
+use crate::store::{self, DaemonId, DaemonLockError, Feed, Holder, Store, StoreError};
 use crate::study::pareto::{self, Front};
-use crate::study::{Counts, DaemonState, Tally, TrialState};
+use crate::study::{Counts, DaemonState, Tally};
 use admit::GpuCtl;
 use core::Core;
 use policy::{Breaker, SameError};
@@ -396,7 +398,7 @@ async fn run_locked(
         warn!(trials = ?stale, "marked trials left RUNNING by a previous instance as FAIL and re-enqueued them");
     }
     let monitor = open_gpus(&config).await?;
-    let mut sampler = sampler::build(
+    let sampler = sampler::build(
         config.study.sampler,
         &config.space,
         config.sampler.seed.or(config.study.seed),
@@ -405,26 +407,16 @@ async fn run_locked(
     )
     .map_err(RunError::Sampler)?;
     let mut model = MemoryModel::new(&config.space, config.gpu.trial_memory);
-    let mut infeasible = Vec::new();
-    for record in store.history(&study).await? {
-        if record.constraints.iter().any(|c| *c > 0.0) {
-            infeasible.push((record.params.clone(), record.distributions.clone()));
-        }
-        match record.state {
-            TrialState::Running | TrialState::Waiting => {
-                sampler.observe(record.number, &record.params)
-            }
-            _ => sampler.tell(&record),
-        }
-    }
     for (params, peak) in store.peaks(&study).await? {
         model.record(&params, peak);
     }
     // `check` refuses a pruner with several objectives: this one is then "none".
-    let mut pruner = Pruner::new(config.pruner.clone(), config.study.directions[0]);
-    for (number, completed, values) in store.intermediate_history(&study).await? {
-        pruner.load(number, completed, &values);
-    }
+    let pruner = Pruner::new(config.pruner.clone(), config.study.directions[0]);
+    // The whole study, read through the feed that later brings other processes' trials.
+    let mut feed = Feed::default();
+    let history = store
+        .changes(&study, &me, &mut feed, pruner.uses_curves())
+        .await?;
     let counts = store.counts(&study).await?;
     let mut tally = Tally::default();
     store.refresh_tally(&study, &mut tally).await?;
@@ -474,13 +466,15 @@ async fn run_locked(
                 cfg: config.retry.clone(),
                 devices: HashMap::new(),
             },
-            infeasible,
+            infeasible: Vec::new(),
             live: HashMap::new(),
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             halted: false,
             progress: tracker(&store, &study, &control, counts.finished()).await?,
             pool: Default::default(),
+            feed,
+            fed_at: Some(Instant::now()),
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
@@ -496,6 +490,7 @@ async fn run_locked(
         metrics: metrics.clone(),
         par_override: control.par_override,
     });
+    shared.core.lock().await.learn(history, true);
     {
         let core = shared.core.lock().await;
         metrics.set_best(&core.progress.bests(), core.progress.front().map(|f| f.0));

@@ -17,6 +17,8 @@ SWEEPD_TEST_NAN_ON=N      return float("nan") from trial N
 SWEEPD_TEST_FORK=1        every trial forks a child that ignores SIGTERM and
                           sleeps 3600 s (to test process-group kills)
 SWEEPD_TEST_RECORD=PATH   append "pid trial_number" to PATH for every trial
+SWEEPD_TEST_TARGET_X=T    the term of param x is (x - T)^2 instead of x^2
+SWEEPD_TEST_OFFSET=V      V is added to every value (and so to every report)
 
 The value is the sum of squares of the numeric params plus len(str(p)) for
 every other param; the trial reports 3 steps (the last one is the value).
@@ -54,12 +56,16 @@ HANG_ON = _env_number("SWEEPD_TEST_HANG_ON")
 CLOSE_ON = _env_number("SWEEPD_TEST_CLOSE_ON")
 RAISE_ON = _env_number("SWEEPD_TEST_RAISE_ON")
 NAN_ON = _env_number("SWEEPD_TEST_NAN_ON")
+TARGET_X = float(os.environ.get("SWEEPD_TEST_TARGET_X") or 0.0)
+OFFSET = float(os.environ.get("SWEEPD_TEST_OFFSET") or 0.0)
 
 
 def value_of(params):
-    total = 0.0
-    for value in params.values():
+    total = OFFSET
+    for name, value in params.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if name == "x":
+                value = value - TARGET_X
             total += float(value) ** 2
         else:
             total += len(str(value))
