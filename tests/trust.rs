@@ -381,6 +381,48 @@ fn the_budget_ignored_trials_that_optuna_processes_finished() {
     assert!(ours[0].parse::<u32>().unwrap() > 0, "sweepd ran nothing");
 }
 
+/// Python's sqlite3 holding the write lock of a rollback-journal file, as an Optuna process
+/// does while it commits, then letting go.
+const HOLD_THE_WRITE_LOCK: &str = "\
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute('BEGIN IMMEDIATE')
+c.execute('UPDATE studies SET study_name = study_name')
+print('held', flush=True)
+time.sleep(1.0)
+c.execute('COMMIT')
+";
+
+/// sweepd opening an Optuna-made file while an Optuna process committed failed with
+/// "database is locked" (seen as a flaky `the_budget_ignored_trials_that_optuna_processes_finished`):
+/// switching the file to WAL wants the exclusive lock, and SQLite answers "busy" at once,
+/// without waiting, to a connection that holds the shared lock while another holds the
+/// reserved one.
+#[test]
+fn opening_a_file_while_optuna_commits_failed_with_database_is_locked() {
+    use std::io::BufRead;
+    let sweep = Sweep::new(&Cfg {
+        name: "shared".into(),
+        ..Cfg::default()
+    });
+    sweep.optuna("optuna_create.py", &["shared", "minimize", "2"]);
+    let mut holder = std::process::Command::new(python())
+        .args(["-c", HOLD_THE_WRITE_LOCK])
+        .arg(&sweep.db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn python");
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "held");
+    let out = sweep.sweepd(&["trials", "--json"]).output().unwrap();
+    assert!(holder.wait().unwrap().success());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sweep.trials().len(), 2);
+}
+
 #[test]
 fn a_study_that_can_only_fail_never_ended() {
     let cfg = Cfg {

@@ -18,7 +18,7 @@ pub(super) type Tx<'c> = sqlx::Transaction<'c, Db>;
 /// How long a statement waits for another writer (an Optuna script, say) before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Attempts at applying migrations while other writers keep the database busy.
+/// Attempts at connecting or applying migrations while other writers keep the database busy.
 const MIGRATE_BUSY_RETRIES: u32 = 100;
 
 /// The pool over the database file: WAL, lazy commits (`Store::sync` makes them durable),
@@ -34,12 +34,26 @@ pub(super) async fn connect(path: &Path, create: bool) -> Result<Pool, sqlx::Err
         // SQLite's default 2 MiB page cache is outgrown around 10k trials, and every trial
         // then re-reads index pages; 64 MiB holds the hot part of a 100k-trial study.
         .pragma("cache_size", "-65536");
-    // One connection: sweepd's writes are serialised anyway, and a single connection
-    // cannot deadlock against itself on SQLite's one write lock.
-    SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect_with(opts)
-        .await
+    let mut attempt = 0u32;
+    loop {
+        // One connection: sweepd's writes are serialised anyway, and a single connection
+        // cannot deadlock against itself on SQLite's one write lock.
+        match SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone())
+            .await
+        {
+            // Switching an Optuna-made file (rollback journal) to WAL needs the exclusive
+            // lock while holding the shared one; when an Optuna process holds the reserved
+            // lock to commit, SQLite sees a deadlock and answers "busy" at once instead of
+            // waiting `BUSY_TIMEOUT`. A fresh connection lets the writer finish first.
+            Err(e) if is_busy_error(&e) && attempt < MIGRATE_BUSY_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt.min(10)))).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Starts a multi-statement write transaction holding the write lock from its first statement
@@ -85,8 +99,15 @@ pub(super) async fn migrate(pool: &Pool) -> Result<(), MigrateError> {
 /// extended codes, such as BUSY_SNAPSHOT).
 fn is_busy(e: &MigrateError) -> bool {
     match e {
-        MigrateError::Execute(sqlx::Error::Database(d))
-        | MigrateError::ExecuteMigration(sqlx::Error::Database(d), _) => d
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => is_busy_error(e),
+        _ => false,
+    }
+}
+
+/// SQLITE_BUSY or one of its extended codes.
+fn is_busy_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
             .code()
             .and_then(|c| c.parse::<i32>().ok())
             .is_some_and(|c| c & 0xff == 5),
