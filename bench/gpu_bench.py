@@ -534,7 +534,7 @@ def packing_workloads():
     ]
 
 
-def packing(started, only_workload=None, only_length=None):
+def packing(started, only_workload=None, only_length=None, trials=None, baselines=True):
     load_start = loadavg()
     t0 = time.monotonic()
     rows, notes, checks, splits = [], [], [], []
@@ -544,6 +544,7 @@ def packing(started, only_workload=None, only_length=None):
         for length, n, ramp, (lo, hi) in PACK_LENGTHS:
             if only_length and length != only_length:
                 continue
+            n = trials or n
             env = dict(PACK_ENV, SIM_RAMP_S=str(ramp), SIM_HOLD_RANGE="%g,%g" % (lo, hi),
                        SIM_RECORD="@RECORD@", **wenv)
             per = n // studies
@@ -553,7 +554,7 @@ def packing(started, only_workload=None, only_length=None):
             tomls = [pack_toml("pack-%s-%d" % (key, i), per, PACK_MAX_PAR, env, params,
                                {"devices": '"all"'}, seed=7 + i) for i in range(studies)]
             configs.append(("sweepd", tomls))
-            for par in (3, 4):
+            for par in ((3, 4) if baselines else ()):
                 # Two daemons share the fixed PAR between them.
                 split = [par // studies + (1 if i < par % studies else 0)
                          for i in range(studies)]
@@ -605,7 +606,7 @@ def packing(started, only_workload=None, only_length=None):
             checks.append((key, length, span / runs[0].makespan(), runs[0].ooms()))
             ratios = estimate_ratios(sweepd_run)
             splits.append((key, length, span / est_span, span / runs[0].makespan(),
-                           min(span / r.makespan() for r in runs[1:]),
+                           min((span / r.makespan() for r in runs[1:]), default=float("nan")),
                            sum(r.ooms() for r in runs[1:]),
                            ratios[len(ratios) // 2] if ratios else float("nan")))
             notes.append(estimate_note(key, length, sweepd_run))
@@ -616,9 +617,10 @@ def packing(started, only_workload=None, only_length=None):
             for r in runs:
                 r.cleanup()
     head = ["workload", "oracle makespan s", "oracle at once", "oracle on estimates",
-            "sweepd oracle/sweepd", "sweepd at once", "sweepd OOMs",
-            "PAR=3 oracle/PAR", "PAR=3 at once", "PAR=3 OOMs",
-            "PAR=4 oracle/PAR", "PAR=4 at once", "PAR=4 OOMs"]
+            "sweepd oracle/sweepd", "sweepd at once", "sweepd OOMs"]
+    if baselines:
+        head += ["PAR=3 oracle/PAR", "PAR=3 at once", "PAR=3 OOMs",
+                 "PAR=4 oracle/PAR", "PAR=4 at once", "PAR=4 OOMs"]
     tbl = table(head, rows)
     print(tbl)
     elapsed = time.monotonic() - t0
@@ -934,15 +936,20 @@ def main():
                     "foreign, two); implies --no-docs")
     ap.add_argument("--length", choices=["short", "long"],
                     help="packing: only this trial length; implies --no-docs")
+    ap.add_argument("--trials", type=int, help="packing: trials per run instead of the "
+                    "lengths' own (40 short, 30 long); implies --no-docs")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="packing: sweepd only, no fixed PAR=3/PAR=4 runs; implies --no-docs")
     args = ap.parse_args()
     for path, how in ((SWEEPD, "cargo build --release"), (FAKE_NVML, "make fake-nvml")):
         if not os.path.exists(path):
             sys.exit("gpu_bench: %s is missing: run `%s` (or `make bench`)" % (path, how))
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
-    if args.workload or args.length:
+    if args.workload or args.length or args.trials or args.no_baselines:
         args.no_docs = True
-    benches = [("packing", lambda: packing(started, args.workload, args.length)),
+    benches = [("packing", lambda: packing(started, args.workload, args.length, args.trials,
+                                           not args.no_baselines)),
                ("fragmentation", lambda: fragmentation(started))]
     for name, fn in benches:
         if args.only and args.only != name:
