@@ -582,3 +582,58 @@ fn two_daemons_on_one_fake_card_never_over_admit() {
     }
     assert!(most <= 3, "{most} trials held memory at once");
 }
+
+#[test]
+fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
+    // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
+    // ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs 40 s
+    // with 1 GiB. Daemon b's trial expects 12 GiB × 1.15 (its first: trial_memory and the
+    // prior's margin): 24 − 13 held − 1 headroom = 10 GiB is not enough, but with a's idle
+    // worker's 6 GiB it is. b asks through the host's ledger, a retires its idle worker, and
+    // b's trial starts while a's trial 1 still runs (without the request it waits for a's
+    // study to end and its workers with it).
+    let a_env = [
+        ("SIM_MEM", "1G"),
+        ("SIM_CONTEXT", "6G"),
+        ("SIM_BY_NUMBER", r#"{"0": {"hold": 0}, "1": {"hold": 40}}"#),
+    ];
+    let gpu = "trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
+    let b_env = [
+        ("SIM_MEM", "11G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+    ];
+    let b_gpu = "trial_memory = \"12GiB\"";
+    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, b_gpu, &b_env);
+    b.env = gpus.env();
+    let ca = a.spawn_run();
+    wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
+        a.db.exists()
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == vec!["1"]
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
+    });
+    let cb = b.spawn_run();
+    let ob = wait_output(cb, LIMIT);
+    let oa = wait_output(ca, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(&a).is_empty() && fails(&b).is_empty());
+    let at = |s: &Sweep, n: i64, key: &str| -> f64 {
+        let t = s.trials();
+        let t = t.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    // b's trial ran while a's trial 1 still did: it did not wait for a's study to end.
+    assert!(
+        at(&b, 0, "datetime_start") < at(&a, 1, "datetime_complete"),
+        "{}\n{}",
+        a.daemon_stderr(),
+        b.daemon_stderr()
+    );
+    let retired = retired_because(&a, "another daemon on this host waits");
+    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
+    let (pid, _) = &retired[0];
+    assert!(!alive(*pid));
+    assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
+}
