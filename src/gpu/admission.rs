@@ -81,12 +81,21 @@ pub struct RunningTrial {
     pub expected_peak: u64,
     /// What NVML shows the trial's process group using on `device` now (0 just after start).
     pub used_now: u64,
+    /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
+    pub settled: bool,
 }
 
 impl RunningTrial {
-    /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`.
+    /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`,
+    /// or once it has settled at its peak, only allocator noise on what it uses
+    /// (`SETTLED_MARGIN`): the rest of an over-estimate is not held back for its whole run.
     pub fn unclaimed(&self) -> u64 {
-        self.expected_peak.saturating_sub(self.used_now)
+        let rest = self.expected_peak.saturating_sub(self.used_now);
+        if self.settled {
+            rest.min((self.used_now as f64 * super::monitor::SETTLED_MARGIN).ceil() as u64)
+        } else {
+            rest
+        }
     }
 }
 
@@ -549,6 +558,7 @@ mod tests {
             device,
             expected_peak,
             used_now,
+            settled: false,
         }
     }
 
@@ -999,6 +1009,33 @@ mod tests {
         assert_eq!(answer(&idle, 1, G), vec![4]);
         assert!(answer(&idle, 0, 0).is_empty());
         assert!(answer(&idle, 2, G).is_empty());
+    }
+
+    #[test]
+    fn a_settled_trial_counts_at_what_it_uses_not_at_its_over_estimate() {
+        let now = Instant::now();
+        let c = cap();
+        // Three trials expected at 7 GiB that settled at 5: 24 − 15 − 1 headroom = 8 GiB.
+        let mut running: Vec<RunningTrial> = (0..3).map(|i| trial(i, 0, 7 * G, 5 * G)).collect();
+        let dev = card(0, 9 * G);
+        // Not settled: each may still grow to 7, 6 GiB held back.
+        assert_eq!(c.decide(&dev, &running, 4 * G, now).usable, 2 * G);
+        for t in &mut running {
+            t.settled = true;
+        }
+        let d = c.decide(&dev, &running, 4 * G, now);
+        // Settled: 2% of 5 GiB each for allocator noise, the rest usable.
+        assert_eq!(d.usable, 8 * G - 3 * (5 * G / 50 + 1));
+        assert!(d.admitted);
+        // A settled trial above its estimate has nothing left to claim.
+        assert_eq!(
+            RunningTrial {
+                settled: true,
+                ..trial(9, 0, 4 * G, 5 * G)
+            }
+            .unclaimed(),
+            0
+        );
     }
 
     #[test]

@@ -409,8 +409,12 @@ impl Core {
                 "admitted: expected peak {}{how}",
                 p.estimate.why
             );
-            g.monitor
-                .track(claimed.trial_id, p.device, p.estimate.bytes);
+            g.monitor.track(
+                claimed.trial_id,
+                p.device,
+                p.estimate.bytes,
+                p.estimate.predicted,
+            );
             *self.running_on.entry(p.device).or_default() += 1;
             self.pool
                 .hand(claimed.trial_id, p.reclaim.reuse, &p.reclaim.retire);
