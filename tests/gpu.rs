@@ -637,3 +637,56 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
     assert!(!alive(*pid));
     assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
 }
+
+#[test]
+fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
+    // Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first four (the prior, 20 GiB × 1.15,
+    // each alone) teach the model `mem = "4G"`; trial 4 has a value never measured, so its
+    // bound is raised to the prior's 23 GiB while the fit predicts ~4 GiB; it runs 30 s. Counted
+    // at its bound for its whole run, it leaves no room beside it (24 − 1 headroom − 23) until
+    // it ends; once it has held its peak as long as it took to reach it, it counts at what it
+    // uses, and trial 5 starts beside it.
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
+    let cfg = Cfg {
+        n_trials: Some(6),
+        max_par: 2,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "128M")
+    .env("SIM_HOLD_S", "0.3")
+    .env("SIM_BY_NUMBER", r#"{"4": {"hold": 30}}"#);
+    let (sweep, _gpus) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    let enqueue: Vec<String> = (0..4)
+        .map(|k| trial("4G", 0.1 * f64::from(k)))
+        .chain([trial("3968M", 0.5), trial("4G", 0.6)])
+        .collect();
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    assert!(
+        err.contains("no trial measured yet with this mem value"),
+        "{err}"
+    );
+    let trials = sweep.trials();
+    let at = |n: i64, key: &str| -> f64 {
+        let t = trials.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    assert!(
+        at(5, "datetime_start") < at(4, "datetime_complete"),
+        "trial 5 waited for trial 4 to end: {err}"
+    );
+}
