@@ -9,12 +9,15 @@
 //! `(free + idle − headroom − unclaimed − others) × oom_factor ≥ expected_peak`,
 //! where `idle` is what our idle workers there hold (ours to take back by retiring them),
 //! `unclaimed` is what our trials already running there have yet to allocate (a trial
-//! that has not allocated yet counts at its whole expected peak), `others` is the same for the
+//! that has not allocated yet counts at its whole expected peak; one that has settled at its
+//! peak, `super::monitor::settled`, only at allocator noise), `others` is the same for the
 //! other daemons on this host (from [`super::ledger`]), and at most `max_par_per_device` of our
 //! trials run on it. A device with no trial of ours or of another daemon always takes one.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
-//! go first to free the memory it was admitted into.
+//! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
+//! trial asks the other daemons' idle workers for, and [`answer`] which of ours go for such a
+//! request.
 //!
 //! Users' view: `docs/gpu-memory-model.md`.
 
