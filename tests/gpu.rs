@@ -582,3 +582,111 @@ fn two_daemons_on_one_fake_card_never_over_admit() {
     }
     assert!(most <= 3, "{most} trials held memory at once");
 }
+
+#[test]
+fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
+    // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
+    // ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs 40 s
+    // with 1 GiB. Daemon b's trial expects 12 GiB × 1.15 (its first: trial_memory and the
+    // prior's margin): 24 − 13 held − 1 headroom = 10 GiB is not enough, but with a's idle
+    // worker's 6 GiB it is. b asks through the host's ledger, a retires its idle worker, and
+    // b's trial starts while a's trial 1 still runs (without the request it waits for a's
+    // study to end and its workers with it).
+    let a_env = [
+        ("SIM_MEM", "1G"),
+        ("SIM_CONTEXT", "6G"),
+        ("SIM_BY_NUMBER", r#"{"0": {"hold": 0}, "1": {"hold": 40}}"#),
+    ];
+    let gpu = "trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
+    let b_env = [
+        ("SIM_MEM", "11G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+    ];
+    let b_gpu = "trial_memory = \"12GiB\"";
+    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, b_gpu, &b_env);
+    b.env = gpus.env();
+    let ca = a.spawn_run();
+    wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
+        a.db.exists()
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == vec!["1"]
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
+    });
+    let cb = b.spawn_run();
+    let ob = wait_output(cb, LIMIT);
+    let oa = wait_output(ca, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(&a).is_empty() && fails(&b).is_empty());
+    let at = |s: &Sweep, n: i64, key: &str| -> f64 {
+        let t = s.trials();
+        let t = t.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    // b's trial ran while a's trial 1 still did: it did not wait for a's study to end.
+    assert!(
+        at(&b, 0, "datetime_start") < at(&a, 1, "datetime_complete"),
+        "{}\n{}",
+        a.daemon_stderr(),
+        b.daemon_stderr()
+    );
+    let retired = retired_because(&a, "another daemon on this host waits");
+    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
+    let (pid, _) = &retired[0];
+    assert!(!alive(*pid));
+    assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
+}
+
+#[test]
+fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
+    // Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first four (the prior, 20 GiB × 1.15,
+    // each alone) teach the model `mem = "4G"`; trial 4 has a value never measured, so its
+    // bound is raised to the prior's 23 GiB while the fit predicts ~4 GiB; it runs 30 s. Counted
+    // at its bound for its whole run, it leaves no room beside it (24 − 1 headroom − 23) until
+    // it ends; once it has held its peak as long as it took to reach it, it counts at what it
+    // uses, and trial 5 starts beside it.
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
+    let cfg = Cfg {
+        n_trials: Some(6),
+        max_par: 2,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "128M")
+    .env("SIM_HOLD_S", "0.3")
+    .env("SIM_BY_NUMBER", r#"{"4": {"hold": 30}}"#);
+    let (sweep, _gpus) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    let enqueue: Vec<String> = (0..4)
+        .map(|k| trial("4G", 0.1 * f64::from(k)))
+        .chain([trial("3968M", 0.5), trial("4G", 0.6)])
+        .collect();
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    assert!(
+        err.contains("no trial measured yet with this mem value"),
+        "{err}"
+    );
+    let trials = sweep.trials();
+    let at = |n: i64, key: &str| -> f64 {
+        let t = trials.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    assert!(
+        at(5, "datetime_start") < at(4, "datetime_complete"),
+        "trial 5 waited for trial 4 to end: {err}"
+    );
+}

@@ -9,16 +9,20 @@
 //! `(free + idle − headroom − unclaimed − others) × oom_factor ≥ expected_peak`,
 //! where `idle` is what our idle workers there hold (ours to take back by retiring them),
 //! `unclaimed` is what our trials already running there have yet to allocate (a trial
-//! that has not allocated yet counts at its whole expected peak), `others` is the same for the
+//! that has not allocated yet counts at its whole expected peak; one that has settled at its
+//! peak, `super::monitor::settled`, only at allocator noise), `others` is the same for the
 //! other daemons on this host (from [`super::ledger`]), and at most `max_par_per_device` of our
 //! trials run on it. A device with no trial of ours or of another daemon always takes one.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
-//! go first to free the memory it was admitted into.
+//! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
+//! trial asks the other daemons' idle workers for, and [`answer`] which of ours go for such a
+//! request.
 //!
 //! Users' view: `docs/gpu-memory-model.md`.
 
 use super::fmt_gib;
+use super::ledger::Request;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -46,6 +50,9 @@ pub struct DeviceView {
     /// What the other daemons' trials on it have yet to allocate, and how many they run.
     pub others: u64,
     pub others_running: usize,
+    /// What the other daemons' idle workers on it hold: not ours to take, but theirs to give
+    /// back when asked ([`Capacity::request`]).
+    pub others_idle: u64,
 }
 
 /// One of our idle workers: a persistent worker waiting on `device` for its next trial.
@@ -77,12 +84,21 @@ pub struct RunningTrial {
     pub expected_peak: u64,
     /// What NVML shows the trial's process group using on `device` now (0 just after start).
     pub used_now: u64,
+    /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
+    pub settled: bool,
 }
 
 impl RunningTrial {
-    /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`.
+    /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`,
+    /// or once it has settled at its peak, only allocator noise on what it uses
+    /// (`SETTLED_MARGIN`): the rest of an over-estimate is not held back for its whole run.
     pub fn unclaimed(&self) -> u64 {
-        self.expected_peak.saturating_sub(self.used_now)
+        let rest = self.expected_peak.saturating_sub(self.used_now);
+        if self.settled {
+            rest.min((self.used_now as f64 * super::monitor::SETTLED_MARGIN).ceil() as u64)
+        } else {
+            rest
+        }
     }
 }
 
@@ -453,6 +469,67 @@ impl Capacity {
     }
 }
 
+/// Asking the other daemons on the host for their idle workers' memory.
+impl Capacity {
+    /// What a waiting trial asks the other daemons for, from the decisions that made it wait
+    /// (one per device in `views`): on the device where it lacks least, the bytes it lacks,
+    /// when the others' idle workers there hold that much (retiring them would let it start);
+    /// `None` when no device is short of memory alone or the others' idle workers would not
+    /// make up for it.
+    pub fn request(&self, views: &[DeviceView], decisions: &[Decision]) -> Option<Request> {
+        if decisions.iter().any(|d| d.admitted) {
+            return None;
+        }
+        decisions
+            .iter()
+            .filter_map(|d| {
+                let Some(Wait::Memory {
+                    needed,
+                    available,
+                    factor,
+                    ..
+                }) = d.wait
+                else {
+                    return None;
+                };
+                let v = views.iter().find(|v| v.index == d.device)?;
+                // In bytes before the OOM factor, as `decide` subtracts them.
+                let lacks = if factor > 0.0 {
+                    (needed as f64 / factor).ceil() - (available as f64 / factor).floor()
+                } else {
+                    f64::INFINITY
+                };
+                (lacks > 0.0 && lacks <= v.others_idle as f64).then_some(Request {
+                    device: d.device,
+                    want: lacks as u64,
+                    seen: v.free,
+                })
+            })
+            .min_by_key(|r| (r.want, r.device))
+    }
+}
+
+/// Which of our idle workers (`idle`) to retire for another daemon that lacks `bytes` on
+/// `device`: the least recently used there, one by one, until their memory makes up for it (or
+/// every one there, when all of them do not).
+pub fn answer(idle: &[IdleWorker], device: u32, bytes: u64) -> Vec<i64> {
+    let mut here: Vec<&IdleWorker> = idle
+        .iter()
+        .filter(|w| w.device == device && w.memory > 0)
+        .collect();
+    here.sort_by_key(|w| (w.since, w.id));
+    let mut freed = 0u64;
+    let mut out = Vec::new();
+    for w in here {
+        if freed >= bytes {
+            break;
+        }
+        freed = freed.saturating_add(w.memory);
+        out.push(w.id);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,6 +561,7 @@ mod tests {
             device,
             expected_peak,
             used_now,
+            settled: false,
         }
     }
 
@@ -851,6 +929,115 @@ mod tests {
         assert_eq!(
             cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, now),
             Reclaim::default()
+        );
+    }
+
+    #[test]
+    fn a_waiting_trial_asks_for_other_daemons_idle_memory_only_where_it_would_then_fit() {
+        let now = Instant::now();
+        let c = cap();
+        let busy = [trial(1, 0, 4 * G, 4 * G), trial(2, 1, 4 * G, 4 * G)];
+        // Device 0: 10 GiB free, 9 usable; the other daemon's idle workers hold 2 GiB there.
+        // Device 1: 8 GiB free, 7 usable, 8 GiB held idle by the other daemon.
+        let views = [
+            DeviceView {
+                others_idle: 2 * G,
+                ..card(0, 10 * G)
+            },
+            DeviceView {
+                others_idle: 8 * G,
+                ..card(1, 8 * G)
+            },
+        ];
+        let ask = |e: u64| {
+            let d: Vec<Decision> = views.iter().map(|v| c.decide(v, &busy, e, now)).collect();
+            c.request(&views, &d)
+        };
+        // 10 GiB: 1 short on device 0, 3 on device 1: asks where it lacks least.
+        assert_eq!(
+            ask(10 * G),
+            Some(Request {
+                device: 0,
+                want: G,
+                seen: 10 * G
+            })
+        );
+        // 12 GiB: device 0's 2 idle cannot make up 3, device 1's 8 make up 5.
+        assert_eq!(
+            ask(12 * G),
+            Some(Request {
+                device: 1,
+                want: 5 * G,
+                seen: 8 * G
+            })
+        );
+        // 16 GiB: 7 short where 2 are idle, 9 where 8 are: retiring would not let it start.
+        assert_eq!(ask(16 * G), None);
+        // It fits somewhere: no decision waits for memory there, and none asks.
+        assert_eq!(ask(9 * G), None);
+        // Waiting for max_par_per_device, not memory: nothing to ask for.
+        let full = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
+        let d: Vec<Decision> = views
+            .iter()
+            .map(|v| full.decide(v, &busy, 12 * G, now))
+            .collect();
+        assert_eq!(full.request(&views, &d), None);
+        // Without the other daemon's idle memory there is nothing to ask for either.
+        let plain = [card(0, 10 * G)];
+        let d = [c.decide(&plain[0], &busy, 10 * G, now)];
+        assert_eq!(c.request(&plain, &d), None);
+    }
+
+    #[test]
+    fn another_daemons_request_retires_our_least_recently_used_idle_workers_until_met() {
+        let now = Instant::now();
+        let w = |id: i64, device: u32, memory: u64, idle_for: u64| IdleWorker {
+            id,
+            device,
+            memory,
+            since: now - Duration::from_secs(idle_for),
+        };
+        let idle = [
+            w(1, 0, 2 * G, 10),
+            w(2, 0, 3 * G, 30),
+            w(3, 0, 2 * G, 20),
+            w(4, 1, 8 * G, 100),
+            // Its process is gone (memory 0): retiring it frees nothing.
+            w(5, 0, 0, 50),
+        ];
+        assert_eq!(answer(&idle, 0, G), vec![2]);
+        assert_eq!(answer(&idle, 0, 3 * G), vec![2]);
+        assert_eq!(answer(&idle, 0, 4 * G), vec![2, 3]);
+        assert_eq!(answer(&idle, 0, 40 * G), vec![2, 3, 1]);
+        assert_eq!(answer(&idle, 1, G), vec![4]);
+        assert!(answer(&idle, 0, 0).is_empty());
+        assert!(answer(&idle, 2, G).is_empty());
+    }
+
+    #[test]
+    fn a_settled_trial_counts_at_what_it_uses_not_at_its_over_estimate() {
+        let now = Instant::now();
+        let c = cap();
+        // Three trials expected at 7 GiB that settled at 5: 24 − 15 − 1 headroom = 8 GiB.
+        let mut running: Vec<RunningTrial> = (0..3).map(|i| trial(i, 0, 7 * G, 5 * G)).collect();
+        let dev = card(0, 9 * G);
+        // Not settled: each may still grow to 7, 6 GiB held back.
+        assert_eq!(c.decide(&dev, &running, 4 * G, now).usable, 2 * G);
+        for t in &mut running {
+            t.settled = true;
+        }
+        let d = c.decide(&dev, &running, 4 * G, now);
+        // Settled: 2% of 5 GiB each for allocator noise, the rest usable.
+        assert_eq!(d.usable, 8 * G - 3 * (5 * G / 50 + 1));
+        assert!(d.admitted);
+        // A settled trial above its estimate has nothing left to claim.
+        assert_eq!(
+            RunningTrial {
+                settled: true,
+                ..trial(9, 0, 4 * G, 5 * G)
+            }
+            .unclaimed(),
+            0
         );
     }
 

@@ -8,6 +8,14 @@
 //! and its running trials per device into one small file, and subtracts the others' in
 //! admission.
 //!
+//! An idle worker of one daemon holds memory (its CUDA context, its framework's caches) that a
+//! trial of another daemon may be waiting for; only its own daemon can retire it, and left
+//! alone it goes only after `idle_worker_timeout`. So each daemon also writes what its idle
+//! workers hold per device, and a daemon whose waiting trial would fit if the others' idle
+//! workers there were gone writes a request: the bytes it lacks and the free memory it saw.
+//! The others retire their least recently used idle workers there until the request is met,
+//! counting what was freed since the request was made (`Request::outstanding`).
+//!
 //! The file is read and rewritten whole under an exclusive `flock`, held by a daemon from
 //! reading the others' claims to writing its own after the admission decision, so that two
 //! daemons never decide on the same free memory. An entry is keyed by the daemon's pid and that
@@ -61,12 +69,36 @@ pub struct Claim {
     pub unclaimed: u64,
     /// Its trials running on the device.
     pub running: usize,
+    /// What its idle workers there hold (it can give that back by retiring them).
+    pub idle: u64,
+    /// Bytes its waiting trial lacks there that the others' idle workers hold (0: no request).
+    pub want: u64,
+    /// The free memory it saw on the device when it asked.
+    pub seen: u64,
+}
+
+/// Another daemon asks for memory held by idle workers on `device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub device: u32,
+    pub want: u64,
+    pub seen: u64,
+}
+
+impl Request {
+    /// What is still to be freed for it with the device's free memory now at `free`: what was
+    /// freed since it was made (retirements already done, trials ended) counts against it, so
+    /// that a request read again before its daemon has looked again is not answered twice.
+    pub fn outstanding(&self, free: u64) -> u64 {
+        self.want.saturating_sub(free.saturating_sub(self.seen))
+    }
 }
 
 /// Claims by device index.
 pub type Claims = BTreeMap<u32, Claim>;
 
-/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING`.
+/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING IDLE WANT SEEN` (a line of the
+/// first format, without the last three, reads with them 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
     owner: Owner,
@@ -90,35 +122,63 @@ fn parse(text: &str) -> Vec<Entry> {
                 claim: Claim {
                     unclaimed: f.next()?.parse().ok()?,
                     running: f.next()?.parse().ok()?,
+                    ..Claim::default()
                 },
             };
-            f.next().is_none().then_some(entry)
+            let rest: Vec<&str> = f.collect();
+            let mut entry = entry;
+            match rest[..] {
+                [] => {}
+                [idle, want, seen] => {
+                    entry.claim.idle = idle.parse().ok()?;
+                    entry.claim.want = want.parse().ok()?;
+                    entry.claim.seen = seen.parse().ok()?;
+                }
+                _ => return None,
+            }
+            Some(entry)
         })
         .collect()
 }
 
 fn format(entries: &[Entry]) -> String {
     let mut out = String::from(
-        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running\n",
+        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes\n",
     );
     for e in entries {
+        let c = &e.claim;
         out.push_str(&format!(
-            "{} {} {} {} {}\n",
-            e.owner.pid, e.owner.start, e.device, e.claim.unclaimed, e.claim.running
+            "{} {} {} {} {} {} {} {}\n",
+            e.owner.pid, e.owner.start, e.device, c.unclaimed, c.running, c.idle, c.want, c.seen
         ));
     }
     out
 }
 
-/// The claims of every daemon but `me`, summed per device.
+/// The claims of every daemon but `me`, summed per device (their requests left out: see
+/// [`requests`]).
 fn others(entries: &[Entry], me: Owner) -> Claims {
     let mut out = Claims::new();
     for e in entries.iter().filter(|e| e.owner != me) {
         let c = out.entry(e.device).or_default();
         c.unclaimed = c.unclaimed.saturating_add(e.claim.unclaimed);
         c.running = c.running.saturating_add(e.claim.running);
+        c.idle = c.idle.saturating_add(e.claim.idle);
     }
     out
+}
+
+/// The other daemons' requests for idle workers' memory.
+fn requests(entries: &[Entry], me: Owner) -> Vec<Request> {
+    entries
+        .iter()
+        .filter(|e| e.owner != me && e.claim.want > 0)
+        .map(|e| Request {
+            device: e.device,
+            want: e.claim.want,
+            seen: e.claim.seen,
+        })
+        .collect()
 }
 
 /// The entries with `me`'s replaced by `mine` (devices with nothing to claim and nothing
@@ -126,7 +186,7 @@ fn others(entries: &[Entry], me: Owner) -> Claims {
 fn replace_mine(entries: &[Entry], me: Owner, mine: &Claims) -> Vec<Entry> {
     let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).copied().collect();
     for (device, claim) in mine {
-        if claim.unclaimed > 0 || claim.running > 0 {
+        if claim.unclaimed > 0 || claim.running > 0 || claim.idle > 0 || claim.want > 0 {
             out.push(Entry {
                 owner: me,
                 device: *device,
@@ -256,6 +316,11 @@ impl Locked {
         others(&self.entries, self.me)
     }
 
+    /// The other live daemons' requests for the memory of idle workers.
+    pub fn requests(&self) -> Vec<Request> {
+        requests(&self.entries, self.me)
+    }
+
     /// Replaces this daemon's claims with `mine`, and releases the lock.
     pub fn write(mut self, mine: &Claims) -> std::io::Result<()> {
         let text = format(&replace_mine(&self.entries, self.me, mine));
@@ -274,7 +339,16 @@ mod tests {
 
     fn claims(list: &[(u32, u64, usize)]) -> Claims {
         list.iter()
-            .map(|&(d, unclaimed, running)| (d, Claim { unclaimed, running }))
+            .map(|&(d, unclaimed, running)| {
+                (
+                    d,
+                    Claim {
+                        unclaimed,
+                        running,
+                        ..Claim::default()
+                    },
+                )
+            })
             .collect()
     }
 
@@ -305,6 +379,46 @@ mod tests {
         // The same pid started at another time is another daemon.
         let a_again = Owner { pid: 1, start: 2 };
         assert_eq!(others(&e, a_again), claims(&[(0, 6 * G, 4)]));
+    }
+
+    #[test]
+    fn idle_memory_and_requests_travel_to_the_other_daemons() {
+        let (a, b) = (Owner { pid: 1, start: 1 }, Owner { pid: 2, start: 1 });
+        let holding = Claim {
+            running: 1,
+            idle: 6 * G,
+            ..Claim::default()
+        };
+        let asking = Claim {
+            want: 4 * G,
+            seen: 10 * G,
+            ..Claim::default()
+        };
+        let mut e = replace_mine(&[], a, &[(0, holding)].into());
+        // A daemon with nothing running that asks for memory is written all the same.
+        e = replace_mine(&e, b, &[(0, asking)].into());
+        let e = parse(&format(&e));
+        assert_eq!(others(&e, b)[&0].idle, 6 * G);
+        assert_eq!(
+            requests(&e, a),
+            vec![Request {
+                device: 0,
+                want: 4 * G,
+                seen: 10 * G
+            }]
+        );
+        // One's own request is not one to answer.
+        assert!(requests(&e, b).is_empty());
+        // What was freed since the request was made counts against it.
+        let r = requests(&e, a)[0];
+        assert_eq!(r.outstanding(10 * G), 4 * G);
+        assert_eq!(r.outstanding(13 * G), G);
+        assert_eq!(r.outstanding(15 * G), 0);
+        assert_eq!(r.outstanding(8 * G), 4 * G);
+        // A line of the first format (no idle, want, seen) still reads.
+        let old = parse("7 1 0 1024 2\n");
+        assert_eq!(old[0].claim.unclaimed, 1024);
+        assert_eq!(old[0].claim.idle, 0);
     }
 
     #[test]

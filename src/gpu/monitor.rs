@@ -33,9 +33,40 @@ pub struct TrialMemory {
     /// The worker's process group, once a worker is bound to the trial.
     pub pgid: Option<i32>,
     pub expected_peak: u64,
+    /// The memory model's prediction before its margin (0: none yet, the prior's guess).
+    pub predicted: u64,
     pub used_now: u64,
     pub peak: u64,
     pub last_sample: Option<Instant>,
+    /// When it was admitted.
+    pub started: Instant,
+    /// When `used_now` last changed, and how many readings have seen it since.
+    pub level_since: Instant,
+    pub level_readings: u32,
+    /// It has held its level long enough to be taken at it ([`settled`]); it grew after that
+    /// once, and is not taken at its level again.
+    pub settled: bool,
+    pub grew_after_settling: bool,
+}
+
+/// Of the prediction a trial must use to be taken as having reached its peak.
+pub const SETTLED_SHARE: f64 = 0.75;
+/// What a settled trial is still expected to grow by (allocator noise), as a share of its use.
+pub const SETTLED_MARGIN: f64 = 0.02;
+
+/// Whether a running trial has reached its peak, so that admission may count it at what it uses
+/// rather than at its expected peak (the rest of which would otherwise be held back for its whole
+/// run): it uses at least [`SETTLED_SHARE`] of the model's prediction (not a context or a data
+/// loader alone; never while the model has no prediction), at least two readings have seen that
+/// level, and it has held it at least as long as it took to reach it. A trial that grows after
+/// settling is never taken at its level again.
+pub fn settled(t: &TrialMemory, now: Instant) -> bool {
+    !t.grew_after_settling
+        && t.predicted > 0
+        && t.used_now as f64 >= SETTLED_SHARE * t.predicted as f64
+        && t.level_readings >= 2
+        && now.saturating_duration_since(t.level_since)
+            >= t.level_since.saturating_duration_since(t.started)
 }
 
 #[derive(Default)]
@@ -130,7 +161,17 @@ impl Monitor {
             if t.pgid.is_none() {
                 continue;
             }
-            t.used_now = used.get(id).copied().unwrap_or(0);
+            let now_used = used.get(id).copied().unwrap_or(0);
+            if now_used != t.used_now {
+                if t.settled && now_used > t.used_now {
+                    t.grew_after_settling = true;
+                }
+                t.used_now = now_used;
+                t.level_since = now;
+                t.level_readings = 0;
+            }
+            t.level_readings = t.level_readings.saturating_add(1);
+            t.settled = settled(t, now);
             t.peak = t.peak.max(t.used_now);
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
                 t.last_sample = Some(now);
@@ -152,17 +193,25 @@ impl Monitor {
         report
     }
 
-    /// A trial was admitted on `device`: count its expected peak from now on.
-    pub fn track(&self, trial_id: i64, device: u32, expected_peak: u64) {
+    /// A trial was admitted on `device`: count its expected peak (the model's bound;
+    /// `predicted`, its prediction before the margin) from now on.
+    pub fn track(&self, trial_id: i64, device: u32, expected_peak: u64, predicted: u64) {
+        let now = Instant::now();
         self.lock().trials.insert(
             trial_id,
             TrialMemory {
                 device,
                 pgid: None,
                 expected_peak,
+                predicted,
                 used_now: 0,
                 peak: 0,
                 last_sample: None,
+                started: now,
+                level_since: now,
+                level_readings: 0,
+                settled: false,
+                grew_after_settling: false,
             },
         );
     }
@@ -237,6 +286,7 @@ impl Monitor {
                 device: t.device,
                 expected_peak: t.expected_peak,
                 used_now: t.used_now,
+                settled: t.settled,
             })
             .collect();
         (views, running, errors)
@@ -277,5 +327,58 @@ impl Monitor {
             .map(|p| p.pid)
             .filter(|p| pids.contains(p))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    /// A trial admitted at `t0`, predicted at 10 GiB, using `used` since `since` seconds after
+    /// admission, seen by `readings` readings at that level.
+    fn trial(t0: Instant, used: u64, since: u64, readings: u32) -> TrialMemory {
+        TrialMemory {
+            device: 0,
+            pgid: Some(1),
+            expected_peak: 12 * G,
+            predicted: 10 * G,
+            used_now: used,
+            peak: used,
+            last_sample: None,
+            started: t0,
+            level_since: t0 + Duration::from_secs(since),
+            level_readings: readings,
+            settled: false,
+            grew_after_settling: false,
+        }
+    }
+
+    #[test]
+    fn a_trial_settles_once_it_has_held_its_level_as_long_as_it_took_to_reach_it() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Reached 9 GiB 4 s in: settled from 8 s in, not before.
+        let t = trial(t0, 9 * G, 4, 3);
+        assert!(!settled(&t, at(7)));
+        assert!(settled(&t, at(8)));
+        // One reading at the level is not enough.
+        assert!(!settled(&trial(t0, 9 * G, 4, 1), at(100)));
+        // A context or a data loader alone (under 3/4 of the prediction) is not the peak: a
+        // trial that allocates late is not taken at what it holds before.
+        assert!(!settled(&trial(t0, 7 * G, 0, 50), at(100)));
+        // Without a prediction (the model's first trials) nothing settles.
+        let guessed = TrialMemory {
+            predicted: 0,
+            ..trial(t0, 9 * G, 0, 50)
+        };
+        assert!(!settled(&guessed, at(100)));
+        // A trial that grew after settling once is not taken at its level again.
+        let grew = TrialMemory {
+            grew_after_settling: true,
+            ..trial(t0, 11 * G, 4, 50)
+        };
+        assert!(!settled(&grew, at(100)));
     }
 }

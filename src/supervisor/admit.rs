@@ -12,10 +12,11 @@
 
 use super::core::Core;
 use crate::gpu::admission::{DeviceView, RunningTrial};
-use crate::gpu::ledger::{self, Claims};
+use crate::gpu::ledger::{self, Claims, Request};
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
 use crate::study::Params;
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::warn;
@@ -34,6 +35,11 @@ pub(super) struct GpuCtl {
     pub(super) ledger: Option<Ledger>,
     /// The ledger failed (said once, until it works again).
     pub(super) ledger_failing: bool,
+    /// What our waiting trial asks the other daemons' idle workers for (written to the ledger).
+    pub(super) asking: Option<Request>,
+    /// What the other daemons ask of our idle workers, per device: the bytes still to free as
+    /// of the latest round (housekeeping answers them, `Pool::answer`).
+    pub(super) asked: BTreeMap<u32, u64>,
 }
 
 /// Where a trial admitted on a GPU runs: its device, its estimate, and what it does with our
@@ -99,8 +105,17 @@ impl Core {
                 if let Some(c) = others.get(&v.index) {
                     v.others = c.unclaimed;
                     v.others_running = c.running;
+                    v.others_idle = c.idle;
                 }
             }
+            g.asked.clear();
+            for r in l.requests() {
+                if let Some(v) = views.iter().find(|v| v.index == r.device) {
+                    let bytes = g.asked.entry(r.device).or_default();
+                    *bytes = bytes.saturating_add(r.outstanding(v.free));
+                }
+            }
+            g.asked.retain(|_, b| *b > 0);
         }
         Some(Round {
             views,
@@ -184,15 +199,36 @@ impl Core {
         }))
     }
 
-    /// What our running trials have yet to claim per device, and how many run there.
-    fn my_claims(monitor: &Monitor) -> Claims {
+    /// What our running trials have yet to claim per device, how many run there, what our
+    /// idle workers hold there, and what our waiting trial asks for.
+    fn my_claims(monitor: &Monitor, idle: &[IdleWorker], asking: Option<Request>) -> Claims {
         let mut mine = Claims::new();
         for t in monitor.views().1 {
             let c = mine.entry(t.device).or_default();
             c.unclaimed = c.unclaimed.saturating_add(t.unclaimed());
             c.running += 1;
         }
+        for w in idle {
+            let c = mine.entry(w.device).or_default();
+            c.idle = c.idle.saturating_add(w.memory);
+        }
+        if let Some(r) = asking {
+            let c = mine.entry(r.device).or_default();
+            c.want = r.want;
+            c.seen = r.seen;
+        }
         mine
+    }
+
+    /// Our waiting trial's request for the other daemons' idle memory, from the decisions that
+    /// made the head of the line wait (`None`: it was admitted, or asks for nothing), written
+    /// to the ledger with our claims until the next admission round decides again.
+    pub(super) fn ask(&mut self, round: Option<&Round>, head: Option<&[Decision]>) {
+        let Some(g) = &mut self.gpu else { return };
+        g.asking = match (round, head) {
+            (Some(r), Some(d)) => g.capacity.request(&r.views, d),
+            _ => None,
+        };
     }
 
     /// Writes our claims to the locked ledger (with `new`, a trial just admitted and not yet
@@ -201,7 +237,8 @@ impl Core {
         let (Some(locked), Some(g)) = (locked, &mut self.gpu) else {
             return;
         };
-        let mut mine = Self::my_claims(&g.monitor);
+        let idle = self.pool.views(&g.monitor);
+        let mut mine = Self::my_claims(&g.monitor, &idle, g.asking);
         if let Some(p) = new {
             let c = mine.entry(p.device).or_default();
             c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);

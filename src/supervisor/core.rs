@@ -297,6 +297,7 @@ impl Core {
             let mut chosen: Option<(usize, Option<Placement>)> = None;
             let round = self.round(now);
             let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
+            let mut head_waits = None;
             // Starts left in the budget: a candidate does not pass enqueued trials in line
             // with the slots they need (`policy::may_pass`).
             let room = self
@@ -315,12 +316,16 @@ impl Core {
                     break;
                 }
                 let params = self.pending[k].0.params().clone();
-                if let Ok(placement) = self.admit(round.as_ref(), &params, hint, now) {
-                    let settled = k == 0 || placement.is_none();
-                    fits.push((k, placement));
-                    if settled {
-                        break;
+                match self.admit(round.as_ref(), &params, hint, now) {
+                    Ok(placement) => {
+                        let settled = k == 0 || placement.is_none();
+                        fits.push((k, placement));
+                        if settled {
+                            break;
+                        }
                     }
+                    Err(decisions) if k == 0 => head_waits = Some(decisions),
+                    Err(_) => {}
                 }
             }
             let sizes: Vec<(usize, u64)> = fits
@@ -330,6 +335,9 @@ impl Core {
             if let Some(i) = policy::pick(&sizes) {
                 chosen = Some(fits.swap_remove(i));
             }
+            // Nothing starts: the head may ask the other daemons for their idle memory.
+            let waits = head_waits.as_deref().filter(|_| chosen.is_none());
+            self.ask(round.as_ref(), waits);
             if let Some(round) = round {
                 let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
                 self.write_claims(round.ledger, new);
@@ -401,8 +409,12 @@ impl Core {
                 "admitted: expected peak {}{how}",
                 p.estimate.why
             );
-            g.monitor
-                .track(claimed.trial_id, p.device, p.estimate.bytes);
+            g.monitor.track(
+                claimed.trial_id,
+                p.device,
+                p.estimate.bytes,
+                p.estimate.predicted,
+            );
             *self.running_on.entry(p.device).or_default() += 1;
             self.pool
                 .hand(claimed.trial_id, p.reclaim.reuse, &p.reclaim.retire);

@@ -54,8 +54,9 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         }
         if let Some(m) = &sh.monitor {
             read_gpus(&sh).await;
-            retire_idle(&sh);
+            // After the rows: their admission round reads the other daemons' requests.
             let rows = gpu_rows(&sh, m).await;
+            retire_idle(&sh);
             sh.metrics.set_gpus(&rows);
             if let Err(e) = sh.store.write_gpus(&sh.study, &sh.host, &rows).await {
                 warn!("could not store GPU readings: {e}");
@@ -275,13 +276,21 @@ pub(super) async fn read_gpus(sh: &Shared) {
     }
 }
 
-/// Retires, each in a task of its own, the idle workers past `[gpu] idle_worker_timeout` and
-/// those that died while idle. A retirement reads the GPUs and wakes waiting slots when the
+/// Retires, each in a task of its own, the idle workers past `[gpu] idle_worker_timeout`,
+/// those that died while idle and those another daemon on the host asked for. A retirement reads the GPUs and wakes waiting slots when the
 /// memory is back.
 fn retire_idle(sh: &Arc<Shared>) {
     let timeout = sh.cfg().gpu.idle_worker_timeout;
     let expired = match sh.core.try_lock() {
-        Ok(mut core) => core.pool.expired(Instant::now(), timeout),
+        Ok(mut core) => {
+            let mut out = core.pool.expired(Instant::now(), timeout);
+            let core = &mut *core;
+            if let Some(g) = &mut core.gpu {
+                let asked = std::mem::take(&mut g.asked);
+                out.extend(core.pool.answer(&asked, &g.monitor));
+            }
+            out
+        }
         // Busy deciding: the next pass looks again.
         Err(_) => return,
     };

@@ -444,6 +444,8 @@ async fn run_locked(
         failing: Default::default(),
         ledger: open_ledger(),
         ledger_failing: false,
+        asking: None,
+        asked: Default::default(),
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {

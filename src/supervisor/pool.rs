@@ -13,7 +13,7 @@
 
 use super::slot::Current;
 use crate::gpu::{IdleWorker, Monitor};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// A worker waiting for its next trial.
@@ -112,6 +112,29 @@ impl Pool {
             match why {
                 Some(why) => out.push((self.idle.swap_remove(k).current, why)),
                 None => k += 1,
+            }
+        }
+        out
+    }
+
+    /// Idle workers to retire for the other daemons' requests (`asked`: bytes per device): on
+    /// each device, the least recently used until their memory makes up for it.
+    pub(super) fn answer(
+        &mut self,
+        asked: &BTreeMap<u32, u64>,
+        monitor: &Monitor,
+    ) -> Vec<(Current, String)> {
+        let views = self.views(monitor);
+        let mut out = Vec::new();
+        for (&device, &bytes) in asked {
+            for id in crate::gpu::admission::answer(&views, device, bytes) {
+                if let Some(k) = self.idle.iter().position(|i| i.current.worker.id == id) {
+                    let why = format!(
+                        "another daemon on this host waits for {} on gpu{device}",
+                        crate::gpu::fmt_gib(bytes)
+                    );
+                    out.push((self.idle.swap_remove(k).current, why));
+                }
             }
         }
         out
