@@ -690,3 +690,43 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
         "trial 5 waited for trial 4 to end: {err}"
     );
 }
+
+/// A settled trial counts at what it uses; one that then grows late (an evaluation pass) was
+/// under-counted, and sweepd must stop trusting the rule for the study, not just for that trial.
+#[test]
+fn a_settled_trial_that_grows_late_turns_settling_off_for_the_study() {
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
+    let cfg = Cfg {
+        n_trials: Some(6),
+        max_par: 2,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "128M")
+    .env("SIM_HOLD_S", "0.3")
+    .env("SIM_BY_NUMBER", r#"{"4": {"hold": 8, "late": "1G"}}"#);
+    let (sweep, _gpus) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    let enqueue: Vec<String> = (0..4)
+        .map(|k| trial("4G", 0.1 * f64::from(k)))
+        .chain([trial("3968M", 0.5), trial("4G", 0.6)])
+        .collect();
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    assert!(
+        err.contains("running trials count at their expected peak until they end"),
+        "{err}"
+    );
+}

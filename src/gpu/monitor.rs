@@ -69,6 +69,28 @@ pub fn settled(t: &TrialMemory, now: Instant) -> bool {
             >= t.level_since.saturating_duration_since(t.started)
 }
 
+/// Takes a new reading of what a running trial uses. Returns how far it grew beyond what was
+/// held back for it, if it had settled and then grew by more than [`SETTLED_MARGIN`]: a trial
+/// that allocates late, which admission under-counted while it was settled. `settling` is off
+/// once one trial of the study did that.
+pub fn observe(t: &mut TrialMemory, used: u64, now: Instant, settling: bool) -> Option<u64> {
+    let mut late = None;
+    if used != t.used_now {
+        if t.settled && used > t.used_now {
+            t.grew_after_settling = true;
+            let held_back = (t.used_now as f64 * SETTLED_MARGIN).ceil() as u64;
+            late = Some(used - t.used_now).filter(|g| *g > held_back);
+        }
+        t.used_now = used;
+        t.level_since = now;
+        t.level_readings = 0;
+    }
+    t.level_readings = t.level_readings.saturating_add(1);
+    t.settled = settling && settled(t, now);
+    t.peak = t.peak.max(t.used_now);
+    late
+}
+
 #[derive(Default)]
 struct State {
     /// The latest reading of each device we use (or why it failed).
@@ -79,6 +101,9 @@ struct State {
     /// Idle workers' process groups: their device and what they hold there.
     idle: HashMap<i32, (u32, u64)>,
     retired: VecDeque<i32>,
+    /// A trial of this study grew after it had settled ([`observe`]): none is taken as settled
+    /// again.
+    settling_off: bool,
 }
 
 /// Shared between the supervisor's slots and the polling task.
@@ -157,22 +182,16 @@ impl Monitor {
         for (g, (_, held)) in st.idle.iter_mut() {
             *held = idle_used.get(g).copied().unwrap_or(0);
         }
+        let settling = !st.settling_off;
+        let mut late = None;
         for (id, t) in st.trials.iter_mut() {
             if t.pgid.is_none() {
                 continue;
             }
-            let now_used = used.get(id).copied().unwrap_or(0);
-            if now_used != t.used_now {
-                if t.settled && now_used > t.used_now {
-                    t.grew_after_settling = true;
-                }
-                t.used_now = now_used;
-                t.level_since = now;
-                t.level_readings = 0;
+            let was = t.used_now;
+            if let Some(grew) = observe(t, used.get(id).copied().unwrap_or(0), now, settling) {
+                late.get_or_insert((*id, was, grew));
             }
-            t.level_readings = t.level_readings.saturating_add(1);
-            t.settled = settled(t, now);
-            t.peak = t.peak.max(t.used_now);
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
                 t.last_sample = Some(now);
                 report.samples.push(MemorySample {
@@ -181,6 +200,22 @@ impl Monitor {
                     used: t.used_now,
                 });
             }
+        }
+        if let Some((trial_id, was, grew)) = late.filter(|_| settling) {
+            // The rule's one blind spot is a trial that grows late in its run (an evaluation
+            // pass with larger batches): once a trial of this study has done it, its trials are
+            // taken to do it, and every running trial counts at its expected peak again.
+            st.settling_off = true;
+            for t in st.trials.values_mut() {
+                t.settled = false;
+            }
+            warn!(
+                trial_id,
+                was,
+                grew,
+                "a trial grew after it had held its level as long as it took to reach it: \
+                 from now on running trials count at their expected peak until they end"
+            );
         }
         drop(st);
         for (pid, device, bytes) in &report.orphans {
@@ -380,5 +415,27 @@ mod tests {
             ..trial(t0, 11 * G, 4, 50)
         };
         assert!(!settled(&grew, at(100)));
+    }
+
+    #[test]
+    fn a_settled_trial_that_grows_late_is_reported_and_settling_can_be_off() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut t = trial(t0, 9 * G, 4, 3);
+        assert_eq!(observe(&mut t, 9 * G, at(8), true), None);
+        assert!(t.settled);
+        // Allocator noise within what was held back is no late growth.
+        let noise = 9 * G / 100;
+        assert_eq!(observe(&mut t, 9 * G + noise, at(9), true), None);
+        assert!(!t.settled && t.grew_after_settling);
+        // An evaluation pass that takes 2 GiB more after the trial had settled.
+        let mut t = trial(t0, 9 * G, 4, 3);
+        observe(&mut t, 9 * G, at(8), true);
+        assert_eq!(observe(&mut t, 11 * G, at(20), true), Some(2 * G));
+        assert_eq!(t.peak, 11 * G);
+        // With settling off (a trial of the study grew late) nothing settles.
+        let mut t = trial(t0, 9 * G, 4, 3);
+        assert_eq!(observe(&mut t, 9 * G, at(100), false), None);
+        assert!(!t.settled);
     }
 }

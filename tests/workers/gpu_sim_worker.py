@@ -64,7 +64,8 @@ does with real PyTorch; with SIM_NO_TORCH=1 an idle worker keeps its last
 trial's peak reserved, as a worker without the helper's release would.
 
 Params override the env defaults: ``mem`` (a number = MiB, or a size string),
-``ramp``, ``hold``, ``steps``, ``delay``, and ``fault`` (one of assert, abort,
+``ramp``, ``hold``, ``steps``, ``delay``, ``late`` (a size the trial allocates on top
+halfway through its hold, as an evaluation pass with larger batches does), and ``fault`` (one of assert, abort,
 illegal, segv, oomkill, hang, jax_oom, tf_oom).  Faults strike right after the
 first allocation step, with that memory in use.
 
@@ -392,7 +393,12 @@ def objective(trial):
             if trial.should_prune():
                 raise sweepd_worker.TrialPruned()
             time.sleep(ramp / steps)
-        time.sleep(hold)
+        if params.get("late"):
+            time.sleep(hold / 2)
+            GPU.allocate_to(mem + parse_size(params["late"]))
+            time.sleep(hold / 2)
+        else:
+            time.sleep(hold)
         return value
     finally:
         GPU.free_tensors()
