@@ -508,6 +508,56 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
     );
 }
 
+/// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
+/// and run by that host with the params given, although the host no longer asks the database
+/// for WAITING trials before every start when its last tally read found none
+/// (`store::tally::NoneWaiting`).
+#[test]
+fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
+    let pg = PgServer::start();
+    let url = pg.create_db("enqueued");
+    const N: u64 = 40;
+    let sweep = host(
+        &pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05"),
+        "h1",
+    );
+    let mut daemon = sweep.spawn_run();
+    wait_until(LIMIT, "the first trials done", || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .is_some_and(|n| n >= 4)
+    });
+    let out = std::process::Command::new(python())
+        .arg("-c")
+        .arg(
+            "import sys, optuna\n\
+             sys.path.insert(0, sys.argv[2])\n\
+             from _common import storage_url\n\
+             s = optuna.load_study(study_name='multi', storage=storage_url(sys.argv[1]))\n\
+             s.enqueue_trial({'x': 1.25, 'lr': 0.0625, 'n': 6, 'opt': 'sgd'})\n",
+        )
+        .arg(&url)
+        .arg(repo().join("tests/py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "enqueue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = wait_exit(&mut daemon, "the host");
+    assert!(s.success(), "{}", sweep.daemon_stderr());
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    let enqueued: Vec<&Value> = trials
+        .iter()
+        .filter(|t| t["params"]["x"] == 1.25 && t["params"]["opt"] == "sgd")
+        .collect();
+    assert_eq!(enqueued.len(), 1, "{trials:#?}");
+    assert_eq!(enqueued[0]["state"], "COMPLETE", "{:#?}", enqueued[0]);
+    assert!(enqueued[0]["system_attrs"].get("sweepd:daemon").is_some());
+    assert_runs_counted_once(&url);
+}
+
 /// optuna-dashboard (its own server, `optuna_dashboard.run_server`, over the PostgreSQL URL)
 /// lists the study sweepd ran and shows every trial as Optuna reads it: numbers, states,
 /// values, params, and the best trial.
