@@ -138,9 +138,9 @@ class Cluster:
         without it): which statements a trial costs, not just how many."""
         if not self.statements:
             return {}
-        rows = self._sql("postgres", "SELECT query, sum(calls) FROM pg_stat_statements "
+        rows = self._sql("postgres", "SELECT query, sum(calls), sum(total_exec_time) FROM pg_stat_statements "
                          "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s) GROUP BY query", (db,))
-        return {q: int(c) for q, c in rows}
+        return {q: (int(c), float(t)) for q, c, t in rows}
 
     def quiet(self, db):
         """Waits (up to 10 s) until no session of database `db` is left, so that the CPU of
@@ -358,7 +358,8 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
            "machine_busy": busy,
            # Per statement text, calls during the run, most first: where the statements per
            # trial come from.
-           "statement_calls": sorted(([q, c - calls0.get(q, 0)] for q, c in calls1.items() if c > calls0.get(q, 0)),
+           "statement_calls": sorted(([q, c - calls0.get(q, (0, 0.0))[0], t - calls0.get(q, (0, 0.0))[1]]
+                                      for q, (c, t) in calls1.items() if c > calls0.get(q, (0, 0.0))[0]),
                                      key=lambda x: -x[1]),
            "first_start_to_last_complete_s": (done[-1] - min(starts)) if done and starts else None}
     # From a trial's start to its completion, as the database stamped them: a slot's next trial
@@ -657,9 +658,9 @@ def main():
                        f(r["commits"] / k, 2), f((r["statements"] or 0) / k, 2),
                        1000 * sum(r["cpu_s_daemons_and_workers"]) / k, 1000 * (r["server_cpu_s"] or 0) / k,
                        1000 * (r["trial_span_median_s"] or 0), 100 * (r["machine_busy"] or 0), r["load_start"][0], r["load_end"][0]))
-                for q, c in r["statement_calls"]:
+                for q, c, t in r["statement_calls"]:
                     if c >= r["complete"] / 50:
-                        log("  %7.3f  %s" % (c / max(r["complete"], 1), " ".join(q.split())[:200]))
+                        log("  %7.3f x %6.3f ms  %s" % (c / k, t / max(c, 1), " ".join(q.split())[:150]))
             return
         for h in hosts:
             for n in sizes:

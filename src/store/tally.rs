@@ -18,6 +18,20 @@ const TALLY_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
        AS sweepd \
      FROM trials t";
 
+/// [`TALLY_COLUMNS`] as PostgreSQL runs them well: each attribute looked up by the trial's
+/// index entry (a subquery with `LIMIT 1`). Written as `EXISTS`, the planner hashes the whole
+/// `trial_system_attributes` table for each read (a scan growing with the study: 0.7 ms at
+/// 800 trials, inside the study's lock) rather than probe it for the few rows read.
+const TALLY_COLUMNS_PG: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
+     CAST(t.state AS TEXT) AS state, \
+     (SELECT true FROM trial_system_attributes a \
+      WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' LIMIT 1) IS NOT NULL \
+       AS retried, \
+     (SELECT true FROM trial_system_attributes a \
+      WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id') \
+      LIMIT 1) IS NOT NULL AS sweepd \
+     FROM trials t";
+
 /// What the last read of the tally said of WAITING trials, so that a daemon does not ask the
 /// database for the oldest WAITING trial before every start when there is none (PostgreSQL: a
 /// round trip on every trial's path, inside the core's lock). A tally read sees every trial of
@@ -152,9 +166,12 @@ impl Store {
         let open: Vec<i64> = tally.open();
         let created_before = self.waiting.created.load(Ordering::SeqCst);
         // The open trials are at most `seen`, the new ones above it: no row is read twice.
+        // Each part ordered by trial_id: the server keeps a generic plan for a prepared
+        // statement after a few runs, and for a bare `trial_id > $1` (no value to judge how
+        // many rows) that plan scans the whole table; ordered, it walks the primary key.
         let sql = format!(
-            "{TALLY_COLUMNS} WHERE t.trial_id > $1 AND t.study_id = $2 \
-             UNION ALL {TALLY_COLUMNS} WHERE t.trial_id = ANY($3)"
+            "({TALLY_COLUMNS_PG} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id) \
+             UNION ALL ({TALLY_COLUMNS_PG} WHERE t.trial_id = ANY($3) ORDER BY t.trial_id)"
         );
         let rows: Vec<TallyRow> = sqlx::query_as(&sql)
             .bind(tally.seen())
