@@ -484,6 +484,22 @@ def render(raw):
             100 * r["machine_busy"], f(r["load_start"][0], 2), f(r["load_end"][0], 2),
             f(r["commits"] / r["complete"], 1) if r.get("commits") is not None else "-",
             f(r["statements"] / r["complete"], 1) if r.get("statements") is not None else "-"))
+    busiest = max((r for r in raw["coordination"] if r.get("statement_calls")), key=lambda r: r["hosts"], default=None)
+    if busiest:
+        k = busiest["complete"]
+        L += ["", "Where the statements of a trial go (the %d-host run, `pg_stat_statements`: calls per completed trial, "
+              "mean execution time on the server; a lock's wait counts in its statement's time; statements under 0.02 "
+              "per trial left out). Median trial, start to completion as the database stamped them (a slot's whole "
+              "cycle: its next trial starts in the commit that finishes the last): %s ms on PostgreSQL, %s ms on "
+              "SQLite." % (busiest["hosts"], f(1e3 * busiest["trial_span_median_s"]) if busiest.get("trial_span_median_s") else "n/a",
+                           f(1e3 * control_span) if (control_span := next((r.get("trial_span_median_s") for r in raw["coordination"]
+                                                                            if r.get("engine") == "sqlite"), None)) else "n/a"), "",
+              "| statement | per trial | mean ms |", "|---|---|---|"]
+        for q, c, t in busiest["statement_calls"]:
+            if c >= k / 50:
+                text = " ".join(q.split())
+                text = (text[:140] + " ...") if len(text) > 140 else text
+                L.append("| `%s` | %.3f | %.3f |" % (text.replace("|", "\\|"), c / k, t / max(c, 1)))
     L += ["", "### 2. Per-trial cost: instant trials, sweepd against Optuna's RDB storage on the same server", "",
           "Both sides: the same 4 params (float, int with step, categorical, log float) and objective, random sampler "
           "(this measures storage and coordination, not the samplers: sweepd's TPE and Optuna's are compared in "
