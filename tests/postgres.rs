@@ -509,9 +509,7 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
 }
 
 /// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
-/// and run by that host with the params given, although the host no longer asks the database
-/// for WAITING trials before every start when its last tally read found none
-/// (`store::tally::NoneWaiting`).
+/// and run by that host with the params given.
 #[test]
 fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
     let pg = PgServer::start();

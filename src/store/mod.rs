@@ -154,9 +154,6 @@ pub struct Store {
     outages: std::sync::Arc<outage::Outages>,
     /// The ids of the writes that must take effect once (`once`).
     ops: std::sync::Arc<once::Ops>,
-    /// What the last tally read said of WAITING trials (`tally::NoneWaiting`); shared by
-    /// every clone.
-    waiting: std::sync::Arc<tally::NoneWaiting>,
 }
 
 /// A study row.

@@ -122,7 +122,6 @@ impl Store {
                     syncer: Some(std::sync::Arc::new(sync::Syncer::new(path))),
                     outages: Default::default(),
                     ops: Default::default(),
-                    waiting: Default::default(),
                 })
             }
             Target::Postgres { url, .. } => {
@@ -133,7 +132,6 @@ impl Store {
                     syncer: None,
                     outages: Default::default(),
                     ops: Default::default(),
-                    waiting: Default::default(),
                 })
             }
         }

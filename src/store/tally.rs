@@ -4,9 +4,6 @@ use super::engine::{sql, Conn};
 use super::outage::retrying;
 use super::{placeholders, Result, SqlContext, Store, Study};
 use crate::study::{Tally, TrialState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]).
 const TALLY_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
@@ -31,47 +28,6 @@ const TALLY_COLUMNS_PG: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
       WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id') \
       LIMIT 1) IS NOT NULL AS sweepd \
      FROM trials t";
-
-/// What the last read of the tally said of WAITING trials, so that a daemon does not ask the
-/// database for the oldest WAITING trial before every start when there is none (PostgreSQL: a
-/// round trip on every trial's path, inside the core's lock). A tally read sees every trial of
-/// the study that is not final (the new ones and the open ones), so it knows whether any is
-/// WAITING. That answer stands for [`NONE_WAITING_FOR`] at most (another process may enqueue one
-/// meanwhile; the next start's read, or the next look after that, sees it), and not past a
-/// write of this store that creates a WAITING trial (a retry copy).
-#[derive(Debug, Default)]
-pub(super) struct NoneWaiting {
-    /// Bumped by every write of this store that creates a WAITING trial.
-    created: AtomicU64,
-    /// The study, `created` as it was before the read, and when: the last tally read found
-    /// no WAITING trial in that study.
-    seen_none: Mutex<Option<(i64, u64, Instant)>>,
-}
-
-/// How long a tally read that found no WAITING trial spares looking for one.
-const NONE_WAITING_FOR: Duration = Duration::from_millis(500);
-
-impl NoneWaiting {
-    /// A write of this store creates a WAITING trial.
-    pub(super) fn created(&self) {
-        self.created.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Whether study `study_id` is known to have no WAITING trial now.
-    pub(super) fn none(&self, study_id: i64) -> bool {
-        let seen = *self.seen_none.lock().expect("not poisoned");
-        seen.is_some_and(|(study, created, at)| {
-            study == study_id
-                && created == self.created.load(Ordering::SeqCst)
-                && at.elapsed() < NONE_WAITING_FOR
-        })
-    }
-
-    fn read(&self, study_id: i64, created_before: u64, any_waiting: bool) {
-        *self.seen_none.lock().expect("not poisoned") =
-            (!any_waiting).then(|| (study_id, created_before, Instant::now()));
-    }
-}
 
 /// What the tally needs of one trial.
 #[derive(sqlx::FromRow)]
@@ -164,7 +120,6 @@ impl Store {
         tally: &mut Tally,
     ) -> Result<()> {
         let open: Vec<i64> = tally.open();
-        let created_before = self.waiting.created.load(Ordering::SeqCst);
         // The open trials are at most `seen`, the new ones above it: no row is read twice.
         // Each part ordered by trial_id: the server keeps a generic plan for a prepared
         // statement after a few runs, and for a bare `trial_id > $1` (no value to judge how
@@ -180,8 +135,6 @@ impl Store {
             .fetch_all(c)
             .await
             .at(&self.path)?;
-        let any_waiting = rows.iter().any(|r| r.state == TrialState::Waiting.as_str());
-        self.waiting.read(study.id, created_before, any_waiting);
         let mut gone: std::collections::HashSet<i64> = open.into_iter().collect();
         let (mut old, mut new): (Vec<&TallyRow>, Vec<&TallyRow>) =
             rows.iter().partition(|r| gone.contains(&r.trial_id));
@@ -198,35 +151,5 @@ impl Store {
             tally.apply(id, None, false, false);
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_read_without_waiting_trials_spares_the_look_until_this_store_creates_one() {
-        let w = NoneWaiting::default();
-        assert!(!w.none(1), "nothing read yet");
-        w.read(1, 0, false);
-        assert!(w.none(1));
-        assert!(!w.none(2), "another study");
-        w.created();
-        assert!(!w.none(1), "a retry copy created since the read");
-        // A read that began before the copy was created does not vouch for it.
-        w.read(1, 0, false);
-        assert!(!w.none(1));
-        w.read(1, 1, false);
-        assert!(w.none(1));
-        w.read(1, 1, true);
-        assert!(!w.none(1), "the read found one");
-    }
-
-    #[test]
-    fn a_read_without_waiting_trials_stands_for_a_while_only() {
-        let w = NoneWaiting::default();
-        *w.seen_none.lock().unwrap() = Some((1, 0, Instant::now() - NONE_WAITING_FOR));
-        assert!(!w.none(1), "another process may have enqueued one since");
     }
 }

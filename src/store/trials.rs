@@ -218,9 +218,6 @@ impl Store {
         space: &SearchSpace,
         exclude: &[i64],
     ) -> Result<Option<Waiting>> {
-        if self.waiting.none(study.id) {
-            return Ok(None);
-        }
         retrying!(self, {
             self.peek_waiting_attempt(study, space, exclude).await
         })
@@ -810,7 +807,6 @@ impl Store {
         }
         *attempts.entry(kind).or_default() += 1;
         history.push(json!(failed_number));
-        self.waiting.created();
         let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
         sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
