@@ -133,6 +133,15 @@ class Cluster:
                                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)", (db,))[0][0]
         return (commits[0][0] if commits else 0), (int(statements) if statements is not None else None)
 
+    def statement_calls(self, db):
+        """{query text: calls} pg_stat_statements counted for database `db` so far (empty
+        without it): which statements a trial costs, not just how many."""
+        if not self.statements:
+            return {}
+        rows = self._sql("postgres", "SELECT query, sum(calls), sum(total_exec_time) FROM pg_stat_statements "
+                         "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s) GROUP BY query", (db,))
+        return {q: (int(c), float(t)) for q, c, t in rows}
+
     def quiet(self, db):
         """Waits (up to 10 s) until no session of database `db` is left, so that the CPU of
         their backends has been counted into the postmaster's reaped children."""
@@ -304,6 +313,7 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
     base = Path(workdir) / name
     procs = []
     counters0 = None if sqlite else cluster.counters(db)
+    calls0 = {} if sqlite else cluster.statement_calls(db)
     server0 = None if sqlite else cluster.cpu_s()
     load0 = os.getloadavg()
     cpu0, t0 = cpu_busy(), time.time()
@@ -332,6 +342,7 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
         cluster.quiet(db)
     server_cpu = None if sqlite else cluster.cpu_s()
     counters1 = None if sqlite else cluster.counters(db)
+    calls1 = {} if sqlite else cluster.statement_calls(db)
     rows = sqlite_trials(base / "host0" / "sweepd.db") if sqlite else cluster.trials(db, "bench")
     done = sorted(c for st, _, c in rows if st == "COMPLETE" and c)
     starts = [s for _, s, _ in rows if s]
@@ -345,7 +356,16 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
            "states": {st: sum(1 for r in rows if r[0] == st) for st in {r[0] for r in rows}},
            "rcs": [p.returncode for p, _, _ in procs], "cpu_s_daemons_and_workers": usage,
            "machine_busy": busy,
+           # Per statement text, calls during the run, most first: where the statements per
+           # trial come from.
+           "statement_calls": sorted(([q, c - calls0.get(q, (0, 0.0))[0], t - calls0.get(q, (0, 0.0))[1]]
+                                      for q, (c, t) in calls1.items() if c > calls0.get(q, (0, 0.0))[0]),
+                                     key=lambda x: -x[1]),
            "first_start_to_last_complete_s": (done[-1] - min(starts)) if done and starts else None}
+    # From a trial's start to its completion, as the database stamped them: a slot's next trial
+    # starts in the commit that finishes its last, so this is a slot's whole cycle per trial.
+    spans = sorted(c - s for st, s, c in rows if st == "COMPLETE" and s and c)
+    res["trial_span_median_s"] = spans[len(spans) // 2] if spans else None
     res["rate_middle80"] = rate(done, k // 10, k - k // 10)
     res["rate_whole"] = k / res["first_start_to_last_complete_s"] if res["first_start_to_last_complete_s"] else None
     res["rate_first_1k"] = rate(done, 0, min(1000, k))
@@ -464,6 +484,22 @@ def render(raw):
             100 * r["machine_busy"], f(r["load_start"][0], 2), f(r["load_end"][0], 2),
             f(r["commits"] / r["complete"], 1) if r.get("commits") is not None else "-",
             f(r["statements"] / r["complete"], 1) if r.get("statements") is not None else "-"))
+    busiest = max((r for r in raw["coordination"] if r.get("statement_calls")), key=lambda r: r["hosts"], default=None)
+    if busiest:
+        k = busiest["complete"]
+        L += ["", "Where the statements of a trial go (the %d-host run, `pg_stat_statements`: calls per completed trial, "
+              "mean execution time on the server; a lock's wait counts in its statement's time; statements under 0.02 "
+              "per trial left out). Median trial, start to completion as the database stamped them (a slot's whole "
+              "cycle: its next trial starts in the commit that finishes the last): %s ms on PostgreSQL, %s ms on "
+              "SQLite." % (busiest["hosts"], f(1e3 * busiest["trial_span_median_s"]) if busiest.get("trial_span_median_s") else "n/a",
+                           f(1e3 * control_span) if (control_span := next((r.get("trial_span_median_s") for r in raw["coordination"]
+                                                                            if r.get("engine") == "sqlite"), None)) else "n/a"), "",
+              "| statement | per trial | mean ms |", "|---|---|---|"]
+        for q, c, t in busiest["statement_calls"]:
+            if c >= k / 50:
+                text = " ".join(q.split())
+                text = (text[:140] + " ...") if len(text) > 140 else text
+                L.append("| `%s` | %.3f | %.3f |" % (text.replace("|", "\\|"), c / k, t / max(c, 1)))
     L += ["", "### 2. Per-trial cost: instant trials, sweepd against Optuna's RDB storage on the same server", "",
           "Both sides: the same 4 params (float, int with step, categorical, log float) and objective, random sampler "
           "(this measures storage and coordination, not the samplers: sweepd's TPE and Optuna's are compared in "
@@ -583,6 +619,9 @@ def main():
     ap.add_argument("--optuna-trials", type=int, default=10000)
     ap.add_argument("--optuna-deadline", type=float, default=300.0)
     ap.add_argument("--skip-optuna", action="store_true")
+    ap.add_argument("--only-coordination", action="store_true",
+                    help="measure the coordination runs alone (with their SQLite control), print the statements "
+                         "per trial; leaves the doc alone")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--target-dir", default=None)
@@ -622,6 +661,23 @@ def main():
         r = run_daemons(sweepd, cluster, workdir, "coord_sqlite", 1, 2, n, 0.05, sqlite=True)
         log("  %.1f trials/s (middle 80%%), ideal 40" % (r["rate_middle80"] or 0))
         raw["coordination"].append(r)
+        if args.only_coordination:
+            log("SQLite control: median trial %.1f ms" % (1000 * (r["trial_span_median_s"] or 0)))
+            for r in raw["coordination"]:
+                if r["engine"] != "postgres":
+                    continue
+                k = max(r["complete"], 1)
+                log("%d host(s): %.3f of ideal, %s commits and %s statements per trial, CPU ms/trial %.2f "
+                    "(daemons + workers) / %.2f (server), median trial %.1f ms, machine busy %.0f%%, load %.1f -> %.1f; "
+                    "by statement:"
+                    % (r["hosts"], (r["rate_middle80"] or 0) / (r["hosts"] * 40),
+                       f(r["commits"] / k, 2), f((r["statements"] or 0) / k, 2),
+                       1000 * sum(r["cpu_s_daemons_and_workers"]) / k, 1000 * (r["server_cpu_s"] or 0) / k,
+                       1000 * (r["trial_span_median_s"] or 0), 100 * (r["machine_busy"] or 0), r["load_start"][0], r["load_end"][0]))
+                for q, c, t in r["statement_calls"]:
+                    if c >= r["complete"] / 50:
+                        log("  %7.3f x %6.3f ms  %s" % (c / k, t / max(c, 1), " ".join(q.split())[:150]))
+            return
         for h in hosts:
             for n in sizes:
                 log("sweepd: %d host(s) x 2 slots, %d instant trials" % (h, n))

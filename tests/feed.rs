@@ -64,6 +64,7 @@ impl Writer<'_> {
             owner: &self.owner,
             budget: None,
             tally: &mut self.tally,
+            runner: None,
         };
         match self
             .store
@@ -103,6 +104,7 @@ impl Writer<'_> {
             owner: &self.owner,
             budget: None,
             tally: &mut self.tally,
+            runner: None,
         };
         let Started::Yes(c) = self
             .store

@@ -93,6 +93,43 @@ fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
     trials
 }
 
+/// Each successful trial counted once for the worker that ran it (`sweepd_workers.trials_done`,
+/// written in the finish's own commit) and named with that worker (`sweepd:worker_id`, written
+/// in its start's commit when the slot's kept worker runs it, else in a commit of its own):
+/// for every worker, its count equals the successful trials that name it.
+fn assert_runs_counted_once(url: &str) {
+    let one = |sql: &str| -> i64 {
+        pg_try_column(url, sql).expect("query")[0]
+            .parse()
+            .expect("a count")
+    };
+    let unnamed = one(
+        "SELECT count(*) FROM trials t WHERE t.state IN ('COMPLETE', 'PRUNED') \
+         AND NOT EXISTS (SELECT 1 FROM trial_system_attributes a \
+                         WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:worker_id')",
+    );
+    assert_eq!(unnamed, 0, "successful trials without their worker");
+    let miscounted = pg_try_column(
+        url,
+        "SELECT w.worker_id || ': ' || w.trials_done || ' counted, ' || \
+                (SELECT count(*) FROM trials t JOIN trial_system_attributes a \
+                   ON a.trial_id = t.trial_id AND a.key = 'sweepd:worker_id' \
+                 WHERE t.state IN ('COMPLETE', 'PRUNED') \
+                   AND a.value_json = CAST(w.worker_id AS TEXT)) || ' ran' \
+         FROM sweepd_workers w \
+         WHERE w.trials_done <> (SELECT count(*) FROM trials t JOIN trial_system_attributes a \
+                   ON a.trial_id = t.trial_id AND a.key = 'sweepd:worker_id' \
+                 WHERE t.state IN ('COMPLETE', 'PRUNED') \
+                   AND a.value_json = CAST(w.worker_id AS TEXT))",
+    )
+    .expect("query");
+    assert!(
+        miscounted.is_empty(),
+        "workers whose count of trials done is not the trials they ran: {miscounted:?}"
+    );
+    assert!(one("SELECT CAST(COALESCE(SUM(trials_done), 0) AS BIGINT) FROM sweepd_workers") > 0);
+}
+
 fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
     let start = std::time::Instant::now();
     loop {
@@ -116,6 +153,7 @@ fn one_host_runs_a_study_that_optuna_reads_through_postgresql() {
     assert!(out.status.success(), "{}", stderr(&out));
     let trials = assert_study_sound(&url, "multi", 8);
     assert_eq!(trials.iter().filter(|t| t["state"] == "FAIL").count(), 1);
+    assert_runs_counted_once(&url);
     // sweepd's own commands read the same database.
     let ours = sweep.trials();
     assert_eq!(ours.len(), trials.len());
@@ -419,6 +457,7 @@ fn a_commit_whose_acknowledgement_is_lost_takes_effect_once() {
     );
     let trials = assert_study_sound(&direct, "multi", N as usize);
     assert!(!logs.contains("already ended by another process"), "{logs}");
+    assert_runs_counted_once(&direct);
     assert_eq!(
         trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
         N as usize,
@@ -461,11 +500,60 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
     let logs = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
     let trials = assert_study_sound(&url, "multi", N as usize);
     assert!(!logs.contains("already ended by another process"), "{logs}");
+    assert_runs_counted_once(&url);
     assert_eq!(
         trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
         N as usize,
         "every trial that ran completed, none was interrupted: {logs}"
     );
+}
+
+/// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
+/// and run by that host with the params given.
+#[test]
+fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
+    let pg = PgServer::start();
+    let url = pg.create_db("enqueued");
+    const N: u64 = 40;
+    let sweep = host(
+        &pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05"),
+        "h1",
+    );
+    let mut daemon = sweep.spawn_run();
+    wait_until(LIMIT, "the first trials done", || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .is_some_and(|n| n >= 4)
+    });
+    let out = std::process::Command::new(python())
+        .arg("-c")
+        .arg(
+            "import sys, optuna\n\
+             sys.path.insert(0, sys.argv[2])\n\
+             from _common import storage_url\n\
+             s = optuna.load_study(study_name='multi', storage=storage_url(sys.argv[1]))\n\
+             s.enqueue_trial({'x': 1.25, 'lr': 0.0625, 'n': 6, 'opt': 'sgd'})\n",
+        )
+        .arg(&url)
+        .arg(repo().join("tests/py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "enqueue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = wait_exit(&mut daemon, "the host");
+    assert!(s.success(), "{}", sweep.daemon_stderr());
+    let trials = assert_study_sound(&url, "multi", N as usize);
+    let enqueued: Vec<&Value> = trials
+        .iter()
+        .filter(|t| t["params"]["x"] == 1.25 && t["params"]["opt"] == "sgd")
+        .collect();
+    assert_eq!(enqueued.len(), 1, "{trials:#?}");
+    assert_eq!(enqueued[0]["state"], "COMPLETE", "{:#?}", enqueued[0]);
+    assert!(enqueued[0]["system_attrs"].get("sweepd:daemon").is_some());
+    assert_runs_counted_once(&url);
 }
 
 /// optuna-dashboard (its own server, `optuna_dashboard.run_server`, over the PostgreSQL URL)

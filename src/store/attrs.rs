@@ -95,13 +95,25 @@ impl Store {
         key: &str,
         value: &Value,
     ) -> Result<()> {
+        self.set_attr_text(tx, trial_id, key, &value.to_string())
+            .await
+    }
+
+    /// [`Store::set_attr`] of a value already in its JSON text.
+    pub(super) async fn set_attr_text(
+        &self,
+        tx: &mut Tx,
+        trial_id: i64,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
         sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES ($1, $2, $3) \
              ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json",
         )
         .bind(trial_id)
         .bind(key)
-        .bind(value.to_string())
+        .bind(value)
         .execute(c)
         .await
         .map(|r| r.rows_affected()))

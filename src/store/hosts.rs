@@ -162,7 +162,7 @@ impl Store {
                 retry: true,
             };
             let finished = self
-                .finish_in(tx, study, trial_id, &Finish::Fail(failure), &[])
+                .finish_in(tx, study, trial_id, &Finish::Fail(failure), &[], None)
                 .await?;
             trials.extend(finished);
         }

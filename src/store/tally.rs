@@ -15,6 +15,20 @@ const TALLY_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
        AS sweepd \
      FROM trials t";
 
+/// [`TALLY_COLUMNS`] as PostgreSQL runs them well: each attribute looked up by the trial's
+/// index entry (a subquery with `LIMIT 1`). Written as `EXISTS`, the planner hashes the whole
+/// `trial_system_attributes` table for each read (a scan growing with the study: 0.7 ms at
+/// 800 trials, inside the study's lock) rather than probe it for the few rows read.
+const TALLY_COLUMNS_PG: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
+     CAST(t.state AS TEXT) AS state, \
+     (SELECT true FROM trial_system_attributes a \
+      WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' LIMIT 1) IS NOT NULL \
+       AS retried, \
+     (SELECT true FROM trial_system_attributes a \
+      WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id') \
+      LIMIT 1) IS NOT NULL AS sweepd \
+     FROM trials t";
+
 /// What the tally needs of one trial.
 #[derive(sqlx::FromRow)]
 struct TallyRow {
@@ -55,6 +69,9 @@ impl Store {
         study: &Study,
         tally: &mut Tally,
     ) -> Result<()> {
+        if let Conn::Postgres(c) = conn.reborrow() {
+            return self.refresh_tally_pg(c, study, tally).await;
+        }
         // trial_id is the rowid (a sequence on PostgreSQL): a range over it reads only the
         // new rows.
         let sql = format!(
@@ -89,6 +106,49 @@ impl Store {
             for id in gone {
                 tally.apply(id, None, false, false);
             }
+        }
+        Ok(())
+    }
+
+    /// [`Store::refresh_tally_on`] on PostgreSQL: the new trials and the open ones in one
+    /// statement (one round trip inside the study's lock, and one text whatever the number of
+    /// open trials, so the server keeps one prepared statement for it).
+    async fn refresh_tally_pg(
+        &self,
+        c: &mut sqlx::PgConnection,
+        study: &Study,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let open: Vec<i64> = tally.open();
+        // The open trials are at most `seen`, the new ones above it: no row is read twice.
+        // Each part ordered by trial_id: the server keeps a generic plan for a prepared
+        // statement after a few runs, and for a bare `trial_id > $1` (no value to judge how
+        // many rows) that plan scans the whole table; ordered, it walks the primary key.
+        let sql = format!(
+            "({TALLY_COLUMNS_PG} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id) \
+             UNION ALL ({TALLY_COLUMNS_PG} WHERE t.trial_id = ANY($3) ORDER BY t.trial_id)"
+        );
+        let rows: Vec<TallyRow> = sqlx::query_as(&sql)
+            .bind(tally.seen())
+            .bind(study.id)
+            .bind(&open)
+            .fetch_all(c)
+            .await
+            .at(&self.path)?;
+        let mut gone: std::collections::HashSet<i64> = open.into_iter().collect();
+        let (mut old, mut new): (Vec<&TallyRow>, Vec<&TallyRow>) =
+            rows.iter().partition(|r| gone.contains(&r.trial_id));
+        new.sort_by_key(|r| r.trial_id);
+        for row in new {
+            row.apply_to(tally);
+        }
+        old.sort_by_key(|r| r.trial_id);
+        for row in old {
+            gone.remove(&row.trial_id);
+            row.apply_to(tally);
+        }
+        for id in gone {
+            tally.apply(id, None, false, false);
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
+use super::merged::{Head, ParamRow};
 use super::once::{once, Commit};
 use super::outage::retrying;
 use super::suggested::FAIL_REASON_USER_ATTR;
@@ -21,6 +22,9 @@ pub struct StartCtx<'a> {
     pub owner: &'a DaemonId,
     pub budget: Option<u64>,
     pub tally: &'a mut Tally,
+    /// The worker (and GPU) that will run the trial, when already known: recorded in the
+    /// start's own commit instead of a `set_runner` commit of its own.
+    pub runner: Option<(Runner, Option<u32>)>,
 }
 
 /// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
@@ -365,12 +369,15 @@ impl Store {
         trial_id: i64,
         how: &Finish,
         attrs: &[(&str, Value)],
+        done_by: Option<i64>,
         space: &SearchSpace,
         op: StartOp<'_>,
         mut ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
         let (finished, started) = once!(self, study.id, |tx| {
-            let finished = self.finish_in(tx, study, trial_id, how, attrs).await?;
+            let finished = self
+                .finish_in(tx, study, trial_id, how, attrs, done_by)
+                .await?;
             let started = self.start_in(tx, space, op, &mut ctx).await?;
             Ok(Commit::Yes((finished, started)))
         })?;
@@ -391,19 +398,68 @@ impl Store {
         if !ctx.tally.room(ctx.budget) {
             return Ok(StartRec::NoRoom);
         }
-        let (claimed, skip) = match op {
+        let mut attrs: Vec<(&str, String)> = vec![(OWNER_ATTR, ctx.owner.json().to_string())];
+        if let Some((runner, gpu)) = ctx.runner {
+            attrs.push(("sweepd:worker_id", json!(runner.worker_id).to_string()));
+            attrs.push(("sweepd:worker_pid", json!(runner.pid).to_string()));
+            if let Some(gpu) = gpu {
+                attrs.push(("sweepd:gpu", json!(gpu).to_string()));
+            }
+        }
+        let (head, params, skip) = match op {
+            StartOp::New(params) => (Head::New, params, &[][..]),
+            StartOp::Claim(w, params) => (Head::Claim(w.trial_id), params, &w.present[..]),
+        };
+        // In the order the space defines them, as `trials` shows them.
+        let rows: Vec<ParamRow> = space
+            .params
+            .iter()
+            .filter(|spec| !skip.contains(&spec.name))
+            .filter_map(|spec| {
+                let v = params.get(&spec.name)?;
+                Some((
+                    spec.name.clone(),
+                    spec.dist.to_internal(v),
+                    spec.dist.optuna_json(),
+                ))
+            })
+            .collect();
+        let (trial_id, number) = match self
+            .start_merged(tx, ctx.study, head, &attrs, &rows)
+            .await?
+        {
+            Some(Some(row)) => row,
+            Some(None) => return Ok(StartRec::Taken),
+            None => {
+                let Some(row) = self.start_rows(tx, space, op, &attrs, ctx).await? else {
+                    return Ok(StartRec::Taken);
+                };
+                row
+            }
+        };
+        match op {
+            StartOp::New(_) => ctx.tally.started_new(trial_id),
+            StartOp::Claim(..) => ctx.tally.started(trial_id),
+        }
+        Ok(StartRec::Yes { trial_id, number })
+    }
+
+    /// The writes of a start, a statement per row (`start_merged` does them in one where it
+    /// can). `None`: the WAITING trial was claimed by another process first.
+    async fn start_rows(
+        &self,
+        tx: &mut Tx,
+        space: &SearchSpace,
+        op: StartOp<'_>,
+        attrs: &[(&str, String)],
+        ctx: &mut StartCtx<'_>,
+    ) -> Result<Option<(i64, i64)>> {
+        let (trial_id, number, params, skip) = match op {
             StartOp::New(params) => {
                 let (trial_id, number) = self
                     .insert_trial(tx, ctx.study, TrialState::Running)
                     .await?;
-                ctx.tally.started_new(trial_id);
-                let claimed = Claimed {
-                    trial_id,
-                    number,
-                    params: params.clone(),
-                    attempts: Attempts::new(),
-                };
-                (claimed, &[][..])
+                (trial_id, number, params, &[][..])
             }
             StartOp::Claim(w, params) => {
                 let claimed = sql!(tx.conn(), |c| sqlx::query(
@@ -417,35 +473,26 @@ impl Store {
                 .map(|r| r.rows_affected()))
                 .at(&self.path)?;
                 if claimed != 1 {
-                    return Ok(StartRec::Taken);
+                    return Ok(None);
                 }
-                ctx.tally.started(w.trial_id);
-                let claimed = Claimed {
-                    trial_id: w.trial_id,
-                    number: w.number,
-                    params: params.clone(),
-                    attempts: w.attempts.clone(),
-                };
-                (claimed, &w.present[..])
+                (w.trial_id, w.number, params, &w.present[..])
             }
         };
-        self.set_attr(tx, claimed.trial_id, OWNER_ATTR, &ctx.owner.json())
-            .await?;
+        for (key, value) in attrs {
+            self.set_attr_text(tx, trial_id, key, value).await?;
+        }
         // In the order the space defines them, as `trials` shows them.
         for spec in &space.params {
-            let Some(v) = claimed.params.get(&spec.name) else {
+            let Some(v) = params.get(&spec.name) else {
                 continue;
             };
             if skip.contains(&spec.name) {
                 continue;
             }
-            self.insert_param(tx, claimed.trial_id, &spec.name, &spec.dist, v)
+            self.insert_param(tx, trial_id, &spec.name, &spec.dist, v)
                 .await?;
         }
-        Ok(StartRec::Yes {
-            trial_id: claimed.trial_id,
-            number: claimed.number,
-        })
+        Ok(Some((trial_id, number)))
     }
 
     /// Records which worker runs a trial (`sweepd:worker_id`, `sweepd:worker_pid`) and on which
@@ -582,9 +629,26 @@ impl Store {
         how: &Finish,
         attrs: &[(&str, Value)],
     ) -> Result<Option<i64>> {
+        self.finish_by(study, trial_id, how, attrs, None).await
+    }
+
+    /// [`Store::finish`] of a trial that worker `done_by` ran to a success: its count of
+    /// trials done goes up in the finish's own commit (`worker_trial_done` without a commit
+    /// of its own).
+    pub async fn finish_by(
+        &self,
+        study: &Study,
+        trial_id: i64,
+        how: &Finish,
+        attrs: &[(&str, Value)],
+        done_by: Option<i64>,
+    ) -> Result<Option<i64>> {
         once!(self, study.id, |tx| {
             Ok(
-                match self.finish_in(tx, study, trial_id, how, attrs).await? {
+                match self
+                    .finish_in(tx, study, trial_id, how, attrs, done_by)
+                    .await?
+                {
                     Some(number) => Commit::Yes(Some(number)),
                     None => Commit::No(None),
                 },
@@ -600,7 +664,15 @@ impl Store {
         trial_id: i64,
         how: &Finish,
         attrs: &[(&str, Value)],
+        done_by: Option<i64>,
     ) -> Result<Option<i64>> {
+        let texts: Vec<(&str, String)> = attrs.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        if let Some(number) = self
+            .finish_merged(tx, trial_id, how, &texts, done_by)
+            .await?
+        {
+            return Ok(number);
+        }
         let state = how.state();
         // The conditional update is what makes finishing happen once: `None` if not RUNNING.
         let number: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
@@ -657,8 +729,11 @@ impl Store {
             self.note_negative_zeros(tx, trial_id, |z| z.values = negative_zeros)
                 .await?;
         }
-        for (key, value) in attrs {
-            self.set_attr(tx, trial_id, key, value).await?;
+        for (key, value) in &texts {
+            self.set_attr_text(tx, trial_id, key, value).await?;
+        }
+        if let Some(worker_id) = done_by {
+            self.count_trial_done(tx, worker_id).await?;
         }
         if let Finish::Fail(f) = how {
             self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))

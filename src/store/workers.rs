@@ -139,6 +139,19 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::worker_trial_done`] in a finish's transaction.
+    pub(super) async fn count_trial_done(&self, tx: &mut Tx, worker_id: i64) -> Result<()> {
+        sql!(tx.conn(), |c| sqlx::query(
+            "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
+        )
+        .bind(worker_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
+        Ok(())
+    }
+
     pub async fn event(
         &self,
         worker_id: Option<i64>,

@@ -19,7 +19,9 @@ use crate::gpu::Ledger;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{Proposal, Sampler};
-use crate::store::{DaemonId, Feed, ParamRefused, StartCtx, StartOp, Started, Store, Waiting};
+use crate::store::{
+    DaemonId, Feed, ParamRefused, Runner, StartCtx, StartOp, Started, Store, Waiting,
+};
 use crate::study::space::external_json;
 use crate::study::{
     Claimed, Distribution, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord,
@@ -149,6 +151,9 @@ pub(super) struct Finishing {
     pub(super) device: Option<u32>,
     pub(super) peak: Option<u64>,
     pub(super) constraints: Vec<f64>,
+    /// The worker whose success it was (its count of trials done goes up in the finish's
+    /// commit).
+    pub(super) done_by: Option<i64>,
 }
 
 impl Finishing {
@@ -233,6 +238,7 @@ impl Core {
                 owner: &self.me,
                 budget: self.config.study.n_trials,
                 tally: &mut self.tally,
+                runner: None,
             };
             let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
             if let Some(next) = self.started(*plan, started) {
@@ -550,6 +556,7 @@ impl Core {
                         owner: &self.me,
                         budget: self.config.study.n_trials,
                         tally: &mut self.tally,
+                        runner: None,
                     };
                     if let Started::Yes(c) = self
                         .store
@@ -623,14 +630,17 @@ impl Core {
 
     /// Turns an outcome into a recorded finish: the retry policy, OOM feedback into admission
     /// and the memory model, the circuit breaker, the sampler and the pruner.
+    /// `done_by`: the worker whose success it was, counted in the same commit.
     pub(super) async fn finish(
         &mut self,
         c: &Claimed,
         device: Option<u32>,
         outcome: Outcome,
         fresh_worker: bool,
+        done_by: Option<i64>,
     ) -> Result<Finished, RunError> {
-        let f = self.finish_begin(c, device, outcome, fresh_worker);
+        let mut f = self.finish_begin(c, device, outcome, fresh_worker);
+        f.done_by = done_by;
         self.finish_written(c, f).await
     }
 
@@ -642,7 +652,7 @@ impl Core {
     ) -> Result<Finished, RunError> {
         let written = self
             .store
-            .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+            .finish_by(&self.study, c.trial_id, &f.how, &f.attrs, f.done_by)
             .await?;
         if written.is_some() {
             self.finish_end(&f).await?;
@@ -658,6 +668,9 @@ impl Core {
     /// `finish`, then the slot's next trial started in the same durable commit when one can
     /// start now (`None`: ask `next` as usual). The finish is accounted for before the next is
     /// chosen, so the sampler has learnt from it.
+    /// `runner`: the worker that will run the next trial, when the slot already knows (its
+    /// kept worker, without GPUs), recorded in the same commit.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn finish_then_next(
         &mut self,
         c: &Claimed,
@@ -665,8 +678,11 @@ impl Core {
         outcome: Outcome,
         fresh_worker: bool,
         hint: Option<u32>,
+        done_by: Option<i64>,
+        runner: Option<Runner>,
     ) -> Result<Finished, RunError> {
-        let f = self.finish_begin(c, device, outcome, fresh_worker);
+        let mut f = self.finish_begin(c, device, outcome, fresh_worker);
+        f.done_by = done_by;
         // A failure retried creates its copy in the finish's own commit: the next choice must
         // see it (retries run first), so that finish is written alone and `next` chooses.
         if !f.spends() {
@@ -677,7 +693,7 @@ impl Core {
         let Planned::Start(plan) = plan else {
             if self
                 .store
-                .finish(&self.study, c.trial_id, &f.how, &f.attrs)
+                .finish_by(&self.study, c.trial_id, &f.how, &f.attrs, f.done_by)
                 .await?
                 .is_none()
             {
@@ -695,6 +711,7 @@ impl Core {
             owner: &self.me,
             budget: self.config.study.n_trials,
             tally: &mut self.tally,
+            runner: runner.map(|r| (r, plan.placement.as_ref().map(|p| p.device))),
         };
         let (written, started) = self
             .store
@@ -703,6 +720,7 @@ impl Core {
                 c.trial_id,
                 &f.how,
                 &f.attrs,
+                f.done_by,
                 &self.config.space,
                 plan.op(),
                 ctx,
@@ -884,6 +902,7 @@ impl Core {
             device,
             peak,
             constraints,
+            done_by: None,
         }
     }
 

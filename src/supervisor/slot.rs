@@ -34,15 +34,16 @@ pub(super) struct Current {
 pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunError> {
     let mut current: Option<Current> = None;
     let mut start_failures = 0u32;
-    // A trial started in the commit that finished the previous one, not run yet.
-    let mut carried: Option<(Claimed, Option<u32>)> = None;
+    // A trial started in the commit that finished the previous one, not run yet, and the
+    // worker that commit recorded as its runner (the slot's kept worker, without GPUs).
+    let mut carried: Option<(Claimed, Option<u32>, Option<i64>)> = None;
     // On GPUs: the device of the worker this slot last put back in the pool, where its next
     // trial would find it idle.
     let mut last_device: Option<u32> = None;
     let result: Result<(), RunError> = async {
         loop {
             if sh.shutdown.is_cancelled() || slot >= sh.cfg().worker.max_par {
-                if let Some((claimed, device)) = carried.take() {
+                if let Some((claimed, device, _)) = carried.take() {
                     let out = Outcome::Failed {
                         kind: FailureKind::Interrupted,
                         reason: "interrupted: sweepd stopped before the trial ran".into(),
@@ -96,8 +97,12 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
             let changed = sh.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
+            let mut runner_written = None;
             let next = match carried.take() {
-                Some((claimed, device)) => Next::Run(claimed, device),
+                Some((claimed, device, runner)) => {
+                    runner_written = runner;
+                    Next::Run(claimed, device)
+                }
                 None => {
                     sh.core
                         .lock()
@@ -179,13 +184,14 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 let c = current
                     .as_mut()
                     .expect("a persistent slot has a worker here");
-                bind(&sh, &claimed, &c.worker, device).await?;
+                let written = runner_written == Some(c.worker.id);
+                bind(&sh, &claimed, &c.worker, device, written).await?;
                 let (o, f) = run_trial(&sh, &mut c.worker, &claimed, None).await;
                 (o, f, None)
             } else {
                 match start_oneshot(slot, &sh, &claimed, device).await {
                     Ok((mut w, result_file)) => {
-                        bind(&sh, &claimed, &w, device).await?;
+                        bind(&sh, &claimed, &w, device, false).await?;
                         let (o, f) = run_trial(&sh, &mut w, &claimed, Some(&result_file)).await;
                         let _ = std::fs::remove_file(&result_file);
                         (o, f, Some(w))
@@ -256,9 +262,19 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
             if to_pool.is_some() {
                 last_device = device;
             }
-            // The next trial starts in the same commit, unless this slot is ending.
+            // The next trial starts in the same commit, unless this slot is ending; without
+            // GPUs on the worker kept here, which that commit records as its runner.
             let then = (!sh.shutdown.is_cancelled() && slot < sh.cfg().worker.max_par)
                 .then_some(if persistent { device } else { None });
+            let runner = match (&kept, &sh.monitor) {
+                (Some(c), None) if then.is_some() => Some(Runner {
+                    worker_id: c.worker.id,
+                    pid: c.worker.pid,
+                }),
+                _ => None,
+            };
+            // A success counts for its worker in the finish's own commit.
+            let done_by = worker_id.filter(|_| success);
             let (_, next) = finish_and_next(
                 &sh,
                 &claimed,
@@ -268,13 +284,12 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 fresh,
                 then,
                 to_pool,
+                done_by,
+                runner,
             )
             .await?;
             if let Some(Next::Run(c, d)) = next {
-                carried = Some((c, d));
-            }
-            if let (true, Some(id)) = (success, worker_id) {
-                sh.store.worker_trial_done(id).await?;
+                carried = Some((c, d, runner.map(|r| r.worker_id)));
             }
             if let Some(w) = oneshot {
                 retire(&sh, w, device, "oneshot trial done").await?;
@@ -301,18 +316,22 @@ pub(super) async fn backoff(sh: &Shared, failures: u32) {
     }
 }
 
-/// Records which worker runs the trial, and lets the monitor attribute its memory.
+/// Records which worker runs the trial (unless its start's commit `written` it already), and
+/// lets the monitor attribute its memory.
 pub(super) async fn bind(
     sh: &Shared,
     c: &Claimed,
     w: &Worker,
     device: Option<u32>,
+    written: bool,
 ) -> Result<(), RunError> {
-    let runner = Runner {
-        worker_id: w.id,
-        pid: w.pid,
-    };
-    sh.store.set_runner(c.trial_id, runner, device).await?;
+    if !written {
+        let runner = Runner {
+            worker_id: w.id,
+            pid: w.pid,
+        };
+        sh.store.set_runner(c.trial_id, runner, device).await?;
+    }
     if let Some(m) = &sh.monitor {
         m.bind(c.trial_id, w.pid as i32);
     }
@@ -338,6 +357,8 @@ pub(super) async fn record_finish(
         fresh_worker,
         None,
         idle,
+        None,
+        None,
     )
     .await?;
     Ok(how)
@@ -345,7 +366,8 @@ pub(super) async fn record_finish(
 
 /// `record_finish`, and with `then = Some(hint)` the slot's next trial started in the same
 /// commit where one can start now (see `Core::finish_then_next`). `idle`: the worker that ran
-/// the trial, kept, which waits in the pool from now on (GPUs).
+/// the trial, kept, which waits in the pool from now on (GPUs). `done_by`: the worker whose
+/// success it was; `runner`: the worker that runs the next trial (see `Core::finish_then_next`).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn finish_and_next(
     sh: &Shared,
@@ -356,6 +378,8 @@ pub(super) async fn finish_and_next(
     fresh_worker: bool,
     then: Option<Option<u32>>,
     idle: Option<Current>,
+    done_by: Option<i64>,
+    runner: Option<Runner>,
 ) -> Result<(Finish, Option<Next>), RunError> {
     let (finished, fatal) = {
         let mut core = sh.core.lock().await;
@@ -367,10 +391,21 @@ pub(super) async fn finish_and_next(
         }
         let finished = match then {
             Some(hint) => {
-                core.finish_then_next(claimed, device, outcome, fresh_worker, hint)
+                core.finish_then_next(
+                    claimed,
+                    device,
+                    outcome,
+                    fresh_worker,
+                    hint,
+                    done_by,
+                    runner,
+                )
+                .await?
+            }
+            None => {
+                core.finish(claimed, device, outcome, fresh_worker, done_by)
                     .await?
             }
-            None => core.finish(claimed, device, outcome, fresh_worker).await?,
         };
         (finished, core.fatal.take())
     };
