@@ -274,6 +274,13 @@ impl Core {
                         return Ok(Planned::Done);
                     }
                     if !self.tally.room(Some(n)) {
+                        // The running trials hold every start left. A new sample kept in line
+                        // would take the first start that frees up, ahead of the WAITING copy
+                        // of the attempt that freed it (failed over or retried: it spends
+                        // nothing), leaving that copy unrun at the end. Drop new samples: the
+                        // next plan looks for WAITING trials first.
+                        self.pending
+                            .retain(|(c, _)| matches!(c, Candidate::Waiting(..)));
                         return Ok(Planned::Wait);
                     }
                 }
