@@ -638,14 +638,11 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
     assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
 }
 
-#[test]
-fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
-    // Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first four (the prior, 20 GiB × 1.15,
-    // each alone) teach the model `mem = "4G"`; trial 4 has a value never measured, so its
-    // bound is raised to the prior's 23 GiB while the fit predicts ~4 GiB; it runs 30 s. Counted
-    // at its bound for its whole run, it leaves no room beside it (24 − 1 headroom − 23) until
-    // it ends; once it has held its peak as long as it took to reach it, it counts at what it
-    // uses, and trial 5 starts beside it.
+/// Six enqueued trials of ~4.1 GiB (4 GiB + a 128 MiB context) on a 24 GiB card; the first
+/// four (the prior, 20 GiB × 1.15, each alone) teach the model `mem = "4G"`; trial 4 has a value
+/// never measured, so its bound is the prior's 23 GiB while the fit predicts ~4 GiB. `by_number`
+/// is the simulator's per-trial settings (`SIM_BY_NUMBER`).
+fn over_estimated_trial_4(by_number: &str) -> (Sweep, FakeGpus) {
     let params =
         format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
     let cfg = Cfg {
@@ -657,8 +654,8 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
     }
     .env("SIM_CONTEXT", "128M")
     .env("SIM_HOLD_S", "0.3")
-    .env("SIM_BY_NUMBER", r#"{"4": {"hold": 30}}"#);
-    let (sweep, _gpus) = gpu_study(
+    .env("SIM_BY_NUMBER", by_number);
+    let (sweep, gpus) = gpu_study(
         &cfg,
         &["24G Fake A10"],
         "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
@@ -672,6 +669,18 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
     let mut args = vec!["t"];
     args.extend(enqueue.iter().map(String::as_str));
     sweep.optuna("optuna_enqueue.py", &args);
+    (sweep, gpus)
+}
+
+#[test]
+fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
+    // Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first four (the prior, 20 GiB × 1.15,
+    // each alone) teach the model `mem = "4G"`; trial 4 has a value never measured, so its
+    // bound is raised to the prior's 23 GiB while the fit predicts ~4 GiB; it runs 30 s. Counted
+    // at its bound for its whole run, it leaves no room beside it (24 − 1 headroom − 23) until
+    // it ends; once it has held its peak as long as it took to reach it, it counts at what it
+    // uses, and trial 5 starts beside it.
+    let (sweep, _gpus) = over_estimated_trial_4(r#"{"4": {"hold": 30}}"#);
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
@@ -695,32 +704,7 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
 /// under-counted, and sweepd must stop trusting the rule for the study, not just for that trial.
 #[test]
 fn a_settled_trial_that_grows_late_turns_settling_off_for_the_study() {
-    let params =
-        format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
-    let cfg = Cfg {
-        n_trials: Some(6),
-        max_par: 2,
-        command: gpu_sim_worker(),
-        params,
-        ..Cfg::default()
-    }
-    .env("SIM_CONTEXT", "128M")
-    .env("SIM_HOLD_S", "0.3")
-    .env("SIM_BY_NUMBER", r#"{"4": {"hold": 8, "late": "1G"}}"#);
-    let (sweep, _gpus) = gpu_study(
-        &cfg,
-        &["24G Fake A10"],
-        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
-    );
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
-    let enqueue: Vec<String> = (0..4)
-        .map(|k| trial("4G", 0.1 * f64::from(k)))
-        .chain([trial("3968M", 0.5), trial("4G", 0.6)])
-        .collect();
-    let mut args = vec!["t"];
-    args.extend(enqueue.iter().map(String::as_str));
-    sweep.optuna("optuna_enqueue.py", &args);
+    let (sweep, _gpus) = over_estimated_trial_4(r#"{"4": {"hold": 8, "late": "1G"}}"#);
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

@@ -633,8 +633,8 @@ impl Store {
     }
 
     /// [`Store::finish`] of a trial that worker `done_by` ran to a success: its count of
-    /// trials done goes up in the finish's own commit (`worker_trial_done` without a commit
-    /// of its own).
+    /// trials done goes up in the finish's own commit (`count_trial_done`), not in a commit
+    /// of its own.
     pub async fn finish_by(
         &self,
         study: &Study,

@@ -122,24 +122,8 @@ impl Store {
         Ok(())
     }
 
-    /// Counts a successful trial of a worker (shown by `status`, used for recycling).
-    pub async fn worker_trial_done(&self, worker_id: i64) -> Result<()> {
-        retrying!(self, { self.worker_trial_done_attempt(worker_id).await })
-    }
-
-    async fn worker_trial_done_attempt(&self, worker_id: i64) -> Result<()> {
-        sql!(self.acquire().await?.conn(), |c| sqlx::query(
-            "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
-        )
-        .bind(worker_id)
-        .execute(c)
-        .await
-        .map(|r| r.rows_affected()))
-        .at(&self.path)?;
-        Ok(())
-    }
-
-    /// [`Store::worker_trial_done`] in a finish's transaction.
+    /// Counts a successful trial of a worker (shown by `status`, used for recycling), in the
+    /// finish's transaction.
     pub(super) async fn count_trial_done(&self, tx: &mut Tx, worker_id: i64) -> Result<()> {
         sql!(tx.conn(), |c| sqlx::query(
             "UPDATE sweepd_workers SET trials_done = trials_done + 1 WHERE worker_id = $1"
