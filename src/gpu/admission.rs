@@ -125,6 +125,9 @@ pub enum Wait {
         idle_workers: usize,
         others: u64,
         others_running: usize,
+        /// What the other daemons' idle workers hold there: given back when a waiting trial
+        /// asks for it (`Capacity::request`), not counted as available before.
+        others_idle: u64,
     },
 }
 
@@ -147,6 +150,7 @@ impl fmt::Display for Wait {
                 idle_workers,
                 others,
                 others_running,
+                others_idle,
             } => {
                 let mut parts = format!("free {}", fmt_gib(*free));
                 if *idle > 0 {
@@ -189,10 +193,18 @@ impl fmt::Display for Wait {
                     write!(
                         f,
                         "({parts}) × {factor:.2} after a recent out-of-memory failure)"
-                    )
+                    )?;
                 } else {
-                    write!(f, "{parts})")
+                    write!(f, "{parts})")?;
                 }
+                if *others_idle > 0 {
+                    write!(
+                        f,
+                        "; other daemons' idle workers hold {} here, theirs to give back when asked",
+                        fmt_gib(*others_idle)
+                    )?;
+                }
+                Ok(())
             }
         }
     }
@@ -403,6 +415,7 @@ impl Capacity {
                 idle_workers: device.idle_workers,
                 others: device.others,
                 others_running: device.others_running,
+                others_idle: device.others_idle,
             })
         };
         Decision {
@@ -631,6 +644,7 @@ mod tests {
                 idle_workers: 0,
                 others: 0,
                 others_running: 0,
+                others_idle: 0,
             })
         );
         assert_eq!(why[0].par_now, 3);
@@ -855,6 +869,20 @@ mod tests {
              workers − headroom 1.0 GiB − 5.0 GiB yet to be claimed by 2 trials of other \
              daemons)"
         );
+        // Another daemon's idle workers there are named: theirs to give back when asked.
+        let asked = DeviceView {
+            others_idle: 3 * G,
+            ..shared.clone()
+        };
+        assert!(c
+            .decide(&asked, &busy, 12 * G, now)
+            .wait
+            .unwrap()
+            .to_string()
+            .ends_with(
+                "daemons); other daemons' idle workers hold 3.0 GiB here, theirs to give back \
+                 when asked"
+            ));
         // No trial of ours there, but the other daemon's: no "always one", it waits for them.
         assert!(!c.decide(&shared, &[], 12 * G, now).admitted);
         let alone = DeviceView {
