@@ -400,11 +400,7 @@ impl Store {
         }
         let mut attrs: Vec<(&str, String)> = vec![(OWNER_ATTR, ctx.owner.json().to_string())];
         if let Some((runner, gpu)) = ctx.runner {
-            attrs.push(("sweepd:worker_id", json!(runner.worker_id).to_string()));
-            attrs.push(("sweepd:worker_pid", json!(runner.pid).to_string()));
-            if let Some(gpu) = gpu {
-                attrs.push(("sweepd:gpu", json!(gpu).to_string()));
-            }
+            attrs.extend(runner_attrs(runner, gpu));
         }
         let (head, params, skip) = match op {
             StartOp::New(params) => (Head::New, params, &[][..]),
@@ -415,14 +411,7 @@ impl Store {
             .params
             .iter()
             .filter(|spec| !skip.contains(&spec.name))
-            .filter_map(|spec| {
-                let v = params.get(&spec.name)?;
-                Some((
-                    spec.name.clone(),
-                    spec.dist.to_internal(v),
-                    spec.dist.optuna_json(),
-                ))
-            })
+            .filter_map(|spec| Some(param_row(&spec.name, &spec.dist, params.get(&spec.name)?)))
             .collect();
         let (trial_id, number) = match self
             .start_merged(tx, ctx.study, head, &attrs, &rows)
@@ -431,7 +420,7 @@ impl Store {
             Some(Some(row)) => row,
             Some(None) => return Ok(StartRec::Taken),
             None => {
-                let Some(row) = self.start_rows(tx, space, op, &attrs, ctx).await? else {
+                let Some(row) = self.start_rows(tx, op, &attrs, &rows, ctx).await? else {
                     return Ok(StartRec::Taken);
                 };
                 row
@@ -449,19 +438,17 @@ impl Store {
     async fn start_rows(
         &self,
         tx: &mut Tx,
-        space: &SearchSpace,
         op: StartOp<'_>,
         attrs: &[(&str, String)],
+        rows: &[ParamRow],
         ctx: &mut StartCtx<'_>,
     ) -> Result<Option<(i64, i64)>> {
-        let (trial_id, number, params, skip) = match op {
-            StartOp::New(params) => {
-                let (trial_id, number) = self
-                    .insert_trial(tx, ctx.study, TrialState::Running)
-                    .await?;
-                (trial_id, number, params, &[][..])
+        let (trial_id, number) = match op {
+            StartOp::New(_) => {
+                self.insert_trial(tx, ctx.study, TrialState::Running)
+                    .await?
             }
-            StartOp::Claim(w, params) => {
+            StartOp::Claim(w, _) => {
                 let claimed = sql!(tx.conn(), |c| sqlx::query(
                     "UPDATE trials SET state = 'RUNNING', datetime_start = $1 \
                      WHERE trial_id = $2 AND state = 'WAITING'",
@@ -475,22 +462,14 @@ impl Store {
                 if claimed != 1 {
                     return Ok(None);
                 }
-                (w.trial_id, w.number, params, &w.present[..])
+                (w.trial_id, w.number)
             }
         };
         for (key, value) in attrs {
             self.set_attr_text(tx, trial_id, key, value).await?;
         }
-        // In the order the space defines them, as `trials` shows them.
-        for spec in &space.params {
-            let Some(v) = params.get(&spec.name) else {
-                continue;
-            };
-            if skip.contains(&spec.name) {
-                continue;
-            }
-            self.insert_param(tx, trial_id, &spec.name, &spec.dist, v)
-                .await?;
+        for row in rows {
+            self.insert_param_row(tx, trial_id, row).await?;
         }
         Ok(Some((trial_id, number)))
     }
@@ -500,10 +479,8 @@ impl Store {
     pub async fn set_runner(&self, trial_id: i64, runner: Runner, gpu: Option<u32>) -> Result<()> {
         retrying!(self, {
             let mut tx = self.begin().await?;
-            self.write_runner(&mut tx, trial_id, runner).await?;
-            if let Some(gpu) = gpu {
-                self.set_attr(&mut tx, trial_id, "sweepd:gpu", &json!(gpu))
-                    .await?;
+            for (key, value) in runner_attrs(runner, gpu) {
+                self.set_attr_text(&mut tx, trial_id, key, &value).await?;
             }
             tx.commit().await.at(&self.path)
         })
@@ -555,30 +532,31 @@ impl Store {
         dist: &Distribution,
         v: &ParamValue,
     ) -> Result<()> {
+        self.insert_param_row(tx, trial_id, &param_row(name, dist, v))
+            .await
+    }
+
+    /// [`Store::insert_param`] of a row already in Optuna's form.
+    async fn insert_param_row(&self, tx: &mut Tx, trial_id: i64, row: &ParamRow) -> Result<()> {
+        let (name, internal, distribution_json) = row;
         sql!(tx.conn(), |c| sqlx::query(
             "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
              VALUES ($1, $2, $3, $4)",
         )
         .bind(trial_id)
         .bind(name)
-        .bind(dist.to_internal(v))
-        .bind(dist.optuna_json())
+        .bind(internal)
+        .bind(distribution_json)
         .execute(c)
         .await
         .map(|r| r.rows_affected()))
         .at(&self.path)?;
-        if matches!(v, ParamValue::Float(x) if is_negative_zero(*x)) {
-            self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.to_owned()))
+        // Only a float can be a negative zero: an int or a choice index is +0.0 here.
+        if is_negative_zero(*internal) {
+            self.note_negative_zeros(tx, trial_id, |z| z.params.push(name.clone()))
                 .await?;
         }
         Ok(())
-    }
-
-    async fn write_runner(&self, tx: &mut Tx, trial_id: i64, runner: Runner) -> Result<()> {
-        self.set_attr(tx, trial_id, "sweepd:worker_id", &json!(runner.worker_id))
-            .await?;
-        self.set_attr(tx, trial_id, "sweepd:worker_pid", &json!(runner.pid))
-            .await
     }
 
     /// Records an intermediate value. A repeated step keeps the first value, as Optuna does
@@ -833,4 +811,21 @@ impl Store {
         }
         Ok(copy_number)
     }
+}
+
+/// A param as Optuna stores it: name, internal value, `distribution_json`.
+fn param_row(name: &str, dist: &Distribution, v: &ParamValue) -> ParamRow {
+    (name.to_owned(), dist.to_internal(v), dist.optuna_json())
+}
+
+/// The system attributes naming the worker that runs a trial and its GPU, as JSON texts.
+fn runner_attrs(runner: Runner, gpu: Option<u32>) -> Vec<(&'static str, String)> {
+    let mut attrs = vec![
+        ("sweepd:worker_id", json!(runner.worker_id).to_string()),
+        ("sweepd:worker_pid", json!(runner.pid).to_string()),
+    ];
+    if let Some(gpu) = gpu {
+        attrs.push(("sweepd:gpu", json!(gpu).to_string()));
+    }
+    attrs
 }
