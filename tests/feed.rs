@@ -482,21 +482,6 @@ fn host(cfg: &Cfg, url: &str, host: &str) -> Sweep {
     sweep
 }
 
-/// The study as Optuna reads it through `url` (`tests/py/optuna_dump.py`).
-fn dump(url: &str, study: &str) -> Value {
-    let out = std::process::Command::new(python())
-        .arg(repo().join("tests/py/optuna_dump.py"))
-        .args([url, study])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "optuna_dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// Two daemons as two hosts: host A's TPE and median pruner learn host B's trials as B
 /// finishes them (B started after A, so A's start-up read had none of them). B's objective
 /// is (x - 1.8)^2 - 100 over random proposals: far better than A's own x^2, best near 1.8.
@@ -535,7 +520,10 @@ fn host_a_learns_host_b_trials_while_both_run_on_postgresql() {
     assert!(out.status.success(), "host b: {}", stderr(&out));
     let status = wait_exit(&mut daemon_a, "host a");
     assert!(status.success(), "host a: {}", a.daemon_stderr());
-    let trials = dump(&url, "learn")["trials"].as_array().unwrap().clone();
+    let trials = optuna_dump(&url, "learn")["trials"]
+        .as_array()
+        .unwrap()
+        .clone();
     let of = |h: &str| -> Vec<&Value> {
         trials
             .iter()
@@ -620,7 +608,10 @@ fn define_by_run_on_postgresql_with_two_hosts_records_what_optuna_records() {
     }
     .env("SWEEPD_TEST_OBJECTIVE", "models");
     let (a, _b) = two_hosts(&cfg, &url);
-    let ours = dump(&url, "models")["trials"].as_array().unwrap().clone();
+    let ours = optuna_dump(&url, "models")["trials"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert!(ours.len() >= 16);
     let hosts: std::collections::BTreeSet<&str> = ours
         .iter()
@@ -652,7 +643,7 @@ fn define_by_run_on_postgresql_with_two_hosts_records_what_optuna_records() {
     .parse()
     .unwrap();
     assert_eq!(n, ours.len());
-    let theirs = dump(replay.to_str().unwrap(), "replay")["trials"]
+    let theirs = optuna_dump(replay.to_str().unwrap(), "replay")["trials"]
         .as_array()
         .unwrap()
         .clone();
@@ -728,7 +719,7 @@ fn several_objectives_on_postgresql_with_two_hosts_are_what_optuna_reads() {
     let status = wait_exit(&mut daemon_a, "host a");
     assert!(status.success(), "host a: {}", hosts[0].daemon_stderr());
 
-    let d = dump(&url, "mo");
+    let d = optuna_dump(&url, "mo");
     assert_eq!(d["directions"], serde_json::json!(["MINIMIZE", "MAXIMIZE"]));
     let theirs = d["trials"].as_array().unwrap();
     let mine = hosts[0].trials();

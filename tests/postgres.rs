@@ -35,24 +35,10 @@ fn host(cfg: &Cfg, host: &str) -> Sweep {
     sweep
 }
 
-fn dump(url: &str, study: &str) -> Value {
-    let out = std::process::Command::new(python())
-        .arg(repo().join("tests/py/optuna_dump.py"))
-        .args([url, study])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "optuna_dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// Numbers 0..n-1 exactly once each, every trial final, no RUNNING left; the values are
 /// the objective of the params (faulty_worker: sum of squares + lengths), as Optuna reads them.
 fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
-    let d = dump(url, study);
+    let d = optuna_dump(url, study);
     let trials = d["trials"].as_array().unwrap().clone();
     let numbers: Vec<i64> = trials
         .iter()
@@ -91,6 +77,20 @@ fn assert_study_sound(url: &str, study: &str, n_final: usize) -> Vec<Value> {
         );
     }
     trials
+}
+
+/// What an outage the daemons waited through must leave: the study sound and exact
+/// (`assert_study_sound`), each worker's runs counted once, and every trial COMPLETE: none was
+/// interrupted, none found already ended by another process.
+fn assert_exact_and_nothing_interrupted(url: &str, n: usize, logs: &str) {
+    let trials = assert_study_sound(url, "multi", n);
+    assert!(!logs.contains("already ended by another process"), "{logs}");
+    assert_runs_counted_once(url);
+    assert_eq!(
+        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
+        n,
+        "every trial that ran completed, none was interrupted: {logs}"
+    );
 }
 
 /// Each successful trial counted once for the worker that ran it (`sweepd_workers.trials_done`,
@@ -455,14 +455,7 @@ fn a_commit_whose_acknowledgement_is_lost_takes_effect_once() {
         "only {} acknowledgements lost",
         proxy.lost()
     );
-    let trials = assert_study_sound(&direct, "multi", N as usize);
-    assert!(!logs.contains("already ended by another process"), "{logs}");
-    assert_runs_counted_once(&direct);
-    assert_eq!(
-        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
-        N as usize,
-        "every trial that ran completed, none was interrupted: {logs}"
-    );
+    assert_exact_and_nothing_interrupted(&direct, N as usize, &logs);
 }
 
 /// The server ends sweepd's sessions again and again while two hosts run (an administrator's
@@ -498,14 +491,7 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
     }
     assert!(killed >= 10, "only {killed} sessions ended");
     let logs = hosts[0].daemon_stderr() + &hosts[1].daemon_stderr();
-    let trials = assert_study_sound(&url, "multi", N as usize);
-    assert!(!logs.contains("already ended by another process"), "{logs}");
-    assert_runs_counted_once(&url);
-    assert_eq!(
-        trials.iter().filter(|t| t["state"] == "COMPLETE").count(),
-        N as usize,
-        "every trial that ran completed, none was interrupted: {logs}"
-    );
+    assert_exact_and_nothing_interrupted(&url, N as usize, &logs);
 }
 
 /// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed

@@ -353,6 +353,22 @@ impl Sweep {
     }
 }
 
+/// The study as Optuna reads it through a storage URL or a SQLite file's path
+/// (`tests/py/optuna_dump.py`).
+pub fn optuna_dump(storage: &str, study: &str) -> Value {
+    let out = Command::new(python())
+        .arg(repo().join("tests/py/optuna_dump.py"))
+        .args([storage, study])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "optuna_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("dump JSON")
+}
+
 pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
     use sqlx::{Connection, Row};
     let rt = tokio::runtime::Builder::new_current_thread()
