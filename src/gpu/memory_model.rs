@@ -818,9 +818,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_bimodal_workload_is_learnt_per_mode() {
-        let space = SearchSpace {
+    /// A categorical `mem` ("small" or "large") that drives memory, and `lr`, which does not.
+    fn mode_space() -> SearchSpace {
+        SearchSpace {
             params: vec![
                 ParamSpec {
                     name: "mem".into(),
@@ -838,15 +838,22 @@ mod tests {
                     },
                 },
             ],
-        };
-        let p = |mode: usize, lr: f64| -> Params {
-            [
-                ("mem".to_owned(), ParamValue::Choice(mode)),
-                ("lr".to_owned(), ParamValue::Float(lr)),
-            ]
-            .into_iter()
-            .collect()
-        };
+        }
+    }
+
+    /// Params of [`mode_space`]: the `mem` choice's index and `lr`.
+    fn mode_params(mode: usize, lr: f64) -> Params {
+        [
+            ("mem".to_owned(), ParamValue::Choice(mode)),
+            ("lr".to_owned(), ParamValue::Float(lr)),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    #[test]
+    fn a_bimodal_workload_is_learnt_per_mode() {
+        let (space, p) = (mode_space(), mode_params);
         let mut m = MemoryModel::new(&space, 6 << 30);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         // Mostly large trials: a small one must still be expected small.
@@ -871,33 +878,7 @@ mod tests {
 
     #[test]
     fn a_mode_never_measured_is_expected_at_the_prior_not_at_the_measured_one() {
-        let space = SearchSpace {
-            params: vec![
-                ParamSpec {
-                    name: "mem".into(),
-                    dist: Distribution::Categorical {
-                        choices: vec![serde_json::json!("small"), serde_json::json!("large")],
-                    },
-                },
-                ParamSpec {
-                    name: "lr".into(),
-                    dist: Distribution::Float {
-                        low: 1e-5,
-                        high: 1e-1,
-                        step: None,
-                        log: true,
-                    },
-                },
-            ],
-        };
-        let p = |mode: usize, lr: f64| -> Params {
-            [
-                ("mem".to_owned(), ParamValue::Choice(mode)),
-                ("lr".to_owned(), ParamValue::Float(lr)),
-            ]
-            .into_iter()
-            .collect()
-        };
+        let (space, p) = (mode_space(), mode_params);
         let mut m = MemoryModel::new(&space, 6 << 30);
         // Only small trials so far: the fit cannot tell a large one from them.
         for lr in [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 3e-3] {
