@@ -113,7 +113,7 @@ fn parse(text: &str) -> Vec<Entry> {
         .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            let entry = Entry {
+            let mut entry = Entry {
                 owner: Owner {
                     pid: f.next()?.parse().ok()?,
                     start: f.next()?.parse().ok()?,
@@ -125,9 +125,7 @@ fn parse(text: &str) -> Vec<Entry> {
                     ..Claim::default()
                 },
             };
-            let rest: Vec<&str> = f.collect();
-            let mut entry = entry;
-            match rest[..] {
+            match f.collect::<Vec<&str>>()[..] {
                 [] => {}
                 [idle, want, seen] => {
                     entry.claim.idle = idle.parse().ok()?;
