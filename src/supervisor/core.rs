@@ -646,8 +646,7 @@ impl Core {
         fresh_worker: bool,
         done_by: Option<i64>,
     ) -> Result<Finished, RunError> {
-        let mut f = self.finish_begin(c, device, outcome, fresh_worker);
-        f.done_by = done_by;
+        let f = self.finish_begin(c, device, outcome, fresh_worker, done_by);
         self.finish_written(c, f).await
     }
 
@@ -688,8 +687,7 @@ impl Core {
         done_by: Option<i64>,
         runner: Option<Runner>,
     ) -> Result<Finished, RunError> {
-        let mut f = self.finish_begin(c, device, outcome, fresh_worker);
-        f.done_by = done_by;
+        let f = self.finish_begin(c, device, outcome, fresh_worker, done_by);
         // A failure retried creates its copy in the finish's own commit: the next choice must
         // see it (retries run first), so that finish is written alone and `next` chooses.
         if !f.spends() {
@@ -759,13 +757,14 @@ impl Core {
     }
 
     /// The decisions of a finish, before anything is written: retry policy, infeasibility, OOM
-    /// feedback, the same-error stop.
+    /// feedback, the same-error stop. `done_by`: the worker whose success it was.
     pub(super) fn finish_begin(
         &mut self,
         c: &Claimed,
         device: Option<u32>,
         outcome: Outcome,
         fresh_worker: bool,
+        done_by: Option<i64>,
     ) -> Finishing {
         self.running = self.running.saturating_sub(1);
         // Every param the trial had: what it started with and what its objective suggested.
@@ -909,7 +908,7 @@ impl Core {
             device,
             peak,
             constraints,
-            done_by: None,
+            done_by,
         }
     }
 
