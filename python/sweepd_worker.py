@@ -1139,7 +1139,8 @@ def _reset_framework_peaks():
 def _framework_memory():
     """The framework's own peak figures for the trial that just ended, where it is imported
     and they are cheap to ask: {"framework": ..., "peak_allocated": bytes, "peak_reserved":
-    bytes}, or None. sweepd measures memory with NVML; these only say what the framework saw."""
+    bytes}, or None. sweepd measures memory with NVML; these say what the framework saw, which
+    NVML's readings, seconds apart, can miss in a short trial (see _framework_reserved)."""
     torch = _cuda_torch()
     if torch is None:
         return None
@@ -1149,6 +1150,20 @@ def _framework_memory():
             "peak_allocated": int(torch.cuda.max_memory_allocated()),
             "peak_reserved": int(torch.cuda.max_memory_reserved()),
         }
+    except Exception:
+        return None
+
+
+def _framework_reserved():
+    """What the framework's allocator still reserves now (bytes), or None. Asked right after
+    release_caches(): sweepd reads NVML for the worker then, and NVML's figure less this one is
+    what the process holds outside the allocator (the CUDA context, library workspaces), which
+    with "peak_reserved" gives the trial's peak as NVML would have seen it."""
+    torch = _cuda_torch()
+    if torch is None:
+        return None
+    try:
+        return int(torch.cuda.memory_reserved())
     except Exception:
         return None
 
@@ -1195,6 +1210,10 @@ def _persistent_trial(objective, chan, protocol, trial_id, number, params, start
     # memory at once.
     del trial, payload
     release_caches()
+    if memory is not None:
+        reserved = _framework_reserved()
+        if reserved is not None:
+            memory["reserved"] = reserved
     chan.send(msg)
 
 

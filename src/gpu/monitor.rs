@@ -91,6 +91,27 @@ pub fn observe(t: &mut TrialMemory, used: u64, now: Instant, settling: bool) -> 
     late
 }
 
+/// A trial's peak as the worker's framework saw it, in NVML's terms: what the worker's group
+/// held once the trial had ended and the helper had emptied the framework's caches
+/// (`held_after`, from NVML), less what the allocator still reserved then (`reserved_after`),
+/// is what the process holds outside the allocator (its CUDA context, library workspaces); with
+/// the most the allocator reserved during the trial (`peak_reserved`) on top, that is the
+/// peak NVML would have shown had a reading come at the right moment. Readings seconds apart
+/// miss the peak of a trial that ends between two of them, or catch it mid-ramp, and such a
+/// peak would teach the memory model a trial smaller than it was. `None` where the figures
+/// contradict each other (the allocator reserving more than NVML shows the group holding) or
+/// exceed the device (`total`): they are the worker's word, not a measurement.
+pub fn framework_peak(
+    held_after: u64,
+    reserved_after: u64,
+    peak_reserved: u64,
+    total: u64,
+) -> Option<u64> {
+    let outside = held_after.checked_sub(reserved_after)?;
+    let peak = outside.checked_add(peak_reserved)?;
+    (peak <= total).then_some(peak)
+}
+
 #[derive(Default)]
 struct State {
     /// The latest reading of each device we use (or why it failed).
@@ -258,6 +279,30 @@ impl Monitor {
         }
     }
 
+    /// The trial's peak as its framework saw it ([`framework_peak`], from the worker's
+    /// figures and `held_after`, a reading of its group once the trial ended): raises the
+    /// measured peak where the readings missed it. Returns the peak it raised it to.
+    pub fn raise_peak(
+        &self,
+        trial_id: i64,
+        held_after: u64,
+        reserved_after: u64,
+        peak_reserved: u64,
+    ) -> Option<u64> {
+        let mut st = self.lock();
+        let device = st.trials.get(&trial_id)?.device;
+        let total = st.readings.iter().find_map(|(d, r)| match r {
+            Ok(r) if *d == device => Some(r.total),
+            _ => None,
+        })?;
+        let peak = framework_peak(held_after, reserved_after, peak_reserved, total)?;
+        let t = st.trials.get_mut(&trial_id)?;
+        (peak > t.peak).then(|| {
+            t.peak = peak;
+            peak
+        })
+    }
+
     /// The trial ended: stop counting it. Returns what was measured.
     pub fn untrack(&self, trial_id: i64) -> Option<TrialMemory> {
         self.lock().trials.remove(&trial_id)
@@ -370,6 +415,29 @@ mod tests {
     use super::*;
 
     const G: u64 = 1 << 30;
+
+    #[test]
+    fn the_framework_peak_is_what_the_group_holds_outside_the_allocator_plus_its_peak() {
+        // (held after, reserved after, peak reserved, device total) -> peak
+        let cases = [
+            // A 0.5 GiB context, caches emptied, 6 GiB reserved at the peak.
+            ((G / 2, 0, 6 * G, 24 * G), Some(6 * G + G / 2)),
+            // Fragments the allocator could not give back count once, not twice.
+            ((G, G / 2, 6 * G, 24 * G), Some(6 * G + G / 2)),
+            // The allocator says it reserves more than NVML shows the whole group holding.
+            ((G / 2, G, 6 * G, 24 * G), None),
+            // More than the device has: not a measurement.
+            ((G / 2, 0, 30 * G, 24 * G), None),
+            ((u64::MAX, 0, u64::MAX, u64::MAX), None),
+        ];
+        for ((held, reserved, peak, total), want) in cases {
+            assert_eq!(
+                framework_peak(held, reserved, peak, total),
+                want,
+                "{held} {reserved} {peak} {total}"
+            );
+        }
+    }
 
     /// A trial admitted at `t0`, predicted at 10 GiB, using `used` since `since` seconds after
     /// admission, seen by `readings` readings at that level.

@@ -35,15 +35,18 @@ pub enum Message {
         /// The objective's values: a number is one value, an array one per objective. `Err`:
         /// the text of what is not a number.
         value: Result<Vec<f64>, String>,
+        memory: Option<FrameworkMemory>,
     },
     Pruned {
         trial_id: i64,
+        memory: Option<FrameworkMemory>,
     },
     Error {
         trial_id: i64,
         exc_type: String,
         message: String,
         traceback: String,
+        memory: Option<FrameworkMemory>,
     },
     Heartbeat,
     /// Protocol 2: the objective asks for a param's value (`distribution` in Optuna's JSON
@@ -61,6 +64,30 @@ pub enum Message {
     },
     /// A well-formed message of a type this version does not know: ignored.
     Other(String),
+}
+
+/// What the worker's framework (PyTorch's caching allocator) saw of the trial that just ended,
+/// sent with its final message by the helper in persistent mode (docs/protocol.md). NVML stays
+/// the authority; these fill in a peak that readings seconds apart missed in a short trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameworkMemory {
+    /// The most the allocator reserved during the trial (`torch.cuda.max_memory_reserved()`).
+    pub peak_reserved: u64,
+    /// What it still reserved once the helper had emptied its caches, just before the message
+    /// (`torch.cuda.memory_reserved()`).
+    pub reserved: u64,
+}
+
+impl FrameworkMemory {
+    /// The `memory` field of a final message; `None` where it is absent or lacks either figure
+    /// (advisory: a malformed one is ignored, never an error).
+    fn parse(v: &Value) -> Option<FrameworkMemory> {
+        let m = v.get("memory")?;
+        Some(FrameworkMemory {
+            peak_reserved: m.get("peak_reserved")?.as_u64()?,
+            reserved: m.get("reserved")?.as_u64()?,
+        })
+    }
 }
 
 /// What happened next on a worker.
@@ -154,14 +181,16 @@ pub fn parse_line(line: &str) -> Event {
     };
     let trial_id = v["trial_id"].as_i64();
     let ty = v["type"].as_str().unwrap_or_default();
-    let need_id = |m: fn(i64) -> Message| match trial_id {
-        Some(id) => Event::Msg(m(id)),
-        None => Event::Garbage(format!("`{ty}` without trial_id: {}", clip(line, 200))),
-    };
     match ty {
         "ready" => Event::Msg(Message::Ready),
         "heartbeat" => Event::Msg(Message::Heartbeat),
-        "pruned" => need_id(|trial_id| Message::Pruned { trial_id }),
+        "pruned" => match trial_id {
+            Some(trial_id) => Event::Msg(Message::Pruned {
+                trial_id,
+                memory: FrameworkMemory::parse(&v),
+            }),
+            None => Event::Garbage(format!("`{ty}` without trial_id: {}", clip(line, 200))),
+        },
         "report" => match (trial_id, v["step"].as_i64(), number(&v["value"])) {
             (Some(trial_id), Some(step), Ok(value)) => Event::Msg(Message::Report {
                 trial_id,
@@ -177,6 +206,7 @@ pub fn parse_line(line: &str) -> Event {
                     Some(values) => values,
                     None => &v["value"],
                 }),
+                memory: FrameworkMemory::parse(&v),
             }),
             None => Event::Garbage(format!("result without trial_id: {}", clip(line, 200))),
         },
@@ -186,6 +216,7 @@ pub fn parse_line(line: &str) -> Event {
                 exc_type: v["exc_type"].as_str().unwrap_or("Exception").to_owned(),
                 message: v["message"].as_str().unwrap_or_default().to_owned(),
                 traceback: v["traceback"].as_str().unwrap_or_default().to_owned(),
+                memory: FrameworkMemory::parse(&v),
             }),
             None => Event::Garbage(format!("error without trial_id: {}", clip(line, 200))),
         },
@@ -260,6 +291,49 @@ mod tests {
             parse_line(r#"{"type":"result","trial_id":3,"value":"-inf"}"#),
             Event::Msg(Message::Result { value: Ok(v), .. }) if v == [f64::NEG_INFINITY]
         ));
+    }
+
+    #[test]
+    fn a_final_message_carries_the_frameworks_memory_figures_when_both_are_there() {
+        let memory = |line: &str| match parse_line(line) {
+            Event::Msg(
+                Message::Result { memory, .. }
+                | Message::Pruned { memory, .. }
+                | Message::Error { memory, .. },
+            ) => memory,
+            e => panic!("{e:?}"),
+        };
+        let both = Some(FrameworkMemory {
+            peak_reserved: 6 << 30,
+            reserved: 0,
+        });
+        let m = r#""memory":{"framework":"torch","peak_allocated":5,"peak_reserved":6442450944,"reserved":0}"#;
+        assert_eq!(
+            memory(&format!(
+                r#"{{"type":"result","trial_id":1,"value":1,{m}}}"#
+            )),
+            both
+        );
+        assert_eq!(
+            memory(&format!(r#"{{"type":"pruned","trial_id":1,{m}}}"#)),
+            both
+        );
+        assert_eq!(
+            memory(&format!(
+                r#"{{"type":"error","trial_id":1,"message":"x",{m}}}"#
+            )),
+            both
+        );
+        // Advisory: absent, partial or malformed figures are none, and the message still counts.
+        for bad in [
+            "",
+            r#","memory":{"peak_reserved":6442450944}"#,
+            r#","memory":{"peak_reserved":-1,"reserved":0}"#,
+            r#","memory":"lots""#,
+        ] {
+            let line = format!(r#"{{"type":"result","trial_id":1,"value":1{bad}}}"#);
+            assert_eq!(memory(&line), None, "{line}");
+        }
     }
 
     #[test]

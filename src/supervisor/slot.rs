@@ -21,6 +21,7 @@ use crate::store::Runner;
 use crate::study::{Claimed, FailureKind, Finish};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::debug;
 use tracing::info;
 
 /// A slot's current worker and what it knows of it.
@@ -180,21 +181,22 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 }
             }
             let trial_started = Instant::now();
-            let (outcome, fate, oneshot) = if persistent {
+            let (outcome, fate, oneshot, framework) = if persistent {
                 let c = current
                     .as_mut()
                     .expect("a persistent slot has a worker here");
                 let written = runner_written == Some(c.worker.id);
                 bind(&sh, &claimed, &c.worker, device, written).await?;
-                let (o, f) = run_trial(&sh, &mut c.worker, &claimed, None).await;
-                (o, f, None)
+                let (o, f, fw) = run_trial(&sh, &mut c.worker, &claimed, None).await;
+                (o, f, None, fw)
             } else {
                 match start_oneshot(slot, &sh, &claimed, device).await {
                     Ok((mut w, result_file)) => {
                         bind(&sh, &claimed, &w, device, false).await?;
-                        let (o, f) = run_trial(&sh, &mut w, &claimed, Some(&result_file)).await;
+                        // The process exits with its trial: no reading of what it holds after.
+                        let (o, f, _) = run_trial(&sh, &mut w, &claimed, Some(&result_file)).await;
                         let _ = std::fs::remove_file(&result_file);
-                        (o, f, Some(w))
+                        (o, f, Some(w), None)
                     }
                     Err(e) => {
                         let out = Outcome::Failed {
@@ -233,6 +235,17 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                     // What the process holds between trials: the growth baseline, and how clean
                     // it is when the next trial starts.
                     c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
+                    if let (Some(held), Some(fw)) = (c.health.idle, framework) {
+                        if let Some(peak) =
+                            m.raise_peak(claimed.trial_id, held, fw.reserved, fw.peak_reserved)
+                        {
+                            debug!(
+                                trial = claimed.number,
+                                "peak {} by the framework's figures (NVML's readings missed it)",
+                                crate::gpu::fmt_gib(peak)
+                            );
+                        }
+                    }
                     if success && c.health.baseline.is_none() {
                         c.health.baseline = c.health.idle;
                     }

@@ -11,7 +11,7 @@ use super::workers::kill_group;
 use super::{Shared, KILL_GRACE};
 use crate::classify;
 use crate::clock;
-use crate::process::{self, Event, Message, Worker};
+use crate::process::{self, Event, FrameworkMemory, Message, Worker};
 use crate::study::{Claimed, FailureKind};
 use crate::units;
 use serde_json::json;
@@ -22,14 +22,15 @@ use tracing::{info, warn};
 /// How long a oneshot worker may take to exit after it reported its result.
 const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
 
-/// Runs one claimed trial on `w` and decides how it ended. `result_file` is set in oneshot
-/// mode, where the process exiting is the normal end of the trial.
+/// Runs one claimed trial on `w` and decides how it ended, with what the worker's framework
+/// said of its memory (persistent workers whose helper reports it). `result_file` is set in
+/// oneshot mode, where the process exiting is the normal end of the trial.
 pub(super) async fn run_trial(
     sh: &Shared,
     w: &mut Worker,
     c: &Claimed,
     result_file: Option<&PathBuf>,
-) -> (Outcome, Fate) {
+) -> (Outcome, Fate, Option<FrameworkMemory>) {
     // One snapshot for the trial: its limits do not change halfway through by a SIGHUP.
     let cfg = sh.cfg();
     let params = cfg.space.external_json(&c.params);
@@ -59,6 +60,7 @@ pub(super) async fn run_trial(
             return (
                 failed(FailureKind::WorkerDied, why.clone(), Some(w.stderr_tail())),
                 Fate::Replace(why),
+                None,
             );
         }
     }
@@ -76,6 +78,8 @@ pub(super) async fn run_trial(
     let mut outcome: Option<Outcome> = None;
     // The last error report, for classifying a process that then died.
     let mut last_report: Option<(String, String, String)> = None;
+    // What the framework said of the trial's memory, with its final message.
+    let mut framework: Option<FrameworkMemory> = None;
     let (result, fate) = loop {
         tokio::select! {
             ev = w.next_event() => {
@@ -106,7 +110,8 @@ pub(super) async fn run_trial(
                         warn!(trial = c.number, "could not record user attribute `{key}`: {e}");
                     }
                 }
-                Event::Msg(Message::Result { trial_id, value }) if trial_id == c.trial_id => {
+                Event::Msg(Message::Result { trial_id, value, memory }) if trial_id == c.trial_id => {
+                    framework = memory;
                     let o = match value {
                         Ok(values) => judge_values(values, cfg.study.directions.len(), "the objective returned"),
                         Err(text) => failed(FailureKind::BadValue, format!("the objective returned a non-number: {text}"), None),
@@ -115,11 +120,13 @@ pub(super) async fn run_trial(
                     outcome = Some(o);
                     timeout.as_mut().reset(clock::deadline(ONESHOT_EXIT_GRACE));
                 }
-                Event::Msg(Message::Pruned { trial_id }) if trial_id == c.trial_id => {
+                Event::Msg(Message::Pruned { trial_id, memory }) if trial_id == c.trial_id => {
+                    framework = memory;
                     if result_file.is_none() { break (Outcome::Pruned, Fate::Keep); }
                     outcome = Some(Outcome::Pruned);
                 }
-                Event::Msg(Message::Error { trial_id, exc_type, message, traceback }) if trial_id == c.trial_id => {
+                Event::Msg(Message::Error { trial_id, exc_type, message, traceback, memory }) if trial_id == c.trial_id => {
+                    framework = memory;
                     let verdict = classify::classify_report(&classify::Report {
                         exc_type: &exc_type, message: &message, traceback: &traceback,
                     });
@@ -139,7 +146,7 @@ pub(super) async fn run_trial(
                     }
                 }
                 Event::Msg(Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
-                    | Message::Pruned { trial_id } | Message::Error { trial_id, .. }
+                    | Message::Pruned { trial_id, .. } | Message::Error { trial_id, .. }
                     | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. }) => {
                     let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
                     w.kill_group(KILL_GRACE).await;
@@ -259,7 +266,7 @@ pub(super) async fn run_trial(
             )
             .await;
     }
-    (result, fate)
+    (result, fate, framework)
 }
 
 /// The answer to a `report` from a study with several objectives (Optuna refuses

@@ -164,7 +164,8 @@ class MemoryTests(Base):
         self.assertEqual(result, {"type": "result", "trial_id": 1, "value": 2048.0 ** 2,
                                   "memory": {"framework": "torch",
                                              "peak_allocated": 2048 * MIB,
-                                             "peak_reserved": 2048 * MIB}})
+                                             "peak_reserved": 2048 * MIB,
+                                             "reserved": 0}})
         self.assertEqual([r["step"] for r in reports], [0, 1, 2, 3])
         self.assertEqual([r["value"] for r in reports], [2048.0 ** 2 + k for k in (3, 2, 1, 0)])
         # The freed tensors stay reserved by the caching allocator until the helper empties
@@ -400,7 +401,19 @@ class CachingAllocatorTests(Base):
         _, result = w.trial(0, {"mem": 1024})
         self.assertEqual(result["memory"], {"framework": "torch",
                                             "peak_allocated": GIB,
-                                            "peak_reserved": GIB})
+                                            "peak_reserved": GIB,
+                                            "reserved": 0})
+
+    def test_the_reported_peak_is_the_trials_own_with_what_the_allocator_could_not_give_back(self):
+        # Fragments an earlier trial left are reserved (PyTorch counts them), before and after.
+        w = self.worker(SIM_STEPS="2", SIM_FRAG_PER_TRIAL="256M")
+        w.trial(0, {"mem": 2048})
+        _, result = w.trial(1, {"mem": 512})
+        self.assertEqual(result["memory"]["peak_reserved"], 256 * MIB + 512 * MIB)
+        self.assertEqual(result["memory"]["reserved"], 2 * 256 * MIB)
+        # NVML after the trial less what stays reserved, plus the peak: the trial's peak.
+        self.assertEqual(w.usage()[-1] - result["memory"]["reserved"]
+                         + result["memory"]["peak_reserved"], CONTEXT + 256 * MIB + 512 * MIB)
 
 
 class ReleaseTests(Base):

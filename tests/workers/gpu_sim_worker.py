@@ -224,6 +224,7 @@ class Gpu(object):
         self.reserved = 0    # held by the caching allocator for tensors (>= alloc)
         self.peak = 0
         self.peak_alloc = 0  # torch.cuda.max_memory_allocated() since the last reset
+        self.peak_reserved = 0  # torch.cuda.max_memory_reserved() since the last reset
         self.sticky = None   # the AcceleratorError text once the context is broken
 
     def usage(self):
@@ -257,7 +258,13 @@ class Gpu(object):
         self.reserved = reserved
         self.context = CONTEXT
         self.peak_alloc = max(self.peak_alloc, alloc)
+        self.peak_reserved = max(self.peak_reserved, self.allocator_reserved())
         self.publish()
+
+    def allocator_reserved(self):
+        """torch.cuda.memory_reserved(): what the caching allocator holds, the fragmented
+        segments of earlier trials included (the context is not the allocator's)."""
+        return self.frag + self.reserved
 
     def free_tensors(self):
         """The trial's tensors are gone; the allocator keeps their memory reserved."""
@@ -448,6 +455,7 @@ def install_torch_stand_in():
 
     def reset_peak_memory_stats():
         GPU.peak_alloc = GPU.alloc
+        GPU.peak_reserved = GPU.allocator_reserved()
 
     cuda = types.SimpleNamespace(
         is_available=lambda: True,
@@ -455,7 +463,8 @@ def install_torch_stand_in():
         empty_cache=GPU.empty_cache,
         reset_peak_memory_stats=reset_peak_memory_stats,
         max_memory_allocated=lambda: GPU.peak_alloc,
-        max_memory_reserved=lambda: GPU.reserved,
+        max_memory_reserved=lambda: GPU.peak_reserved,
+        memory_reserved=GPU.allocator_reserved,
     )
     sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, __sweepd_simulated__=True)
 
