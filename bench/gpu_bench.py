@@ -35,7 +35,8 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEPD = os.path.join(REPO, "target", "release", "sweepd")
+# SWEEPD_BIN: another build to measure side by side with this one (A/B on the same machine).
+SWEEPD = os.environ.get("SWEEPD_BIN") or os.path.join(REPO, "target", "release", "sweepd")
 FAKE_NVML = os.path.join(REPO, "target", "fake-nvml", "libnvidia-ml.so.1")
 WORKER = os.path.join(REPO, "tests", "workers", "gpu_sim_worker.py")
 DOC = os.path.join(REPO, "docs", "benchmarks.md")

@@ -80,6 +80,8 @@ pub struct Reclaim {
 pub struct RunningTrial {
     pub trial_id: i64,
     pub device: u32,
+    /// Its worker's process group, once a worker is bound to it.
+    pub pgid: Option<i32>,
     /// What the memory model expected this trial to peak at when it was admitted.
     pub expected_peak: u64,
     /// What NVML shows the trial's process group using on `device` now (0 just after start).
@@ -572,6 +574,7 @@ mod tests {
         RunningTrial {
             trial_id: id,
             device,
+            pgid: None,
             expected_peak,
             used_now,
             settled: false,

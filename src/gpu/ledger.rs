@@ -18,7 +18,17 @@
 //!
 //! The file is read and rewritten whole under an exclusive `flock`, held by a daemon from
 //! reading the others' claims to writing its own after the admission decision, so that two
-//! daemons never decide on the same free memory. An entry is keyed by the daemon's pid and that
+//! daemons never decide on the same free memory.
+//!
+//! What another daemon's trial has yet to claim must be counted against the same NVML reading
+//! as the free memory it is subtracted from: a figure the other daemon worked out from its own,
+//! older reading counts twice what the trial allocated since (it is gone from free memory and
+//! still in the figure), and from a newer one it counts nothing of what our reading does not
+//! yet show. So each running trial is written with its worker's process group and the bytes it
+//! is counted at in all (its expected peak, or what it uses plus allocator noise once settled),
+//! and each daemon subtracts `bound − what the group uses in its own reading` (`Claim::against`).
+//!
+//! An entry is keyed by the daemon's pid and that
 //! process's start time: an entry whose daemon is gone (exited, killed, crashed) is left out of
 //! every reading and dropped at the next write, so a crashed daemon's claims expire by
 //! themselves.
@@ -62,11 +72,24 @@ impl Owner {
     }
 }
 
+/// One running trial as the other daemons count it: its worker's process group (0 while it has
+/// none) and the bytes it is counted at in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub pgid: i32,
+    pub bound: u64,
+}
+
 /// What one daemon's running trials hold back on one device.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claim {
-    /// Bytes its running trials are expected to allocate but have not yet.
+    /// Bytes its running trials are expected to allocate but have not yet, by its own reading
+    /// (what a daemon of the first formats, which writes no `trials`, goes by).
     pub unclaimed: u64,
+    /// Its running trials, each with its process group and bound (`None`: an entry of a daemon
+    /// that does not write them; its `unclaimed` counts instead). Summed over the other
+    /// daemons ([`Locked::others`]), the trials of those that write them.
+    pub trials: Option<Vec<Held>>,
     /// Its trials running on the device.
     pub running: usize,
     /// What its idle workers there hold (it can give that back by retiring them).
@@ -75,6 +98,20 @@ pub struct Claim {
     pub want: u64,
     /// The free memory it saw on the device when it asked.
     pub seen: u64,
+}
+
+impl Claim {
+    /// What these trials have yet to claim against a reading in which process group `g` uses
+    /// `used(g)` bytes on the device: `bound − used` for each trial that writes its group (a
+    /// trial without a worker yet, or one the reading does not list, at its whole bound), plus
+    /// the `unclaimed` of the entries that do not.
+    pub fn against(&self, used: impl Fn(i32) -> u64) -> u64 {
+        let trials = self.trials.iter().flatten().map(|t| {
+            let used = if t.pgid > 0 { used(t.pgid) } else { 0 };
+            t.bound.saturating_sub(used)
+        });
+        trials.fold(self.unclaimed, u64::saturating_add)
+    }
 }
 
 /// Another daemon asks for memory held by idle workers on `device`.
@@ -97,9 +134,10 @@ impl Request {
 /// Claims by device index.
 pub type Claims = BTreeMap<u32, Claim>;
 
-/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING IDLE WANT SEEN` (a line of the
-/// first format, without the last three, reads with them 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING IDLE WANT SEEN TRIALS`, `TRIALS`
+/// being `-` or `PGID:BOUND,...` (a line of the first formats, without the last four or the
+/// last one, reads with them 0 and without trials).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     owner: Owner,
     device: u32,
@@ -125,41 +163,77 @@ fn parse(text: &str) -> Vec<Entry> {
                     ..Claim::default()
                 },
             };
-            match f.collect::<Vec<&str>>()[..] {
+            let rest = f.collect::<Vec<&str>>();
+            match rest[..] {
                 [] => {}
-                [idle, want, seen] => {
+                [idle, want, seen, ..] if rest.len() <= 4 => {
                     entry.claim.idle = idle.parse().ok()?;
                     entry.claim.want = want.parse().ok()?;
                     entry.claim.seen = seen.parse().ok()?;
                 }
                 _ => return None,
             }
+            if let Some(trials) = rest.get(3) {
+                entry.claim.trials = Some(parse_trials(trials)?);
+            }
             Some(entry)
+        })
+        .collect()
+}
+
+/// `-` or `PGID:BOUND,...`.
+fn parse_trials(text: &str) -> Option<Vec<Held>> {
+    if text == "-" {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|t| {
+            let (pgid, bound) = t.split_once(':')?;
+            Some(Held {
+                pgid: pgid.parse().ok().filter(|g| *g >= 0)?,
+                bound: bound.parse().ok()?,
+            })
         })
         .collect()
 }
 
 fn format(entries: &[Entry]) -> String {
     let mut out = String::from(
-        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes\n",
+        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes trials(pgid:bound_bytes,...)\n",
     );
     for e in entries {
         let c = &e.claim;
         out.push_str(&format!(
-            "{} {} {} {} {} {} {} {}\n",
+            "{} {} {} {} {} {} {} {}",
             e.owner.pid, e.owner.start, e.device, c.unclaimed, c.running, c.idle, c.want, c.seen
         ));
+        match c.trials.as_deref() {
+            None => {}
+            Some([]) => out.push_str(" -"),
+            Some(trials) => {
+                let list: Vec<String> = trials
+                    .iter()
+                    .map(|t| format!("{}:{}", t.pgid, t.bound))
+                    .collect();
+                out.push(' ');
+                out.push_str(&list.join(","));
+            }
+        }
+        out.push('\n');
     }
     out
 }
 
 /// The claims of every daemon but `me`, summed per device (their requests left out: see
-/// [`requests`]).
+/// [`requests`]): the trials of those that write them, the `unclaimed` of those that do not.
 fn others(entries: &[Entry], me: Owner) -> Claims {
     let mut out = Claims::new();
     for e in entries.iter().filter(|e| e.owner != me) {
         let c = out.entry(e.device).or_default();
-        c.unclaimed = c.unclaimed.saturating_add(e.claim.unclaimed);
+        match &e.claim.trials {
+            Some(trials) => c.trials.get_or_insert_with(Vec::new).extend(trials),
+            None => c.unclaimed = c.unclaimed.saturating_add(e.claim.unclaimed),
+        }
         c.running = c.running.saturating_add(e.claim.running);
         c.idle = c.idle.saturating_add(e.claim.idle);
     }
@@ -182,13 +256,13 @@ fn requests(entries: &[Entry], me: Owner) -> Vec<Request> {
 /// The entries with `me`'s replaced by `mine` (devices with nothing to claim and nothing
 /// running are left out).
 fn replace_mine(entries: &[Entry], me: Owner, mine: &Claims) -> Vec<Entry> {
-    let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).copied().collect();
+    let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).cloned().collect();
     for (device, claim) in mine {
         if claim.unclaimed > 0 || claim.running > 0 || claim.idle > 0 || claim.want > 0 {
             out.push(Entry {
                 owner: me,
                 device: *device,
-                claim: *claim,
+                claim: claim.clone(),
             });
         }
     }
@@ -417,6 +491,57 @@ mod tests {
         let old = parse("7 1 0 1024 2\n");
         assert_eq!(old[0].claim.unclaimed, 1024);
         assert_eq!(old[0].claim.idle, 0);
+    }
+
+    /// Two daemons on one card: the other's trial allocated 5 of its 6 GiB after it last
+    /// wrote the ledger (by its reading, 6 GiB yet to claim), and our reading, newer, shows it.
+    #[test]
+    fn the_others_trials_are_counted_against_our_reading_not_the_one_they_wrote_by() {
+        let (a, b, old) = (
+            Owner { pid: 1, start: 1 },
+            Owner { pid: 2, start: 1 },
+            Owner { pid: 3, start: 1 },
+        );
+        let theirs = Claim {
+            unclaimed: 6 * G + 3 * G,
+            running: 2,
+            trials: Some(vec![
+                Held {
+                    pgid: 40,
+                    bound: 6 * G,
+                },
+                // Admitted, no worker yet: its whole bound.
+                Held {
+                    pgid: 0,
+                    bound: 3 * G,
+                },
+            ]),
+            ..Claim::default()
+        };
+        let mut e = replace_mine(&[], b, &[(0, theirs)].into());
+        // A daemon of the format before trials: its own figure is all there is.
+        e = replace_mine(&e, old, &claims(&[(0, G, 1)]));
+        let e = parse(&format(&e));
+        let seen = &others(&e, a)[&0];
+        assert_eq!(seen.running, 3);
+        // Group 40 uses 5 GiB in our reading: 1 GiB left to claim, not 6.
+        let ours = |g: i32| if g == 40 { 5 * G } else { 0 };
+        assert_eq!(seen.against(ours), G + 3 * G + G);
+        // A reading older than their trial's allocation: the whole bound, not what it wrote.
+        assert_eq!(seen.against(|_| 0), 6 * G + 3 * G + G);
+        // Using more than its bound leaves nothing to claim, and takes nothing from the others.
+        assert_eq!(seen.against(|g| if g == 40 { 9 * G } else { 0 }), 3 * G + G);
+        // A daemon with nothing running writes an empty list, which reads back as one.
+        let idle = Claim {
+            idle: G,
+            trials: Some(Vec::new()),
+            ..Claim::default()
+        };
+        let e = parse(&format(&replace_mine(&[], b, &[(0, idle.clone())].into())));
+        assert_eq!(e[0].claim, idle);
+        // A list that does not read leaves the line out.
+        assert!(parse("2 1 0 0 1 0 0 0 40:x\n").is_empty());
+        assert!(parse("2 1 0 0 1 0 0 0 -5:100\n").is_empty());
     }
 
     #[test]

@@ -125,6 +125,9 @@ struct State {
     /// A trial of this study grew after it had settled ([`observe`]): none is taken as settled
     /// again.
     settling_off: bool,
+    /// What each process group listed in `readings` uses, by (device, group): the other
+    /// daemons' trials are counted against the same reading as the free memory (`gpu::ledger`).
+    groups: HashMap<(u32, i32), u64>,
 }
 
 /// Shared between the supervisor's slots and the polling task.
@@ -176,6 +179,7 @@ impl Monitor {
         let mut used: HashMap<i64, u64> = HashMap::new();
         let mut idle_used: HashMap<i32, u64> = HashMap::new();
         let mut report = PollReport::default();
+        let mut groups: HashMap<(u32, i32), u64> = HashMap::new();
         let by_group: HashMap<(i32, u32), i64> = st
             .trials
             .iter()
@@ -188,6 +192,8 @@ impl Monitor {
                     .entry(p.pid)
                     .or_insert_with(|| process::proc_stat(p.pid as i32).map(|s| s.pgrp));
                 let Some(g) = g else { continue };
+                let u = groups.entry((*device, g)).or_default();
+                *u = u.saturating_add(p.used);
                 if let Some(trial) = by_group.get(&(g, *device)) {
                     // Readings come from the driver (or a fake one): never trusted to add up.
                     let u = used.entry(*trial).or_default();
@@ -200,6 +206,7 @@ impl Monitor {
                 }
             }
         }
+        st.groups = groups;
         for (g, (_, held)) in st.idle.iter_mut() {
             *held = idle_used.get(g).copied().unwrap_or(0);
         }
@@ -344,6 +351,21 @@ impl Monitor {
 
     /// The readings as the capacity model takes them, and the devices whose reading failed.
     pub fn views(&self) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String)>) {
+        let (views, running, errors, _) = self.views_and_groups();
+        (views, running, errors)
+    }
+
+    /// [`Monitor::views`], with what each process group uses in the same readings, by (device,
+    /// group).
+    #[allow(clippy::type_complexity)]
+    pub fn views_and_groups(
+        &self,
+    ) -> (
+        Vec<DeviceView>,
+        Vec<RunningTrial>,
+        Vec<(u32, String)>,
+        HashMap<(u32, i32), u64>,
+    ) {
         let st = self.lock();
         let mut views = Vec::new();
         let mut errors = Vec::new();
@@ -364,12 +386,13 @@ impl Monitor {
             .map(|(id, t)| RunningTrial {
                 trial_id: *id,
                 device: t.device,
+                pgid: t.pgid,
                 expected_peak: t.expected_peak,
                 used_now: t.used_now,
                 settled: t.settled,
             })
             .collect();
-        (views, running, errors)
+        (views, running, errors, st.groups.clone())
     }
 
     /// The latest readings, for `sweepd_gpus`.

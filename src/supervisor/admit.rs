@@ -12,7 +12,7 @@
 
 use super::core::Core;
 use crate::gpu::admission::{DeviceView, RunningTrial};
-use crate::gpu::ledger::{self, Claims, Request};
+use crate::gpu::ledger::{self, Claims, Held, Request};
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
 use crate::study::Params;
 use std::cmp::Reverse;
@@ -66,7 +66,7 @@ impl Core {
     /// memory and the other daemons' claims; the ledger stays locked until `write_claims`.
     pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
         let g = self.gpu.as_mut()?;
-        let (mut views, running, errors) = g.monitor.views();
+        let (mut views, running, errors, groups) = g.monitor.views_and_groups();
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {
@@ -103,7 +103,9 @@ impl Core {
             let others = l.others();
             for v in &mut views {
                 if let Some(c) = others.get(&v.index) {
-                    v.others = c.unclaimed;
+                    // Against the reading `free` comes from, not the one each daemon wrote by.
+                    let used = |g: i32| groups.get(&(v.index, g)).copied().unwrap_or(0);
+                    v.others = c.against(used);
                     v.others_running = c.running;
                     v.others_idle = c.idle;
                 }
@@ -207,6 +209,10 @@ impl Core {
             let c = mine.entry(t.device).or_default();
             c.unclaimed = c.unclaimed.saturating_add(t.unclaimed());
             c.running += 1;
+            c.trials.get_or_insert_with(Vec::new).push(Held {
+                pgid: t.pgid.unwrap_or(0),
+                bound: t.used_now.saturating_add(t.unclaimed()),
+            });
         }
         for w in idle {
             let c = mine.entry(w.device).or_default();
@@ -243,6 +249,10 @@ impl Core {
             let c = mine.entry(p.device).or_default();
             c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);
             c.running += 1;
+            c.trials.get_or_insert_with(Vec::new).push(Held {
+                pgid: 0,
+                bound: p.estimate.bytes,
+            });
         }
         if let Err(e) = locked.write(&mine) {
             if !g.ledger_failing {
