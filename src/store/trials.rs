@@ -395,7 +395,11 @@ impl Store {
     ) -> Result<StartRec> {
         self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally)
             .await?;
-        if !ctx.tally.room(ctx.budget) {
+        let room = match op {
+            StartOp::New(_) => ctx.tally.room_for_new(ctx.budget),
+            StartOp::Claim(..) => ctx.tally.room(ctx.budget),
+        };
+        if !room {
             return Ok(StartRec::NoRoom);
         }
         let mut attrs: Vec<(&str, String)> = vec![(OWNER_ATTR, ctx.owner.json().to_string())];

@@ -43,9 +43,23 @@ impl Tally {
         self.open.values().filter(|t| t.running && t.sweepd).count() as u64
     }
 
-    /// Whether another trial may start under a budget of `n_trials`.
+    /// WAITING trials: retry copies and enqueued trials, each of which a start will claim.
+    pub fn waiting(&self) -> u64 {
+        self.open.values().filter(|t| !t.running).count() as u64
+    }
+
+    /// Whether another trial may start under a budget of `n_trials` (a WAITING one claimed:
+    /// see [`Tally::room_for_new`] for a new one).
     pub fn room(&self, n_trials: Option<u64>) -> bool {
         n_trials.is_none_or(|n| self.finished + self.reserved() < n)
+    }
+
+    /// Whether a *new* trial may start under a budget of `n_trials`: the WAITING trials hold
+    /// starts of their own. Otherwise a new trial could take the last start while the WAITING
+    /// copy of an attempt that failed (or was failed over from a dead host) still waits, and
+    /// the budget would end with that copy never run.
+    pub fn room_for_new(&self, n_trials: Option<u64>) -> bool {
+        n_trials.is_none_or(|n| self.finished + self.reserved() + self.waiting() < n)
     }
 
     /// This daemon started the new trial `trial_id`, in the transaction that refreshed the
@@ -151,6 +165,32 @@ mod tests {
         t.apply(11, None, false, false);
         assert!(t.open().is_empty());
         assert_eq!(t.seen(), 11);
+    }
+
+    /// Regression (the flaky `three_hosts_one_killed…` test): a surviving host failed over a
+    /// dead host's running trial (FAIL with a WAITING copy, spending nothing) while the
+    /// survivors' running trials held every other start; when one of those finished, a new
+    /// sample took the start that freed up and the study ended with the copy never run.
+    #[test]
+    fn a_waiting_copy_holds_its_start_against_new_trials() {
+        let mut t = Tally::default();
+        for id in 1..=3 {
+            t.started_new(id);
+        }
+        // Budget 3, all of it running: trial 3 was a dead host's, failed over to copy 4.
+        t.apply(3, Some(TrialState::Fail), true, true);
+        t.apply(4, Some(TrialState::Waiting), false, false);
+        assert!(t.finished_own(1, true));
+        assert_eq!((t.finished, t.reserved(), t.waiting()), (1, 1, 1));
+        // One start is left: the copy's, not a new trial's.
+        assert!(t.room(Some(3)));
+        assert!(!t.room_for_new(Some(3)));
+        // Claimed, it runs like any other; a new trial fits only a larger budget.
+        t.started(4);
+        assert_eq!(t.waiting(), 0);
+        assert!(!t.room(Some(3)));
+        assert!(!t.room_for_new(Some(3)));
+        assert!(t.room_for_new(Some(4)));
     }
 
     /// Regression: a host cut off from the database finished a trial that another host had

@@ -263,25 +263,30 @@ impl Core {
                     return Ok(Planned::Done);
                 }
             }
+            // Whether a new sample may start: not when the running and the WAITING trials
+            // hold every start left in the budget.
+            let mut new_allowed = true;
             if let Some(n) = self.config.study.n_trials {
-                if !self.tally.room(Some(n)) {
-                    // Others (Optuna scripts) may have finished trials since: look before
-                    // deciding between done and waiting for the running ones.
+                if !self.tally.room_for_new(Some(n)) {
+                    // Others (Optuna scripts, other hosts) may have finished or claimed trials
+                    // since: look before deciding.
                     self.store
                         .refresh_tally(&self.study, &mut self.tally)
                         .await?;
                     if self.tally.finished >= n {
                         return Ok(Planned::Done);
                     }
-                    if !self.tally.room(Some(n)) {
-                        // The running trials hold every start left. A new sample kept in line
-                        // would take the first start that frees up, ahead of the WAITING copy
-                        // of the attempt that freed it (failed over or retried: it spends
-                        // nothing), leaving that copy unrun at the end. Drop new samples: the
-                        // next plan looks for WAITING trials first.
+                    if !self.tally.room_for_new(Some(n)) {
+                        // A new sample kept in line would take a start that belongs to a
+                        // WAITING trial (the copy of an attempt that failed or was failed over
+                        // spends nothing), leaving it unrun at the end: drop new samples, and
+                        // start only WAITING trials.
                         self.pending
                             .retain(|(c, _)| matches!(c, Candidate::Waiting(..)));
-                        return Ok(Planned::Wait);
+                        if !self.tally.room(Some(n)) {
+                            return Ok(Planned::Wait);
+                        }
+                        new_allowed = false;
                     }
                 }
             }
@@ -293,8 +298,11 @@ impl Core {
             // not (a small trial past a large one waiting for room), until the head has been
             // passed MAX_PASSES times: then only the head may start, so it cannot starve.
             if self.pending.is_empty() {
-                match self.choose().await? {
+                match self.choose(new_allowed).await? {
                     Some(c) => self.pending.push_back((c, 0)),
+                    // No WAITING trial (another process may have claimed it): the next
+                    // refresh says whether the start is a new trial's after all.
+                    None if !new_allowed => return Ok(Planned::Wait),
                     None if self.exhausted => {
                         return Ok(if self.running > 0 {
                             Planned::Wait
@@ -358,7 +366,7 @@ impl Core {
             let Some((k, placement)) = chosen else {
                 if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
                     // Look one candidate further: it may fit where those in line do not.
-                    if let Some(c) = self.choose().await? {
+                    if let Some(c) = self.choose(new_allowed).await? {
                         self.pending.push_back((c, 0));
                         continue;
                     }
@@ -532,9 +540,10 @@ impl Core {
     }
 
     /// The next candidate: the oldest WAITING trial (retries, `study.enqueue_trial`) before a
-    /// new sample. `None` with `exhausted` set when the sampler has nothing left; `None`
-    /// without it when a WAITING trial was failed for bad params (look again).
-    pub(super) async fn choose(&mut self) -> Result<Option<Candidate>, RunError> {
+    /// new sample (none unless `new`). `None` with `exhausted` set when the sampler has nothing
+    /// left; `None` without it when a WAITING trial was failed for bad params (look again), or
+    /// when there is no WAITING trial and no new sample is wanted.
+    pub(super) async fn choose(&mut self, new: bool) -> Result<Option<Candidate>, RunError> {
         // Whatever it proposes, the sampler first learns what other processes did meanwhile.
         self.catch_up().await;
         let space = &self.config.space;
@@ -590,7 +599,7 @@ impl Core {
                 }
             };
         }
-        if self.exhausted {
+        if self.exhausted || !new {
             return Ok(None);
         }
         // New candidates in line are not numbered yet: give each its own seed key, or a
