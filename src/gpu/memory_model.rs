@@ -818,6 +818,77 @@ mod tests {
         );
     }
 
+    /// The bench's continuous workload (`bench/gpu_bench.py`): a 500 MiB context, 20 MiB
+    /// allocator segments, 512 MiB + 2 MiB × width × depth (width 64–1024 on a log scale,
+    /// depth 1–8), ±2% from trial to trial: peaks of 1 to 17 GiB, with the default prior.
+    /// What `docs/gpu-memory-model.md` says of the learning phase comes from here (run with
+    /// `--nocapture` for the figures): the prior and the first fits fall short now and then;
+    /// from 12 trials measured on, the aim of fewer than 1 in 100 holds.
+    #[test]
+    fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
+        let space = SearchSpace {
+            params: vec![
+                ParamSpec {
+                    name: "width".into(),
+                    dist: Distribution::Int {
+                        low: 64,
+                        high: 1024,
+                        step: 1,
+                        log: true,
+                    },
+                },
+                ParamSpec {
+                    name: "depth".into(),
+                    dist: Distribution::Int {
+                        low: 1,
+                        high: 8,
+                        step: 1,
+                        log: false,
+                    },
+                },
+                space().params[2].clone(),
+            ],
+        };
+        let segment = 20 * MIB;
+        // (trials measured before the estimate, estimate / peak)
+        let mut ratios: Vec<(usize, f64)> = Vec::new();
+        for seed in 0..40 {
+            let mut m = MemoryModel::new(&space, 6 << 30);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            for i in 0..40 {
+                let w = (64.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
+                let d = rng.gen_range(1..=8);
+                let lr = 10f64.powf(rng.gen_range(-5.0..-1.0));
+                let noise = 1.0 + 0.02 * rng.gen_range(-1.0..1.0);
+                let alloc = ((512 * MIB + w as u64 * d as u64 * 2 * MIB) as f64 * noise) as u64;
+                let peak = 500 * MIB + alloc.div_ceil(segment) * segment;
+                let p = params(w, d, lr);
+                ratios.push((i, m.expected(&p) as f64 / peak as f64));
+                m.record(&p, peak);
+            }
+        }
+        let under = |from: usize, to: usize| {
+            let r: Vec<f64> = ratios
+                .iter()
+                .filter(|(i, _)| (from..to).contains(i))
+                .map(|r| r.1)
+                .collect();
+            let low = r.iter().filter(|x| **x < 1.0).count();
+            let least = r.iter().copied().fold(f64::INFINITY, f64::min);
+            eprintln!(
+                "trials {from}-{}: {low} of {} estimates below the peak, the lowest at {least:.2}",
+                to - 1,
+                r.len()
+            );
+            (low, r.len())
+        };
+        under(0, 4);
+        under(4, 8);
+        under(8, 12);
+        let (low, n) = under(12, 40);
+        assert!(low * 100 < n, "{low} of {n} estimates below the peak");
+    }
+
     /// A categorical `mem` ("small" or "large") that drives memory, and `lr`, which does not.
     fn mode_space() -> SearchSpace {
         SearchSpace {
