@@ -16,7 +16,7 @@ use super::admission::{DeviceView, RunningTrial};
 use super::nvml::{DeviceReading, Gpu};
 use crate::process;
 use crate::store::MemorySample;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::warn;
@@ -130,6 +130,37 @@ struct State {
     groups: HashMap<(u32, i32), u64>,
 }
 
+/// The readings as the capacity model takes them, our running trials, and the devices whose
+/// reading failed.
+fn views_of(st: &State) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String)>) {
+    let mut views = Vec::new();
+    let mut errors = Vec::new();
+    for (device, r) in &st.readings {
+        match r {
+            Ok(r) => views.push(DeviceView {
+                index: *device,
+                total: r.total,
+                free: r.free,
+                ..DeviceView::default()
+            }),
+            Err(e) => errors.push((*device, e.clone())),
+        }
+    }
+    let running = st
+        .trials
+        .iter()
+        .map(|(id, t)| RunningTrial {
+            trial_id: *id,
+            device: t.device,
+            pgid: t.pgid,
+            expected_peak: t.expected_peak,
+            used_now: t.used_now,
+            settled: t.settled,
+        })
+        .collect();
+    (views, running, errors)
+}
+
 /// Shared between the supervisor's slots and the polling task.
 pub struct Monitor {
     gpu: Arc<Gpu>,
@@ -176,14 +207,14 @@ impl Monitor {
             .map(|(d, r)| (*d, r.map_err(|e| e.to_string())))
             .collect();
         st.read_at = Some(now);
-        let mut used: HashMap<i64, u64> = HashMap::new();
-        let mut idle_used: HashMap<i32, u64> = HashMap::new();
         let mut report = PollReport::default();
+        // What each process group uses on each device: our trials' and idle workers' usage,
+        // and the other daemons' trials' (`gpu::ledger`), all from this one reading.
         let mut groups: HashMap<(u32, i32), u64> = HashMap::new();
-        let by_group: HashMap<(i32, u32), i64> = st
+        let trial_groups: HashSet<(u32, i32)> = st
             .trials
-            .iter()
-            .filter_map(|(id, t)| Some(((t.pgid?, t.device), *id)))
+            .values()
+            .filter_map(|t| Some((t.device, t.pgid?)))
             .collect();
         for (device, reading) in &st.readings {
             let Ok(reading) = reading else { continue };
@@ -192,32 +223,26 @@ impl Monitor {
                     .entry(p.pid)
                     .or_insert_with(|| process::proc_stat(p.pid as i32).map(|s| s.pgrp));
                 let Some(g) = g else { continue };
+                // Readings come from the driver (or a fake one): never trusted to add up.
                 let u = groups.entry((*device, g)).or_default();
                 *u = u.saturating_add(p.used);
-                if let Some(trial) = by_group.get(&(g, *device)) {
-                    // Readings come from the driver (or a fake one): never trusted to add up.
-                    let u = used.entry(*trial).or_default();
-                    *u = u.saturating_add(p.used);
-                } else if st.idle.get(&g).is_some_and(|(d, _)| d == device) {
-                    let u = idle_used.entry(g).or_default();
-                    *u = u.saturating_add(p.used);
-                } else if st.retired.contains(&g) {
+                let ours = trial_groups.contains(&(*device, g))
+                    || st.idle.get(&g).is_some_and(|(d, _)| d == device);
+                if !ours && st.retired.contains(&g) {
                     report.orphans.push((p.pid, *device, p.used));
                 }
             }
         }
-        st.groups = groups;
-        for (g, (_, held)) in st.idle.iter_mut() {
-            *held = idle_used.get(g).copied().unwrap_or(0);
+        let usage = |device: u32, g: i32| groups.get(&(device, g)).copied().unwrap_or(0);
+        for (g, (device, held)) in st.idle.iter_mut() {
+            *held = usage(*device, *g);
         }
         let settling = !st.settling_off;
         let mut late = None;
         for (id, t) in st.trials.iter_mut() {
-            if t.pgid.is_none() {
-                continue;
-            }
+            let Some(g) = t.pgid else { continue };
             let was = t.used_now;
-            if let Some(grew) = observe(t, used.get(id).copied().unwrap_or(0), now, settling) {
+            if let Some(grew) = observe(t, usage(t.device, g), now, settling) {
                 late.get_or_insert((*id, was, grew));
             }
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
@@ -229,6 +254,7 @@ impl Monitor {
                 });
             }
         }
+        st.groups = groups;
         if let Some((trial_id, was, grew)) = late.filter(|_| settling) {
             // The rule's one blind spot is a trial that grows late in its run (an evaluation
             // pass with larger batches): once a trial of this study has done it, its trials are
@@ -351,8 +377,7 @@ impl Monitor {
 
     /// The readings as the capacity model takes them, and the devices whose reading failed.
     pub fn views(&self) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String)>) {
-        let (views, running, errors, _) = self.views_and_groups();
-        (views, running, errors)
+        views_of(&self.lock())
     }
 
     /// [`Monitor::views`], with what each process group uses in the same readings, by (device,
@@ -367,31 +392,7 @@ impl Monitor {
         HashMap<(u32, i32), u64>,
     ) {
         let st = self.lock();
-        let mut views = Vec::new();
-        let mut errors = Vec::new();
-        for (device, r) in &st.readings {
-            match r {
-                Ok(r) => views.push(DeviceView {
-                    index: *device,
-                    total: r.total,
-                    free: r.free,
-                    ..DeviceView::default()
-                }),
-                Err(e) => errors.push((*device, e.clone())),
-            }
-        }
-        let running = st
-            .trials
-            .iter()
-            .map(|(id, t)| RunningTrial {
-                trial_id: *id,
-                device: t.device,
-                pgid: t.pgid,
-                expected_peak: t.expected_peak,
-                used_now: t.used_now,
-                settled: t.settled,
-            })
-            .collect();
+        let (views, running, errors) = views_of(&st);
         (views, running, errors, st.groups.clone())
     }
 
