@@ -21,8 +21,7 @@ use crate::store::Runner;
 use crate::study::{Claimed, FailureKind, Finish};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::debug;
-use tracing::info;
+use tracing::{debug, info};
 
 /// A slot's current worker and what it knows of it.
 pub(super) struct Current {
