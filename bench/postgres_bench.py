@@ -309,7 +309,7 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
     """`hosts` daemons of `par` slots on one fresh database, until n_trials = n are final
     (`sqlite`: one daemon on a SQLite file instead, the control)."""
     db = name
-    url = "sqlite://sweepd.db" if sqlite else cluster.create_db(db)
+    url = "sqlite:///sweepd.db" if sqlite else cluster.create_db(db)
     base = Path(workdir) / name
     procs = []
     counters0 = None if sqlite else cluster.counters(db)
