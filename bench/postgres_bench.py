@@ -606,6 +606,20 @@ def goals(raw):
             parts.append("from %d to %d trials %.2f of the throughput (%s; within the %d-trial run, its last 1000 "
                          "against its first: %s)" % (small, large, x, "flat" if x >= 0.8 else "NOT flat", large,
                                                     f(within, 2)))
+        cpu = lambda r, keys: sum(sum(v) if isinstance(v, list) else (v or 0.0) for v in (r.get(k) for k in keys))
+        if o and s10 and s10["complete"] and o["complete"]:
+            ours = cpu(s10, ("cpu_s_daemons_and_workers", "server_cpu_s")) / s10["complete"]
+            theirs = cpu(o, ("client_cpu_s", "server_cpu_s")) / o["complete"]
+            if ours > 0:
+                # What bounds the ratio once the machine is busy: the CPU a trial costs each side.
+                line = "CPU per trial, client + server, %.2f ms against Optuna's %.2f (x%.1f)" % (
+                    1e3 * ours, 1e3 * theirs, theirs / ours)
+                if o["machine_busy"] >= 0.9:
+                    line += (": Optuna kept the machine's cores %.0f%% busy, so no throughput ratio above that "
+                             "is possible here; x20 would take %.2f ms per trial, and the server's share alone "
+                             "is %.2f now" % (100 * o["machine_busy"], 1e3 * theirs / 20,
+                                              1e3 * cpu(s10, ("server_cpu_s",)) / s10["complete"]))
+                parts.append(line)
         if parts:
             out.append("- %d process%s: %s." % (h, "" if h == 1 else "es", "; ".join(parts)))
     return out
