@@ -643,6 +643,56 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
     assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
 }
 
+#[test]
+fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
+    // Two studies share one 24 GiB card. Daemon b runs 60 trials of ~5 GiB, four at once, and
+    // refills every byte a trial frees. Daemon a's one trial expects 16 GiB (its trial_memory
+    // x 1.15): it fits only once b runs at most one. Without the host's holds it waits for b's
+    // study to end; with them, once b has started 8 trials past it, b leaves 16 GiB free and a's
+    // trial starts while b still has most of its trials to go.
+    let b_env = [
+        ("SIM_MEM", "5G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.3"),
+    ];
+    let (b, gpus) = gpu_sweep(&["24G Fake A10"], 60, 4, "trial_memory = \"5GiB\"", &b_env);
+    let a_env = [
+        ("SIM_MEM", "13G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.3"),
+    ];
+    let (mut a, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, "trial_memory = \"14GiB\"", &a_env);
+    a.env = gpus.env();
+    let cb = b.spawn_run();
+    wait_until(LIMIT, "daemon b runs four trials", || {
+        b.db.exists() && b.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["4"]
+    });
+    let ca = a.spawn_run();
+    let oa = wait_output(ca, LIMIT);
+    let ob = wait_output(cb, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(&a).is_empty() && fails(&b).is_empty());
+    let a_start = {
+        let t = a.trials();
+        parse_time(t[0]["datetime_start"].as_str().unwrap())
+    };
+    let b_after = b
+        .trials()
+        .iter()
+        .filter(|t| parse_time(t["datetime_start"].as_str().unwrap()) > a_start)
+        .count();
+    assert!(
+        b_after >= 20,
+        "a's trial started when b had only {b_after} of 60 left to start\n{}\n{}",
+        a.daemon_stderr(),
+        b.daemon_stderr()
+    );
+    assert!(a
+        .daemon_stderr()
+        .contains("asks the other daemons on this host to leave"));
+}
+
 /// Six enqueued trials of ~4.1 GiB (4 GiB + a 128 MiB context) on a 24 GiB card; the first
 /// four (the prior, 20 GiB × 1.15, each alone) teach the model `mem = "4G"`; trial 4 has a value
 /// never measured, so its bound is the prior's 23 GiB while the fit predicts ~4 GiB. `by_number`

@@ -28,6 +28,16 @@
 //! is counted at in all (its expected peak, or what it uses plus allocator noise once settled),
 //! and each daemon subtracts `bound − what the group uses in its own reading` (`Claim::against`).
 //!
+//! A large trial waiting in one daemon's line could starve while another daemon keeps filling
+//! every byte freed with small trials: a daemon's own line lets a trial that fits pass the head
+//! only `MAX_PASSES` times, and the others' starts are passes too. So each daemon writes how
+//! many trials it has started per device, and one whose waiting trial has been passed that
+//! often writes a hold: the bytes that trial needs on a device. The others count the hold as
+//! a claim, so the card drains until the trial fits; holds are honoured oldest first (a daemon
+//! ignores those younger than its own on the device), so two holds never wait for each other.
+//! These travel on a line of their own (`PID START DEVICE + STARTED HOLD SINCE`), which a daemon
+//! of an earlier format skips, reading the claims line as before.
+//!
 //! An entry is keyed by the daemon's pid and that
 //! process's start time: an entry whose daemon is gone (exited, killed, crashed) is left out of
 //! every reading and dropped at the next write, so a crashed daemon's claims expire by
@@ -98,6 +108,13 @@ pub struct Claim {
     pub want: u64,
     /// The free memory it saw on the device when it asked.
     pub seen: u64,
+    /// Trials it has started on the device since it began (summed over the other daemons by
+    /// [`Locked::others`]).
+    pub started: u64,
+    /// Bytes its waiting trial, passed too often, holds back from the others (0: no hold), and
+    /// since when (milliseconds since the epoch).
+    pub hold: u64,
+    pub hold_since: u64,
 }
 
 impl Claim {
@@ -131,6 +148,24 @@ impl Request {
     }
 }
 
+/// Another daemon's hold on `device`: memory it asks the others to leave free for its waiting
+/// trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    pub device: u32,
+    pub bytes: u64,
+    /// Milliseconds since the epoch, then the daemon: the order holds are honoured in.
+    pub since: (u64, Owner),
+}
+
+impl Hold {
+    /// Whether this hold comes before `mine` (this daemon's hold on the same device, if any):
+    /// the older is honoured, so two daemons' holds never wait for each other.
+    pub fn before(&self, mine: Option<(u64, Owner)>) -> bool {
+        mine.is_none_or(|m| self.since < m)
+    }
+}
+
 /// Claims by device index.
 pub type Claims = BTreeMap<u32, Claim>;
 
@@ -147,38 +182,75 @@ struct Entry {
 /// Parses the file's text; lines that do not read as entries (a future format, a hand edit) are
 /// left out rather than trusted.
 fn parse(text: &str) -> Vec<Entry> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let mut entry = Entry {
-                owner: Owner {
-                    pid: f.next()?.parse().ok()?,
-                    start: f.next()?.parse().ok()?,
-                },
-                device: f.next()?.parse().ok()?,
-                claim: Claim {
-                    unclaimed: f.next()?.parse().ok()?,
-                    running: f.next()?.parse().ok()?,
-                    ..Claim::default()
-                },
-            };
-            let rest = f.collect::<Vec<&str>>();
-            match rest[..] {
-                [] => {}
-                [idle, want, seen, ..] if rest.len() <= 4 => {
-                    entry.claim.idle = idle.parse().ok()?;
-                    entry.claim.want = want.parse().ok()?;
-                    entry.claim.seen = seen.parse().ok()?;
-                }
-                _ => return None,
+    let mut entries: Vec<Entry> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        if let Some((owner, device, [started, hold, since])) = parse_standing(line) {
+            // It follows its claims line; alone it is left out.
+            if let Some(e) = entries
+                .iter_mut()
+                .find(|e| e.owner == owner && e.device == device)
+            {
+                e.claim.started = started;
+                e.claim.hold = hold;
+                e.claim.hold_since = since;
             }
-            if let Some(trials) = rest.get(3) {
-                entry.claim.trials = Some(parse_trials(trials)?);
-            }
-            Some(entry)
-        })
-        .collect()
+        } else if let Some(e) = parse_claims(line) {
+            entries.push(e);
+        }
+    }
+    entries
+}
+
+/// `PID START DEVICE + STARTED HOLD SINCE`.
+fn parse_standing(line: &str) -> Option<(Owner, u32, [u64; 3])> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [pid, start, device, "+", started, hold, since] = f[..] else {
+        return None;
+    };
+    let owner = Owner {
+        pid: pid.parse().ok()?,
+        start: start.parse().ok()?,
+    };
+    Some((
+        owner,
+        device.parse().ok()?,
+        [
+            started.parse().ok()?,
+            hold.parse().ok()?,
+            since.parse().ok()?,
+        ],
+    ))
+}
+
+/// `PID START DEVICE UNCLAIMED RUNNING [IDLE WANT SEEN [TRIALS]]`.
+fn parse_claims(l: &str) -> Option<Entry> {
+    let mut f = l.split_whitespace();
+    let mut entry = Entry {
+        owner: Owner {
+            pid: f.next()?.parse().ok()?,
+            start: f.next()?.parse().ok()?,
+        },
+        device: f.next()?.parse().ok()?,
+        claim: Claim {
+            unclaimed: f.next()?.parse().ok()?,
+            running: f.next()?.parse().ok()?,
+            ..Claim::default()
+        },
+    };
+    let rest = f.collect::<Vec<&str>>();
+    match rest[..] {
+        [] => {}
+        [idle, want, seen, ..] if rest.len() <= 4 => {
+            entry.claim.idle = idle.parse().ok()?;
+            entry.claim.want = want.parse().ok()?;
+            entry.claim.seen = seen.parse().ok()?;
+        }
+        _ => return None,
+    }
+    if let Some(trials) = rest.get(3) {
+        entry.claim.trials = Some(parse_trials(trials)?);
+    }
+    Some(entry)
 }
 
 /// `-` or `PGID:BOUND,...`.
@@ -199,7 +271,8 @@ fn parse_trials(text: &str) -> Option<Vec<Held>> {
 
 fn format(entries: &[Entry]) -> String {
     let mut out = String::from(
-        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes trials(pgid:bound_bytes,...)\n",
+        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes trials(pgid:bound_bytes,...)\n\
+         # and: pid start_time device + trials_started hold_bytes hold_since_ms\n",
     );
     for e in entries {
         let c = &e.claim;
@@ -220,6 +293,12 @@ fn format(entries: &[Entry]) -> String {
             }
         }
         out.push('\n');
+        if c.started > 0 || c.hold > 0 {
+            out.push_str(&format!(
+                "{} {} {} + {} {} {}\n",
+                e.owner.pid, e.owner.start, e.device, c.started, c.hold, c.hold_since
+            ));
+        }
     }
     out
 }
@@ -236,8 +315,22 @@ fn others(entries: &[Entry], me: Owner) -> Claims {
         }
         c.running = c.running.saturating_add(e.claim.running);
         c.idle = c.idle.saturating_add(e.claim.idle);
+        c.started = c.started.saturating_add(e.claim.started);
     }
     out
+}
+
+/// The other daemons' holds.
+fn holds(entries: &[Entry], me: Owner) -> Vec<Hold> {
+    entries
+        .iter()
+        .filter(|e| e.owner != me && e.claim.hold > 0)
+        .map(|e| Hold {
+            device: e.device,
+            bytes: e.claim.hold,
+            since: (e.claim.hold_since, e.owner),
+        })
+        .collect()
 }
 
 /// The other daemons' requests for idle workers' memory.
@@ -258,7 +351,13 @@ fn requests(entries: &[Entry], me: Owner) -> Vec<Request> {
 fn replace_mine(entries: &[Entry], me: Owner, mine: &Claims) -> Vec<Entry> {
     let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).cloned().collect();
     for (device, claim) in mine {
-        if claim.unclaimed > 0 || claim.running > 0 || claim.idle > 0 || claim.want > 0 {
+        if claim.unclaimed > 0
+            || claim.running > 0
+            || claim.idle > 0
+            || claim.want > 0
+            || claim.started > 0
+            || claim.hold > 0
+        {
             out.push(Entry {
                 owner: me,
                 device: *device,
@@ -393,6 +492,16 @@ impl Locked {
         requests(&self.entries, self.me)
     }
 
+    /// The other live daemons' holds.
+    pub fn holds(&self) -> Vec<Hold> {
+        holds(&self.entries, self.me)
+    }
+
+    /// This daemon, as the ledger knows it.
+    pub fn me(&self) -> Owner {
+        self.me
+    }
+
     /// Replaces this daemon's claims with `mine`, and releases the lock.
     pub fn write(mut self, mine: &Claims) -> std::io::Result<()> {
         let text = format(&replace_mine(&self.entries, self.me, mine));
@@ -491,6 +600,94 @@ mod tests {
         let old = parse("7 1 0 1024 2\n");
         assert_eq!(old[0].claim.unclaimed, 1024);
         assert_eq!(old[0].claim.idle, 0);
+    }
+
+    #[test]
+    fn starts_and_holds_travel_on_a_line_that_earlier_daemons_skip() {
+        let (a, b, c) = (
+            Owner { pid: 1, start: 1 },
+            Owner { pid: 2, start: 1 },
+            Owner { pid: 3, start: 1 },
+        );
+        let holding = |started, hold, hold_since| Claim {
+            running: 1,
+            started,
+            hold,
+            hold_since,
+            ..Claim::default()
+        };
+        let mut e = replace_mine(&[], a, &[(0, holding(9, 12 * G, 500))].into());
+        e = replace_mine(
+            &e,
+            b,
+            &[(0, holding(4, 0, 0)), (1, holding(2, G, 700))].into(),
+        );
+        // A daemon that started nothing and holds nothing writes no such line.
+        e = replace_mine(&e, c, &claims(&[(0, G, 1)]));
+        let text = format(&e);
+        assert_eq!(
+            text.lines()
+                .filter(|l| !l.starts_with('#') && l.contains(" + "))
+                .count(),
+            3
+        );
+        let back = parse(&text);
+        assert_eq!(back, e);
+        assert_eq!(others(&back, c)[&0].started, 13);
+        assert_eq!(
+            holds(&back, c),
+            vec![
+                Hold {
+                    device: 0,
+                    bytes: 12 * G,
+                    since: (500, a)
+                },
+                Hold {
+                    device: 1,
+                    bytes: G,
+                    since: (700, b)
+                },
+            ]
+        );
+        assert!(holds(&back, a).iter().all(|h| h.since.1 != a));
+        // A daemon of the format before reads the claims lines as they were and skips these:
+        // their fourth field is not a number.
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(" + "))
+        {
+            assert!(line
+                .split_whitespace()
+                .nth(3)
+                .unwrap()
+                .parse::<u64>()
+                .is_err());
+        }
+        // Alone, without its claims line, such a line is left out.
+        assert!(parse("5 1 0 + 3 1024 9\n").is_empty());
+    }
+
+    #[test]
+    fn the_older_hold_is_honoured_so_two_never_wait_for_each_other() {
+        let (a, b) = (Owner { pid: 1, start: 1 }, Owner { pid: 2, start: 1 });
+        let theirs = Hold {
+            device: 0,
+            bytes: G,
+            since: (500, a),
+        };
+        // Without a hold of ours there, theirs counts.
+        assert!(theirs.before(None));
+        // Ours is younger: theirs counts; ours is older: it does not.
+        assert!(theirs.before(Some((600, b))));
+        assert!(!theirs.before(Some((400, b))));
+        // The same millisecond: the daemons' order decides, the same way for both.
+        assert!(theirs.before(Some((500, b))));
+        let ours = Hold {
+            device: 0,
+            bytes: G,
+            since: (500, b),
+        };
+        assert!(!ours.before(Some((500, a))));
     }
 
     /// Two daemons on one card: the other's trial allocated 5 of its 6 GiB after it last

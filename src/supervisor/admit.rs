@@ -19,7 +19,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// The GPU side of the decision: readings, admission and the memory model.
 pub(super) struct GpuCtl {
@@ -40,6 +40,24 @@ pub(super) struct GpuCtl {
     /// What the other daemons ask of our idle workers, per device: the bytes still to free as
     /// of the latest round (housekeeping answers them, `Pool::answer`).
     pub(super) asked: BTreeMap<u32, u64>,
+    /// Trials we started per device, written to the ledger: the other daemons count them as
+    /// passing their waiting trials.
+    pub(super) started: BTreeMap<u32, u64>,
+    /// The head of our line as first seen waiting, and how many trials the other daemons had
+    /// started then: those they start after pass it (`Core::passes_by_others`).
+    pub(super) head_watch: Option<(Params, u64)>,
+    /// What our head, passed too often, holds back from the other daemons (written to the
+    /// ledger; the others honour it as a claim until it starts).
+    pub(super) hold: Option<Holding>,
+}
+
+/// Our head's hold on a device: the bytes it needs there, since when (milliseconds since the
+/// epoch, the order the daemons honour holds in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Holding {
+    pub(super) device: u32,
+    pub(super) bytes: u64,
+    pub(super) since_ms: u64,
 }
 
 /// Where a trial admitted on a GPU runs: its device, its estimate, and what it does with our
@@ -108,6 +126,19 @@ impl Core {
                     v.others = c.against(used);
                     v.others_running = c.running;
                     v.others_idle = c.idle;
+                }
+            }
+            // The other daemons' holds older than ours on a device: memory their starved
+            // trials wait for, which we leave free (see `gpu::ledger`).
+            for h in l.holds() {
+                let mine = g
+                    .hold
+                    .filter(|m| m.device == h.device)
+                    .map(|m| (m.since_ms, l.me()));
+                if let Some(v) = views.iter_mut().find(|v| v.index == h.device) {
+                    if h.before(mine) {
+                        v.others = v.others.saturating_add(h.bytes);
+                    }
                 }
             }
             g.asked.clear();
@@ -201,9 +232,77 @@ impl Core {
         }))
     }
 
+    /// How many trials the other daemons on this host started since the head of our line was
+    /// first seen waiting: they passed it as much as the trials behind it in our own line that
+    /// started first (0 without GPUs or a ledger, or for a new head).
+    pub(super) fn passes_by_others(&mut self, round: Option<&Round>) -> u32 {
+        let (Some(g), Some((head, _))) = (&mut self.gpu, self.pending.front()) else {
+            return 0;
+        };
+        let Some(locked) = round.and_then(|r| r.ledger.as_ref()) else {
+            return 0;
+        };
+        let now: u64 = locked.others().values().map(|c| c.started).sum();
+        match &g.head_watch {
+            Some((params, then)) if params == head.params() => {
+                u32::try_from(now.saturating_sub(*then)).unwrap_or(u32::MAX)
+            }
+            _ => {
+                g.head_watch = Some((head.params().clone(), now));
+                0
+            }
+        }
+    }
+
+    /// Our hold after a round: the head waited (`waits`: why on each device) after being passed
+    /// `passes` times in all, so it asks the other daemons to leave what it needs free on the
+    /// device closest to fitting it; otherwise none, and a head that started is watched no more.
+    pub(super) fn hold_for_head(&mut self, waits: Option<&[Decision]>, started: bool, passes: u32) {
+        let Some(g) = &mut self.gpu else { return };
+        if started {
+            g.head_watch = None;
+        }
+        let wanted = waits
+            .filter(|_| passes >= super::policy::MAX_PASSES)
+            .and_then(|d| d.iter().max_by_key(|d| (d.usable, Reverse(d.device))))
+            .zip(self.pending.front())
+            .map(|(d, (c, _))| (d.device, g.model.expected(c.params())));
+        let Some((device, bytes)) = wanted else {
+            g.hold = None;
+            return;
+        };
+        if g.hold
+            .is_some_and(|h| h.device == device && h.bytes == bytes)
+        {
+            return;
+        }
+        let since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if g.hold.is_none() {
+            info!(
+                gpu = device,
+                "the trial at the head of the line, passed by {passes} trials, asks the other daemons on this host to leave {} free for it",
+                crate::gpu::fmt_gib(bytes)
+            );
+        }
+        // The same head keeps its place among the holds when its estimate moves.
+        let since_ms = g
+            .hold
+            .filter(|h| h.device == device)
+            .map_or(since_ms, |h| h.since_ms);
+        g.hold = Some(Holding {
+            device,
+            bytes,
+            since_ms,
+        });
+    }
+
     /// What our running trials have yet to claim per device, how many run there, what our
-    /// idle workers hold there, and what our waiting trial asks for.
-    fn my_claims(monitor: &Monitor, idle: &[IdleWorker], asking: Option<Request>) -> Claims {
+    /// idle workers hold there, what our waiting trial asks for, how many trials we started
+    /// there and what our head holds.
+    fn my_claims(g: &GpuCtl, idle: &[IdleWorker]) -> Claims {
+        let (monitor, asking) = (&g.monitor, g.asking);
         let mut mine = Claims::new();
         for t in monitor.views().1 {
             let c = mine.entry(t.device).or_default();
@@ -222,6 +321,14 @@ impl Core {
             let c = mine.entry(r.device).or_default();
             c.want = r.want;
             c.seen = r.seen;
+        }
+        for (device, n) in &g.started {
+            mine.entry(*device).or_default().started = *n;
+        }
+        if let Some(h) = g.hold {
+            let c = mine.entry(h.device).or_default();
+            c.hold = h.bytes;
+            c.hold_since = h.since_ms;
         }
         mine
     }
@@ -244,7 +351,10 @@ impl Core {
             return;
         };
         let idle = self.pool.views(&g.monitor);
-        let mut mine = Self::my_claims(&g.monitor, &idle, g.asking);
+        if let Some(p) = new {
+            *g.started.entry(p.device).or_default() += 1;
+        }
+        let mut mine = Self::my_claims(g, &idle);
         if let Some(p) = new {
             let c = mine.entry(p.device).or_default();
             c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);

@@ -313,10 +313,13 @@ impl Core {
                     None => continue,
                 }
             }
-            let head_passes = self.pending[0].1;
+            let round = self.round(now);
+            // The other daemons' starts while the head waited passed it too.
+            let head_passes = self.pending[0]
+                .1
+                .saturating_add(self.passes_by_others(round.as_ref()));
             let tries = policy::admissible(head_passes, self.pending.len());
             let mut chosen: Option<(usize, Option<Placement>)> = None;
-            let round = self.round(now);
             let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
             let mut head_waits = None;
             // Starts left in the budget: a candidate does not pass enqueued trials in line
@@ -359,6 +362,8 @@ impl Core {
             // Nothing starts: the head may ask the other daemons for their idle memory.
             let waits = head_waits.as_deref().filter(|_| chosen.is_none());
             self.ask(round.as_ref(), waits);
+            let head_started = chosen.as_ref().is_some_and(|(k, _)| *k == 0);
+            self.hold_for_head(waits, head_started, head_passes);
             if let Some(round) = round {
                 let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
                 self.write_claims(round.ledger, new);

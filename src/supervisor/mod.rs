@@ -446,6 +446,9 @@ async fn run_locked(
         ledger_failing: false,
         asking: None,
         asked: Default::default(),
+        started: Default::default(),
+        head_watch: None,
+        hold: None,
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {

@@ -10,6 +10,7 @@
 //! to retire first because the trial was admitted into their memory (`pool`).
 
 use super::core::{Finished, Next, Outcome};
+use super::housekeeping::read_gpus;
 use super::policy::{self, Fate, WorkerHealth};
 use super::pool;
 use super::trial::run_trial;
@@ -22,6 +23,11 @@ use crate::study::{Claimed, FailureKind, Finish};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info};
+
+/// How soon a waiting slot looks again, on a fresh NVML reading, while the head of our line
+/// holds memory back from the other daemons on the host (`gpu::ledger`): the memory it waits
+/// for is freed by their trials, whose ends do not wake our slots.
+const HOLD_RECHECK: Duration = Duration::from_millis(100);
 
 /// A slot's current worker and what it knows of it.
 pub(super) struct Current {
@@ -114,9 +120,30 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
             let (claimed, device) = match next {
                 Next::Done => return Ok(()),
                 Next::Wait => {
+                    // While our head holds memory back from the other daemons on the host,
+                    // their trials' ends free it and nothing of ours wakes us: look again
+                    // soon, on a fresh reading.
+                    let holding = sh
+                        .core
+                        .lock()
+                        .await
+                        .gpu
+                        .as_ref()
+                        .is_some_and(|g| g.hold.is_some());
+                    let again = if holding {
+                        HOLD_RECHECK
+                    } else {
+                        Duration::from_secs(1)
+                    };
                     tokio::select! {
                         _ = &mut changed => {}
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = tokio::time::sleep(again) => {
+                            if holding && sh.monitor.as_ref().is_some_and(|m| {
+                                m.reading_age(Instant::now()).is_none_or(|a| a >= HOLD_RECHECK)
+                            }) {
+                                read_gpus(&sh).await;
+                            }
+                        }
                         _ = sh.shutdown.cancelled() => {}
                     }
                     continue;
