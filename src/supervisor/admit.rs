@@ -11,7 +11,7 @@
 //! decide from and keeps the ledger current.
 
 use super::core::Core;
-use crate::gpu::admission::{DeviceView, RunningTrial};
+use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::{self, Claims, Held, Request};
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
 use crate::study::Params;
@@ -254,9 +254,10 @@ impl Core {
         }
     }
 
-    /// Our hold after a round: the head waited (`waits`: why on each device) after being passed
-    /// `passes` times in all, so it asks the other daemons to leave what it needs free on the
-    /// device closest to fitting it; otherwise none, and a head that started is watched no more.
+    /// Our hold after a round: the head waited for memory (`waits`: why on each device) after
+    /// being passed `passes` times in all, so it asks the other daemons to leave what it needs
+    /// free on the device closest to fitting it; otherwise none, and a head that started is
+    /// watched no more.
     pub(super) fn hold_for_head(&mut self, waits: Option<&[Decision]>, started: bool, passes: u32) {
         let Some(g) = &mut self.gpu else { return };
         if started {
@@ -264,7 +265,13 @@ impl Core {
         }
         let wanted = waits
             .filter(|_| passes >= super::policy::MAX_PASSES)
-            .and_then(|d| d.iter().max_by_key(|d| (d.usable, Reverse(d.device))))
+            .and_then(|d| {
+                // Only memory the others can leave free: a device where our own trials fill
+                // max_par_per_device waits for them, not for the others.
+                d.iter()
+                    .filter(|d| matches!(d.wait, Some(Wait::Memory { .. })))
+                    .max_by_key(|d| (d.usable, Reverse(d.device)))
+            })
             .zip(self.pending.front())
             .map(|(d, (c, _))| (d.device, g.model.expected(c.params())));
         let Some((device, bytes)) = wanted else {
