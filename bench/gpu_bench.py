@@ -771,7 +771,10 @@ def packing_story(splits, long_checks=()):
             "first trials at `trial_memory` and its wide early bounds; an idle worker of one "
             "daemon that holds memory the other's waiting trial needs is retired on request "
             "through the ledger (at the holder's next reading), no longer after "
-            "`idle_worker_timeout`")
+            "`idle_worker_timeout`; and a large trial of one daemon passed by 8 of the other's "
+            "starts holds its memory through the ledger, so the other drains the card for it "
+            "rather than filling every byte freed with small trials (fairness between the "
+            "studies: side by side it did not change this workload's throughput)")
     foreign = [x for x in splits if x[0] == "foreign"]
     if foreign:
         out.append(
