@@ -691,6 +691,12 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     assert!(a
         .daemon_stderr()
         .contains("asks the other daemons on this host to leave"));
+    // The daemon that leaves the memory free says so, once.
+    let said = b
+        .daemon_stderr()
+        .matches("free for a trial of the sweepd daemon")
+        .count();
+    assert_eq!(said, 1, "{}", b.daemon_stderr());
 }
 
 /// Six enqueued trials of ~4.1 GiB (4 GiB + a 128 MiB context) on a 24 GiB card; the first

@@ -16,7 +16,7 @@ use crate::gpu::ledger::{self, Claims, Held, Request};
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
 use crate::study::Params;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{info, warn};
@@ -49,6 +49,8 @@ pub(super) struct GpuCtl {
     /// What our head, passed too often, holds back from the other daemons (written to the
     /// ledger; the others honour it as a claim until it starts).
     pub(super) hold: Option<Holding>,
+    /// The other daemons' holds we honour (pid, since), each said once in the log.
+    pub(super) honoured: BTreeSet<(u32, u64)>,
 }
 
 /// Our head's hold on a device: the bytes it needs there, since when (milliseconds since the
@@ -130,6 +132,7 @@ impl Core {
             }
             // The other daemons' holds older than ours on a device: memory their starved
             // trials wait for, which we leave free (see `gpu::ledger`).
+            let mut honoured = BTreeSet::new();
             for h in l.holds() {
                 let mine = g
                     .hold
@@ -138,9 +141,20 @@ impl Core {
                 if let Some(v) = views.iter_mut().find(|v| v.index == h.device) {
                     if h.before(mine) {
                         v.others = v.others.saturating_add(h.bytes);
+                        let key = (h.since.1.pid, h.since.0);
+                        if !g.honoured.contains(&key) {
+                            info!(
+                                gpu = h.device,
+                                "leaving {} free for a trial of the sweepd daemon with pid {} on this host, which others have passed too often",
+                                crate::gpu::fmt_gib(h.bytes),
+                                h.since.1.pid
+                            );
+                        }
+                        honoured.insert(key);
                     }
                 }
             }
+            g.honoured = honoured;
             g.asked.clear();
             for r in l.requests() {
                 if let Some(v) = views.iter().find(|v| v.index == r.device) {

@@ -449,6 +449,7 @@ async fn run_locked(
         started: Default::default(),
         head_watch: None,
         hold: None,
+        honoured: Default::default(),
     });
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
