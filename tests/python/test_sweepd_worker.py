@@ -155,6 +155,13 @@ class FakeSampler(object):
         return rng.uniform(dist.low, dist.high)
 
 
+def _default_sigint():
+    # A suite started in the background by a shell without job control (`cmd &` in a script,
+    # `nohup`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
+    # the workers here start as sweepd would start them from a terminal or a unit.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class FakeSweepd(object):
     """Launches a worker over a socketpair and speaks the sweepd side."""
 
@@ -196,6 +203,7 @@ class FakeSweepd(object):
                 [sys.executable, script] + list(args),
                 env=full_env, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
                 stdout=out, stderr=err, cwd=self.tmp, start_new_session=True,
+                preexec_fn=_default_sigint,
             )
         if channel:
             child.close()
