@@ -78,6 +78,8 @@ pub(super) struct Round {
     pub(super) running: Vec<RunningTrial>,
     pub(super) idle: Vec<IdleWorker>,
     pub(super) ledger: Option<ledger::Locked>,
+    /// How many trials the other daemons have started, on every device (`None`: no ledger).
+    pub(super) others_started: Option<u64>,
 }
 
 impl Core {
@@ -105,6 +107,7 @@ impl Core {
                 v.idle_workers += 1;
             }
         }
+        let mut others_started = None;
         let ledger = match g.ledger.as_ref().map(Ledger::lock) {
             None => None,
             Some(Ok(locked)) => {
@@ -121,6 +124,7 @@ impl Core {
         };
         if let Some(l) = &ledger {
             let others = l.others();
+            others_started = Some(others.values().map(|c| c.started).sum());
             for v in &mut views {
                 if let Some(c) = others.get(&v.index) {
                     // Against the reading `free` comes from, not the one each daemon wrote by.
@@ -169,6 +173,7 @@ impl Core {
             running,
             idle,
             ledger,
+            others_started,
         })
     }
 
@@ -253,10 +258,9 @@ impl Core {
         let (Some(g), Some((head, _))) = (&mut self.gpu, self.pending.front()) else {
             return 0;
         };
-        let Some(locked) = round.and_then(|r| r.ledger.as_ref()) else {
+        let Some(now) = round.and_then(|r| r.others_started) else {
             return 0;
         };
-        let now: u64 = locked.others().values().map(|c| c.started).sum();
         match &g.head_watch {
             Some((params, then)) if params == head.params() => {
                 u32::try_from(now.saturating_sub(*then)).unwrap_or(u32::MAX)
@@ -292,14 +296,6 @@ impl Core {
             g.hold = None;
             return;
         };
-        if g.hold
-            .is_some_and(|h| h.device == device && h.bytes == bytes)
-        {
-            return;
-        }
-        let since_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         if g.hold.is_none() {
             info!(
                 gpu = device,
@@ -308,10 +304,12 @@ impl Core {
             );
         }
         // The same head keeps its place among the holds when its estimate moves.
-        let since_ms = g
-            .hold
-            .filter(|h| h.device == device)
-            .map_or(since_ms, |h| h.since_ms);
+        let since_ms = match g.hold {
+            Some(h) if h.device == device => h.since_ms,
+            _ => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
         g.hold = Some(Holding {
             device,
             bytes,

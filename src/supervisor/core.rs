@@ -168,7 +168,11 @@ pub(super) enum Next {
     Run(Claimed, Option<u32>),
     /// Nothing to start now, but something may come (a running trial may fail and be retried,
     /// a device may free memory, someone may enqueue a trial): ask again after the next change.
-    Wait,
+    /// `soon`: our head holds memory back from the other daemons on the host, whose trials'
+    /// ends free it without waking us: ask again soon, on a fresh reading.
+    Wait {
+        soon: bool,
+    },
     Done,
 }
 
@@ -230,7 +234,10 @@ impl Core {
         loop {
             let plan = match self.plan(hint, stopping).await? {
                 Planned::Start(plan) => plan,
-                Planned::Wait => return Ok(Next::Wait),
+                Planned::Wait => {
+                    let soon = self.gpu.as_ref().is_some_and(|g| g.hold.is_some());
+                    return Ok(Next::Wait { soon });
+                }
                 Planned::Done => return Ok(Next::Done),
             };
             let ctx = StartCtx {

@@ -119,18 +119,8 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
             };
             let (claimed, device) = match next {
                 Next::Done => return Ok(()),
-                Next::Wait => {
-                    // While our head holds memory back from the other daemons on the host,
-                    // their trials' ends free it and nothing of ours wakes us: look again
-                    // soon, on a fresh reading.
-                    let holding = sh
-                        .core
-                        .lock()
-                        .await
-                        .gpu
-                        .as_ref()
-                        .is_some_and(|g| g.hold.is_some());
-                    let again = if holding {
+                Next::Wait { soon } => {
+                    let again = if soon {
                         HOLD_RECHECK
                     } else {
                         Duration::from_secs(1)
@@ -138,7 +128,7 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                     tokio::select! {
                         _ = &mut changed => {}
                         _ = tokio::time::sleep(again) => {
-                            if holding && sh.monitor.as_ref().is_some_and(|m| {
+                            if soon && sh.monitor.as_ref().is_some_and(|m| {
                                 m.reading_age(Instant::now()).is_none_or(|a| a >= HOLD_RECHECK)
                             }) {
                                 read_gpus(&sh).await;
