@@ -11,8 +11,10 @@ const SOURCE: &str = "fake-nvml/fake_nvml.c";
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed=build.rs");
-    // sqlx::migrate! embeds migrations/ at compile time: a new file must rebuild the crate.
+    // sqlx::migrate! embeds migrations/ and migrations-postgres/ at compile time: a new or
+    // changed file must rebuild the crate.
     println!("cargo:rerun-if-changed=migrations");
+    println!("cargo:rerun-if-changed=migrations-postgres");
     println!("cargo:rerun-if-env-changed=CC");
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
