@@ -505,25 +505,46 @@ fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
         &pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05"),
         "h1",
     );
-    let mut daemon = sweep.spawn_run();
-    wait_until(LIMIT, "the first trials done", || {
-        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
-            .and_then(|c| c[0].parse::<u64>().ok())
-            .is_some_and(|n| n >= 4)
-    });
-    let out = std::process::Command::new(python())
+    // Mid-run: once 4 trials are done. The script imports Optuna before the daemon starts
+    // (the import can take longer than the whole run), watches the trials through its own
+    // connection (Optuna's storage would create the tables it finds missing, racing the
+    // daemon's migrations), then enqueues through Optuna.
+    let mut script = std::process::Command::new(python())
         .arg("-c")
         .arg(
-            "import sys, optuna\n\
+            "import sys, time, optuna, psycopg2\n\
              sys.path.insert(0, sys.argv[2])\n\
              from _common import storage_url\n\
+             print('ready', flush=True)\n\
+             deadline = time.monotonic() + 60\n\
+             done = 0\n\
+             while done < 4:\n\
+             \x20   assert time.monotonic() < deadline, 'no 4 trials done in 60 s'\n\
+             \x20   time.sleep(0.005)\n\
+             \x20   try:\n\
+             \x20       with psycopg2.connect(sys.argv[1]) as c, c.cursor() as q:\n\
+             \x20           q.execute(\"SELECT count(*) FROM trials WHERE state = 'COMPLETE'\")\n\
+             \x20           done = q.fetchone()[0]\n\
+             \x20   except psycopg2.Error:\n\
+             \x20       pass\n\
+             assert done <= 20, 'the run got past half its budget before the enqueue'\n\
              s = optuna.load_study(study_name='multi', storage=storage_url(sys.argv[1]))\n\
              s.enqueue_trial({'x': 1.25, 'lr': 0.0625, 'n': 6, 'opt': 'sgd'})\n",
         )
         .arg(&url)
         .arg(repo().join("tests/py"))
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(script.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    let mut daemon = sweep.spawn_run();
+    let out = script.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "enqueue: {}",
