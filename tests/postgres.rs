@@ -179,6 +179,44 @@ fn one_host_runs_a_study_that_optuna_reads_through_postgresql() {
     );
 }
 
+/// The statements of a SQL script: split at each `;` that ends a line, except inside a
+/// dollar-quoted string (`$tag$ … $tag$`, a function's body).
+fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut quote: Option<String> = None;
+    for line in sql.split_inclusive('\n') {
+        let mut rest = line;
+        while let Some(at) = rest.find('$') {
+            let tail = &rest[at + 1..];
+            let Some(end) = tail.find('$') else { break };
+            let tag = &tail[..end];
+            if tag.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                let tag = format!("${tag}$");
+                match &quote {
+                    Some(open) if *open == tag => quote = None,
+                    None => quote = Some(tag),
+                    Some(_) => {}
+                }
+                rest = &tail[end + 1..];
+            } else {
+                rest = tail;
+            }
+        }
+        current.push_str(line);
+        if quote.is_none() && line.trim_end().ends_with(';') {
+            out.push(
+                std::mem::take(&mut current)
+                    .trim_end()
+                    .trim_end_matches(';')
+                    .to_owned(),
+            );
+        }
+    }
+    out.push(current);
+    out
+}
+
 /// The schema sweepd creates on an empty database is the one Optuna 5.0 creates, object for
 /// object (`pg_dump --schema-only`, sweepd's own objects left out); and a study Optuna created
 /// is continued by sweepd.
@@ -211,8 +249,8 @@ fn the_schema_is_optunas_own_and_an_optuna_study_is_continued() {
             String::from_utf8_lossy(&out.stderr)
         );
         // Statements, without comments, settings and sweepd's own objects.
-        String::from_utf8_lossy(&out.stdout)
-            .split(";\n")
+        statements(&String::from_utf8_lossy(&out.stdout))
+            .into_iter()
             .map(|s| {
                 s.lines()
                     .filter(|l| !l.starts_with("--") && !l.starts_with('\\') && !l.is_empty())
@@ -421,8 +459,9 @@ fn the_server_restarts_mid_run_and_nothing_is_lost_or_written_twice() {
     );
 }
 
-/// Two hosts whose connections lose the answer to every third `COMMIT` (through a proxy that
-/// lets the commit reach the server, then closes both sockets): each write whose commit was
+/// Two hosts whose connections lose the answer to every third commit (a `COMMIT`, or a call of
+/// `sweepd_step`, through a proxy that lets the commit reach the server, then closes both
+/// sockets): each write whose commit was
 /// acknowledged or not is run again and takes effect once. Starts are not duplicated (no trial
 /// left RUNNING, numbers 0..n-1), finishes are not mistaken for another process's (the budget
 /// is exact, no result dropped as "already ended"), nothing is interrupted.

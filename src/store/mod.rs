@@ -25,7 +25,7 @@
 //! read back for the CLI, and the peaks a restarted daemon's memory model starts from), `feed`
 //! (what changed since a daemon last looked: every trial at its start, then other processes'
 //! trials as they come, for the sampler, pruner and memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
-//! commands), `merged` (PostgreSQL: a start, and a finish, each in one statement), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
+//! commands), `step` (PostgreSQL: a finish, the next start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
 //! `columns` (enums and unsigned numbers in columns), and the three below.
 //!
 //! **Two engines.** SQLite for one host; PostgreSQL for several hosts on one study, used as
@@ -43,13 +43,13 @@ mod daemon;
 mod engine;
 mod feed;
 mod hosts;
-mod merged;
 mod mirror;
 mod once;
 mod outage;
 mod postgres;
 mod schema;
 mod sqlite;
+mod step;
 mod suggested;
 mod sync;
 mod tally;

@@ -63,8 +63,13 @@ impl Ops {
         OpId { ops: self, seq }
     }
 
+    /// Who writes: this store's id in `sweepd_ops`.
+    pub(super) fn writer(&self) -> &str {
+        &self.writer
+    }
+
     /// Rows below this number belong to writes that are over.
-    fn oldest_in_progress(&self) -> u64 {
+    pub(super) fn oldest_in_progress(&self) -> u64 {
         let in_progress = self.in_progress.lock().expect("not poisoned");
         in_progress
             .first()

@@ -31,13 +31,13 @@ const TALLY_COLUMNS_PG: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
 
 /// What the tally needs of one trial.
 #[derive(sqlx::FromRow)]
-struct TallyRow {
-    trial_id: i64,
-    state: String,
+pub(super) struct TallyRow {
+    pub(super) trial_id: i64,
+    pub(super) state: String,
     /// A FAIL with a retry copy.
-    retried: bool,
+    pub(super) retried: bool,
     /// Run by a sweepd daemon.
-    sweepd: bool,
+    pub(super) sweepd: bool,
 }
 
 impl TallyRow {
@@ -135,21 +135,29 @@ impl Store {
             .fetch_all(c)
             .await
             .at(&self.path)?;
-        let mut gone: std::collections::HashSet<i64> = open.into_iter().collect();
-        let (mut old, mut new): (Vec<&TallyRow>, Vec<&TallyRow>) =
-            rows.iter().partition(|r| gone.contains(&r.trial_id));
-        new.sort_by_key(|r| r.trial_id);
-        for row in new {
-            row.apply_to(tally);
-        }
-        old.sort_by_key(|r| r.trial_id);
-        for row in old {
-            gone.remove(&row.trial_id);
-            row.apply_to(tally);
-        }
-        for id in gone {
-            tally.apply(id, None, false, false);
-        }
+        apply_read(tally, open, rows);
         Ok(())
+    }
+}
+
+/// Takes in one read of the tally's trials: `rows` are the trials created since the read
+/// before and those of `open` (the tally's open trials when the read was made) still there.
+/// The new ones are applied first, in id order, then the open ones; an open trial the read did
+/// not find was deleted.
+pub(super) fn apply_read(tally: &mut Tally, open: Vec<i64>, rows: Vec<TallyRow>) {
+    let mut gone: std::collections::HashSet<i64> = open.into_iter().collect();
+    let (mut old, mut new): (Vec<TallyRow>, Vec<TallyRow>) =
+        rows.into_iter().partition(|r| gone.contains(&r.trial_id));
+    new.sort_by_key(|r| r.trial_id);
+    for row in new {
+        row.apply_to(tally);
+    }
+    old.sort_by_key(|r| r.trial_id);
+    for row in old {
+        gone.remove(&row.trial_id);
+        row.apply_to(tally);
+    }
+    for id in gone {
+        tally.apply(id, None, false, false);
     }
 }

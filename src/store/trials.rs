@@ -4,11 +4,13 @@
 
 use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
 use super::engine::{sql, Label, Stamp, Tx};
-use super::merged::{Head, ParamRow};
 use super::once::{once, Commit};
 use super::outage::retrying;
+use super::step::{FinishWrite, ParamRow, StartWrite};
 use super::suggested::FAIL_REASON_USER_ATTR;
-use super::{encode_value, placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
+use super::{
+    encode_value, placeholders, read_value, DaemonId, Engine, Result, SqlContext, Store, Study,
+};
 use crate::study::{
     Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
     Tally, TrialState,
@@ -54,14 +56,14 @@ impl StartOp<'_> {
 /// A start as its transaction decided it, and as `once!` records it: with the
 /// [`StartOp`], enough to tell the caller what [`Started`].
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-enum StartRec {
+pub(super) enum StartRec {
     Yes { trial_id: i64, number: i64 },
     Taken,
     NoRoom,
 }
 
 impl StartRec {
-    fn started(self, op: StartOp<'_>) -> Started {
+    pub(super) fn started(self, op: StartOp<'_>) -> Started {
         match self {
             StartRec::Yes { trial_id, number } => Started::Yes(op.claimed(trial_id, number)),
             StartRec::Taken => Started::Taken,
@@ -353,6 +355,12 @@ impl Store {
         op: StartOp<'_>,
         mut ctx: StartCtx<'_>,
     ) -> Result<Started> {
+        if let Some(stepped) = self
+            .step(ctx.study, None, Some(start_write(space, op, &mut ctx)))
+            .await?
+        {
+            return Ok(stepped.started.unwrap_or(StartRec::NoRoom).started(op));
+        }
         let started = once!(self, ctx.study.id, |tx| {
             Ok(self.start_in(tx, space, op, &mut ctx).await?.commit())
         })?;
@@ -374,6 +382,29 @@ impl Store {
         op: StartOp<'_>,
         mut ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
+        let texts = attr_texts(attrs);
+        let finish = FinishWrite {
+            trial_id,
+            how,
+            attrs: &texts,
+            done_by,
+        };
+        if let Some(stepped) = self
+            .step(study, Some(finish), Some(start_write(space, op, &mut ctx)))
+            .await?
+        {
+            return Ok((
+                stepped.finished.flatten(),
+                stepped.started.unwrap_or(StartRec::NoRoom).started(op),
+            ));
+        }
+        if self.engine() == Engine::Postgres {
+            // A finish `sweepd_step` does not write (a pruned trial, a negative zero): each in
+            // a commit of its own, as a finish without a next start is. A commit is durable
+            // when it returns there, so sharing one saves no sync, as it does on SQLite.
+            let finished = self.finish_by(study, trial_id, how, attrs, done_by).await?;
+            return Ok((finished, self.start(space, op, ctx).await?));
+        }
         let (finished, started) = once!(self, study.id, |tx| {
             let finished = self
                 .finish_in(tx, study, trial_id, how, attrs, done_by)
@@ -402,33 +433,9 @@ impl Store {
         if !room {
             return Ok(StartRec::NoRoom);
         }
-        let mut attrs: Vec<(&str, String)> = vec![(OWNER_ATTR, ctx.owner.json().to_string())];
-        if let Some((runner, gpu)) = ctx.runner {
-            attrs.extend(runner_attrs(runner, gpu));
-        }
-        let (head, params, skip) = match op {
-            StartOp::New(params) => (Head::New, params, &[][..]),
-            StartOp::Claim(w, params) => (Head::Claim(w.trial_id), params, &w.present[..]),
-        };
-        // In the order the space defines them, as `trials` shows them.
-        let rows: Vec<ParamRow> = space
-            .params
-            .iter()
-            .filter(|spec| !skip.contains(&spec.name))
-            .filter_map(|spec| Some(param_row(&spec.name, &spec.dist, params.get(&spec.name)?)))
-            .collect();
-        let (trial_id, number) = match self
-            .start_merged(tx, ctx.study, head, &attrs, &rows)
-            .await?
-        {
-            Some(Some(row)) => row,
-            Some(None) => return Ok(StartRec::Taken),
-            None => {
-                let Some(row) = self.start_rows(tx, op, &attrs, &rows, ctx).await? else {
-                    return Ok(StartRec::Taken);
-                };
-                row
-            }
+        let (attrs, rows) = start_rows_of(space, op, ctx.owner, ctx.runner);
+        let Some((trial_id, number)) = self.start_rows(tx, op, &attrs, &rows, ctx).await? else {
+            return Ok(StartRec::Taken);
         };
         match op {
             StartOp::New(_) => ctx.tally.started_new(trial_id),
@@ -437,8 +444,8 @@ impl Store {
         Ok(StartRec::Yes { trial_id, number })
     }
 
-    /// The writes of a start, a statement per row (`start_merged` does them in one where it
-    /// can). `None`: the WAITING trial was claimed by another process first.
+    /// The writes of a start, a statement per row (`sweepd_step` does them in one call where
+    /// it can). `None`: the WAITING trial was claimed by another process first.
     async fn start_rows(
         &self,
         tx: &mut Tx,
@@ -625,6 +632,16 @@ impl Store {
         attrs: &[(&str, Value)],
         done_by: Option<i64>,
     ) -> Result<Option<i64>> {
+        let texts = attr_texts(attrs);
+        let finish = FinishWrite {
+            trial_id,
+            how,
+            attrs: &texts,
+            done_by,
+        };
+        if let Some(stepped) = self.step(study, Some(finish), None).await? {
+            return Ok(stepped.finished.flatten());
+        }
         once!(self, study.id, |tx| {
             Ok(
                 match self
@@ -648,13 +665,7 @@ impl Store {
         attrs: &[(&str, Value)],
         done_by: Option<i64>,
     ) -> Result<Option<i64>> {
-        let texts: Vec<(&str, String)> = attrs.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        if let Some(number) = self
-            .finish_merged(tx, trial_id, how, &texts, done_by)
-            .await?
-        {
-            return Ok(number);
-        }
+        let texts = attr_texts(attrs);
         let state = how.state();
         // The conditional update is what makes finishing happen once: `None` if not RUNNING.
         let number: Option<i64> = sql!(tx.conn(), |c| sqlx::query_scalar(
@@ -814,6 +825,56 @@ impl Store {
                 .await?;
         }
         Ok(copy_number)
+    }
+}
+
+/// System attributes as the JSON texts that are stored.
+fn attr_texts<'a>(attrs: &[(&'a str, Value)]) -> Vec<(&'a str, String)> {
+    attrs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+/// The system attributes and param rows a start writes: the owner (and the runner, when
+/// known), and the params in the order the space defines them (as `trials` shows them), less
+/// those a claimed WAITING trial already has.
+fn start_rows_of(
+    space: &SearchSpace,
+    op: StartOp<'_>,
+    owner: &DaemonId,
+    runner: Option<(Runner, Option<u32>)>,
+) -> (Vec<(&'static str, String)>, Vec<ParamRow>) {
+    let mut attrs: Vec<(&'static str, String)> = vec![(OWNER_ATTR, owner.json().to_string())];
+    if let Some((runner, gpu)) = runner {
+        attrs.extend(runner_attrs(runner, gpu));
+    }
+    let (params, skip) = match op {
+        StartOp::New(params) => (params, &[][..]),
+        StartOp::Claim(w, params) => (params, &w.present[..]),
+    };
+    let rows = space
+        .params
+        .iter()
+        .filter(|spec| !skip.contains(&spec.name))
+        .filter_map(|spec| Some(param_row(&spec.name, &spec.dist, params.get(&spec.name)?)))
+        .collect();
+    (attrs, rows)
+}
+
+/// A start as `sweepd_step` takes it.
+fn start_write<'a>(
+    space: &SearchSpace,
+    op: StartOp<'_>,
+    ctx: &'a mut StartCtx<'_>,
+) -> StartWrite<'a> {
+    let (attrs, params) = start_rows_of(space, op, ctx.owner, ctx.runner);
+    StartWrite {
+        claim: match op {
+            StartOp::New(_) => None,
+            StartOp::Claim(w, _) => Some(w.trial_id),
+        },
+        attrs,
+        params,
+        budget: ctx.budget,
+        tally: ctx.tally,
     }
 }
 

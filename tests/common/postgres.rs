@@ -226,7 +226,8 @@ fn pg_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
 
 /// A proxy between daemons and a [`PgServer`] (daemons connect to its port instead): real
 /// sockets and the real server, with two faults a test can switch on. **A lost commit
-/// acknowledgement:** every `n`th `COMMIT` reaches the server, which commits, and then both
+/// acknowledgement:** every `n`th commit (a `COMMIT`, or a call of `sweepd_step`, which
+/// commits as a statement of its own) reaches the server, which commits, and then both
 /// sockets are closed before the client hears the answer (it cannot know whether its
 /// transaction took effect). **A network cut:** nothing passes either way until it is mended
 /// (then what was held is delivered, as TCP retransmits after a link comes back); new
@@ -267,7 +268,7 @@ impl PgProxy {
                     };
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
-                    let lose_reply = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let lose_reply = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(NONE));
                     let (c2, s2, sh2, lose2) = (
                         client.try_clone().unwrap(),
                         server.try_clone().unwrap(),
@@ -287,7 +288,7 @@ impl PgProxy {
         format!("postgresql://postgres@127.0.0.1:{}/{db}", self.port)
     }
 
-    /// Loses the acknowledgement of every `n`th `COMMIT` from now on (0: none).
+    /// Loses the acknowledgement of every `n`th commit from now on (0: none).
     pub fn lose_commit_acks(&self, n: u64) {
         self.shared
             .lose_every
@@ -317,6 +318,11 @@ impl Drop for PgProxy {
     }
 }
 
+/// What a connection's next answer is to lose: nothing, a `COMMIT`'s, a `sweepd_step` call's.
+const NONE: u8 = 0;
+const COMMIT: u8 = 1;
+const STEP: u8 = 2;
+
 impl ProxyShared {
     fn hold_while_cut(&self) {
         while self.cut.load(std::sync::atomic::Ordering::SeqCst) {
@@ -325,17 +331,21 @@ impl ProxyShared {
     }
 
     /// Forwards the client's messages one by one (the protocol's framing: the untyped startup
-    /// messages, then a type byte and a length), marking the connection when a `COMMIT` is to
+    /// messages, then a type byte and a length), marking the connection when a commit is to
     /// lose its answer.
     fn client_to_server(
         &self,
         mut client: std::net::TcpStream,
         mut server: std::net::TcpStream,
-        lose_reply: &std::sync::atomic::AtomicBool,
+        lose_reply: &std::sync::atomic::AtomicU8,
     ) {
         use std::io::{Read, Write};
         use std::sync::atomic::Ordering::SeqCst;
         let mut started = false;
+        // The connection's prepared statements that call sweepd_step, by name: a `Bind` names
+        // its statement, only the `Parse` that prepared it has the text.
+        let mut steps: std::collections::HashSet<Vec<u8>> = Default::default();
+        let cstr = |b: &[u8]| -> Vec<u8> { b.iter().take_while(|c| **c != 0).copied().collect() };
         loop {
             let mut msg = Vec::new();
             if started {
@@ -349,11 +359,32 @@ impl ProxyShared {
                 if client.read_exact(&mut msg[5..]).is_err() {
                     break;
                 }
-                if msg[0] == b'Q' && msg[5..].to_ascii_uppercase().starts_with(b"COMMIT") {
+                let commit = match msg[0] {
+                    b'Q' if msg[5..].to_ascii_uppercase().starts_with(b"COMMIT") => COMMIT,
+                    b'P' => {
+                        let name = cstr(&msg[5..]);
+                        let query = cstr(&msg[5 + name.len() + 1..]);
+                        if query.windows(12).any(|w| w == b"sweepd_step(") {
+                            steps.insert(name);
+                        }
+                        NONE
+                    }
+                    b'B' => {
+                        let portal = cstr(&msg[5..]);
+                        let statement = cstr(&msg[5 + portal.len() + 1..]);
+                        if steps.contains(&statement) {
+                            STEP
+                        } else {
+                            NONE
+                        }
+                    }
+                    _ => NONE,
+                };
+                if commit != NONE {
                     let n = self.commits.fetch_add(1, SeqCst) + 1;
                     let every = self.lose_every.load(SeqCst);
                     if every > 0 && n % every == 0 {
-                        lose_reply.store(true, SeqCst);
+                        lose_reply.store(commit, SeqCst);
                     }
                 }
             } else {
@@ -381,13 +412,13 @@ impl ProxyShared {
         let _ = client.shutdown(std::net::Shutdown::Both);
     }
 
-    /// Forwards the server's bytes, except the answer to a `COMMIT` marked to be lost: once
+    /// Forwards the server's bytes, except the answer to a commit marked to be lost: once
     /// the server says it committed, both sockets are closed instead.
     fn server_to_client(
         &self,
         mut server: std::net::TcpStream,
         mut client: std::net::TcpStream,
-        lose_reply: &std::sync::atomic::AtomicBool,
+        lose_reply: &std::sync::atomic::AtomicU8,
     ) {
         use std::io::{Read, Write};
         use std::sync::atomic::Ordering::SeqCst;
@@ -398,8 +429,15 @@ impl ProxyShared {
                 Ok(n) => n,
             };
             self.hold_while_cut();
-            // CommandComplete carries the tag "COMMIT\0".
-            if lose_reply.load(SeqCst) && buf[..n].windows(7).any(|w| w == b"COMMIT\0") {
+            // A COMMIT's CommandComplete carries the tag "COMMIT\0"; a statement of its own
+            // has committed when the server is ready for the next, out of any transaction
+            // (ReadyForQuery, status 'I').
+            let answered = match lose_reply.load(SeqCst) {
+                COMMIT => buf[..n].windows(7).any(|w| w == b"COMMIT\0"),
+                STEP => buf[..n].windows(6).any(|w| w == b"Z\0\0\0\x05I"),
+                _ => false,
+            };
+            if answered {
                 self.lost.fetch_add(1, SeqCst);
                 break;
             }
