@@ -533,6 +533,48 @@ fn sessions_killed_mid_transaction_are_run_again_whole() {
     assert_exact_and_nothing_interrupted(&url, N as usize, &logs);
 }
 
+/// Every session of the host is ended once while it runs (the server stays up): each pooled
+/// connection fails at its next use and the next one answers, with no outage in the logs. The
+/// pool hands its connections out without pinging them first, so after such an event as many
+/// may fail in a row as the pool holds; one retry only would have called the second failure an
+/// outage and waited.
+#[test]
+fn pooled_connections_the_server_ended_are_replaced_without_an_outage() {
+    let pg = PgServer::start();
+    let url = pg.create_db("stale");
+    const N: u64 = 30;
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.1");
+    let sweep = host(&cfg, "a");
+    let mut daemon = sweep.spawn_run();
+    let done = || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait_until(LIMIT, "a few trials done", || done() >= 4);
+    let sessions = || {
+        pg_try_column(
+            &url,
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'sweepd'",
+        )
+        .map_or(0, |v| v.len())
+    };
+    wait_until(LIMIT, "the pool holding several connections", || {
+        sessions() >= 2
+    });
+    let ended = pg_column(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'sweepd' AND pid <> pg_backend_pid()",
+    );
+    assert!(ended.len() >= 2, "{ended:?}");
+    let s = wait_exit(&mut daemon, "the host");
+    let logs = sweep.daemon_stderr();
+    assert!(s.success(), "{logs}");
+    assert!(!logs.contains("cannot be reached"), "{logs}");
+    assert_exact_and_nothing_interrupted(&url, N as usize, &logs);
+}
+
 /// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
 /// and run by that host with the params given.
 #[test]

@@ -203,9 +203,9 @@ impl Store {
 
 /// Runs `$body` (the contents of an async block that evaluates to a store `Result`: one whole
 /// operation, a statement or a transaction from its `BEGIN` to its commit) until it ends in
-/// anything but a lost connection: at once a second time after a connection failed in use (one
-/// the server closed while it sat in the pool, the usual first sign of a restart), then after a
-/// growing wait.
+/// anything but a lost connection: at once again while each failure may have been a pooled
+/// connection that the server closed while it sat in the pool (the usual first sign of a
+/// restart; at most one per connection of the pool), then after a growing wait.
 /// Once on SQLite, and on PostgreSQL until [`Store::wait_through_outages`]. A `?` in the body
 /// ends the attempt, not the function. (A macro rather than a function taking an async
 /// closure: the futures of such closures are not `Send` for the slots' tasks.)
@@ -261,8 +261,10 @@ impl Retry<'_> {
             Err(e) if self.wait && e.connection_lost() => {
                 self.failures += 1;
                 // A connection the server closed while it sat in the pool (the first sign of
-                // a restart, or one long over) fails once and a fresh one answers: no outage
-                // yet. No connection to be had for the pool's whole wait is one.
+                // a restart, or one long over) fails once, is dropped, and the next answers:
+                // no outage yet, as long as each of the pool's connections may have been such
+                // a one (the pool hands them out untested). No connection to be had for the
+                // pool's whole wait is an outage.
                 let stale = !matches!(
                     e,
                     StoreError::Sql {
@@ -270,7 +272,10 @@ impl Retry<'_> {
                         ..
                     }
                 );
-                if self.failures == 1 && stale && !outages.in_progress() {
+                if self.failures <= super::postgres::MAX_CONNECTIONS
+                    && stale
+                    && !outages.in_progress()
+                {
                     tracing::debug!("lost a connection to the database ({e}); trying again");
                     return None;
                 }

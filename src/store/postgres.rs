@@ -30,7 +30,7 @@ const IDLE_IN_TRANSACTION: &str = "10s";
 
 /// Connections per daemon: the core's transactions are one at a time, besides them the
 /// housekeeping task and the slots' reports.
-const MAX_CONNECTIONS: u32 = 4;
+pub(super) const MAX_CONNECTIONS: u32 = 4;
 
 /// Connects to `url` (`postgres://` or `postgresql://`; `PGHOST`, `PGPORT`, `PGUSER`,
 /// `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT` and `~/.pgpass` fill in what it
@@ -41,6 +41,12 @@ pub(super) async fn connect(url: &str) -> Result<Pool, sqlx::Error> {
     let pool = PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        // sqlx pings a pooled connection (a round trip to the server) before handing it out,
+        // by default: two of a trial's four round trips, on the path every host's next trial
+        // waits on. A connection the server closed while it sat in the pool fails in use
+        // instead, and the operation runs again at once on another (`outage::Retry::settle`);
+        // the pool still pings a connection when it comes back, off that path.
+        .test_before_acquire(false)
         .after_connect(|conn, _| {
             Box::pin(async move {
                 // sqlx starts every session in UTC; Optuna's sessions (psycopg2) are in the
