@@ -14,6 +14,8 @@ use crate::study::Direction;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -50,6 +52,11 @@ pub type FrontSummary = (usize, Vec<(String, Option<f64>)>);
 #[derive(Debug)]
 pub struct Tracker {
     tx: watch::Sender<Progress>,
+    /// Snapshots in the order they were taken (`snapshot`), and the newest one sent: a
+    /// snapshot sent after a newer one (by another slot, outside the core's lock) is dropped,
+    /// so the display never steps back.
+    taken: AtomicU64,
+    sent: Arc<Mutex<u64>>,
     direction: Direction,
     failures: BTreeMap<String, u64>,
     best: Option<(i64, f64)>,
@@ -70,6 +77,8 @@ impl Tracker {
     ) -> Tracker {
         Tracker {
             tx,
+            taken: AtomicU64::new(0),
+            sent: Arc::default(),
             direction,
             failures: BTreeMap::new(),
             best,
@@ -144,16 +153,59 @@ impl Tracker {
     }
 
     /// Sends `p` with this tracker's part filled in. Nobody listening is fine.
-    pub fn publish(&self, mut p: Progress) {
+    pub fn publish(&self, p: Progress) {
+        self.snapshot(p).send();
+    }
+
+    /// `p` with this tracker's part filled in, to be sent later (see [`Snapshot`]).
+    pub fn snapshot(&self, mut p: Progress) -> Snapshot {
         p.finished_here = p.finished.saturating_sub(self.finished_at_start);
         p.failures = self.failures.clone();
         p.best = self.best;
         p.front = self.front();
+        Snapshot {
+            seq: self.taken.fetch_add(1, Ordering::Relaxed) + 1,
+            bests: self.bests(),
+            progress: p,
+            tx: self.tx.clone(),
+            sent: self.sent.clone(),
+        }
+    }
+}
+
+/// A [`Progress`] taken where its state is consistent (under the supervisor's core lock) and
+/// sent where sending costs no one a wait (a finished trial's, once its commit is durable,
+/// outside that lock, so that the other slots' starts do not wait for a display update).
+#[derive(Debug)]
+pub struct Snapshot {
+    seq: u64,
+    progress: Progress,
+    /// Per objective, its name and best value, as [`Tracker::bests`] had them.
+    pub bests: Vec<(String, Option<f64>)>,
+    tx: watch::Sender<Progress>,
+    sent: Arc<Mutex<u64>>,
+}
+
+impl Snapshot {
+    /// Several objectives: the front's size, as [`Tracker::front`] had it.
+    pub fn front_len(&self) -> Option<usize> {
+        self.progress.front.as_ref().map(|f| f.0)
+    }
+
+    /// Sends it, unless a newer one was sent already: `false` then, and it is dropped.
+    pub fn send(self) -> bool {
+        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        if *sent > self.seq {
+            return false;
+        }
+        *sent = self.seq;
+        let p = self.progress;
         self.tx.send_if_modified(|old| {
             let changed = *old != p;
             *old = p;
             changed
         });
+        true
     }
 }
 
@@ -400,6 +452,29 @@ mod tests {
             ..Progress::default()
         };
         (p, start)
+    }
+
+    #[test]
+    fn a_snapshot_sent_after_a_newer_one_is_dropped_so_the_display_never_steps_back() {
+        let (tx, rx) = watch::channel(Progress::default());
+        let tracker = Tracker::new(tx, Direction::Minimize, None, 0);
+        let at = |finished| Progress {
+            finished,
+            ..Progress::default()
+        };
+        // Two slots take their snapshots in the core's order, and send them outside it in
+        // the other order.
+        let older = tracker.snapshot(at(5));
+        let newer = tracker.snapshot(at(6));
+        assert!(newer.send());
+        assert!(!older.send());
+        assert_eq!(rx.borrow().finished, 6);
+        // Sent in order, both go through.
+        let (a, b) = (tracker.snapshot(at(7)), tracker.snapshot(at(8)));
+        assert!(a.send());
+        assert_eq!(rx.borrow().finished, 7);
+        assert!(b.send());
+        assert_eq!(rx.borrow().finished, 8);
     }
 
     #[test]

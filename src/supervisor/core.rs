@@ -16,7 +16,7 @@ use super::RunError;
 use crate::classify;
 use crate::config::Config;
 use crate::gpu::Ledger;
-use crate::progress::{Progress, Tracker};
+use crate::progress::{Progress, Snapshot, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::{Proposal, Sampler};
 use crate::store::{
@@ -193,6 +193,11 @@ pub(super) enum Outcome {
 impl Core {
     /// Sends the progress display a fresh snapshot (cheap: it goes nowhere without one).
     pub(super) fn publish(&self) {
+        self.snapshot().send();
+    }
+
+    /// The progress display's snapshot of now, to be sent later (`Snapshot::send`).
+    pub(super) fn snapshot(&self) -> Snapshot {
         let gpus = match &self.gpu {
             Some(g) => g
                 .monitor
@@ -202,7 +207,7 @@ impl Core {
                 .collect(),
             None => Default::default(),
         };
-        self.progress.publish(Progress {
+        self.progress.snapshot(Progress {
             started: Some(self.started),
             finished: self.tally.finished,
             budget: self.config.study.n_trials,
@@ -215,7 +220,7 @@ impl Core {
                 .paused(&self.devices(), Instant::now())
                 .is_some(),
             ..Progress::default()
-        });
+        })
     }
 
     pub(super) fn devices(&self) -> Vec<Option<u32>> {

@@ -410,7 +410,7 @@ pub(super) async fn finish_and_next(
     done_by: Option<i64>,
     runner: Option<Runner>,
 ) -> Result<(Finish, Option<Next>), RunError> {
-    let (finished, fatal) = {
+    let (finished, fatal, mut report) = {
         let mut core = sh.core.lock().await;
         if let Some(c) = idle {
             if let (Some(m), Some(d)) = (&sh.monitor, c.device) {
@@ -436,7 +436,10 @@ pub(super) async fn finish_and_next(
                     .await?
             }
         };
-        (finished, core.fatal.take())
+        // Taken now, sent once durable: waiting for the lock again to send it would wait for
+        // the other slots' whole turns (a start's round trips to the database), while this
+        // slot's worker waits for its next trial.
+        (finished, core.fatal.take(), core.snapshot())
     };
     // Reported (log line, metrics, the display) only once durable; the sync is shared with
     // other slots' commits and runs outside the core's lock.
@@ -456,11 +459,10 @@ pub(super) async fn finish_and_next(
         _ => None,
     };
     sh.metrics.trial_ended(duration, peak, failure);
-    {
-        let core = sh.core.lock().await;
-        core.publish();
-        let front = core.progress.front().map(|f| f.0);
-        sh.metrics.set_best(&core.progress.bests(), front);
+    let front = report.front_len();
+    let bests = std::mem::take(&mut report.bests);
+    if report.send() {
+        sh.metrics.set_best(&bests, front);
     }
     let what = match &how {
         Finish::Complete(v) if v.len() == 1 => format!("COMPLETE value={}", v[0]),
