@@ -583,7 +583,7 @@ fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
     let url = pg.create_db("enqueued");
     const N: u64 = 40;
     let sweep = host(
-        &pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05"),
+        &pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.2"),
         "h1",
     );
     // Mid-run: once 4 trials are done. The script imports Optuna before the daemon starts
@@ -598,12 +598,14 @@ fn a_trial_enqueued_by_optuna_mid_run_is_run_by_the_host() {
              from _common import storage_url\n\
              print('ready', flush=True)\n\
              deadline = time.monotonic() + 60\n\
+             c = psycopg2.connect(sys.argv[1])\n\
+             c.autocommit = True\n\
              done = 0\n\
              while done < 4:\n\
              \x20   assert time.monotonic() < deadline, 'no 4 trials done in 60 s'\n\
              \x20   time.sleep(0.005)\n\
              \x20   try:\n\
-             \x20       with psycopg2.connect(sys.argv[1]) as c, c.cursor() as q:\n\
+             \x20       with c.cursor() as q:\n\
              \x20           q.execute(\"SELECT count(*) FROM trials WHERE state = 'COMPLETE'\")\n\
              \x20           done = q.fetchone()[0]\n\
              \x20   except psycopg2.Error:\n\
