@@ -76,6 +76,48 @@ pub(super) enum PoolConn {
     Postgres(sqlx::pool::PoolConnection<Postgres>),
 }
 
+/// A connection kept out of the pool for the operations of a trial's start and finish, which
+/// the supervisor's core runs one at a time (PostgreSQL; SQLite's pool has one connection, which
+/// is never kept from it): a pooled connection costs a round trip to the server each time it
+/// goes back (sqlx pings it then), twice a trial. Shared by
+/// the store's clones; empty until first used, and again after an operation on it failed (the
+/// connection then goes back to the pool, whose ping closes it if it is broken).
+#[derive(Clone, Default)]
+pub(super) struct Kept(std::sync::Arc<tokio::sync::Mutex<Option<PoolConn>>>);
+
+impl Kept {
+    /// The kept connection (or, while there is none, one from `pool`), held until the guard
+    /// is dropped; [`KeptConn::keep`] after an operation that succeeded puts it back.
+    pub(super) async fn take(&self, pool: &Pool) -> Result<KeptConn<'_>, sqlx::Error> {
+        let mut slot = self.0.lock().await;
+        let conn = match slot.take() {
+            Some(c) => c,
+            None => pool.acquire().await?,
+        };
+        Ok(KeptConn { slot, conn })
+    }
+}
+
+/// A connection taken from [`Kept`].
+pub(super) struct KeptConn<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<PoolConn>>,
+    conn: PoolConn,
+}
+
+impl KeptConn<'_> {
+    pub(super) fn conn(&mut self) -> Conn<'_> {
+        self.conn.conn()
+    }
+
+    /// Keeps the connection for the next operation (after one that succeeded on it). SQLite's
+    /// goes back to its pool, which has that one connection.
+    pub(super) fn keep(mut self) {
+        if let PoolConn::Postgres(_) = self.conn {
+            *self.slot = Some(self.conn);
+        }
+    }
+}
+
 /// A write transaction on either engine (see [`Pool::begin_write`]).
 pub(super) enum Tx {
     Sqlite(sqlx::Transaction<'static, Sqlite>),

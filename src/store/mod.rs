@@ -154,6 +154,8 @@ pub struct Store {
     outages: std::sync::Arc<outage::Outages>,
     /// The ids of the writes that must take effect once (`once`).
     ops: std::sync::Arc<once::Ops>,
+    /// The connection a trial's start and finish use, kept out of the pool (`engine::Kept`).
+    kept: engine::Kept,
 }
 
 /// A study row.

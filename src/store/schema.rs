@@ -122,6 +122,7 @@ impl Store {
                     syncer: Some(std::sync::Arc::new(sync::Syncer::new(path))),
                     outages: Default::default(),
                     ops: Default::default(),
+                    kept: Default::default(),
                 })
             }
             Target::Postgres { url, .. } => {
@@ -132,6 +133,7 @@ impl Store {
                     syncer: None,
                     outages: Default::default(),
                     ops: Default::default(),
+                    kept: Default::default(),
                 })
             }
         }

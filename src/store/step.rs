@@ -21,7 +21,7 @@
 //! COMPLETE (a pruned trial's value is read from its reports, a failure may get a retry copy).
 
 use super::attrs::is_negative_zero;
-use super::engine::{Pool, Stamp};
+use super::engine::{Conn, Pool, Stamp};
 use super::outage::retrying;
 use super::tally::{apply_read, TallyRow};
 use super::trials::StartRec;
@@ -124,16 +124,15 @@ impl Store {
             None => (0, Vec::new(), 0),
         };
         let op = self.begin_op();
-        let rows: Vec<StepRow> =
-            retrying!(self, {
-                let mut conn = self.acquire().await?;
-                let super::engine::PoolConn::Postgres(c) = &mut conn else {
-                    unreachable!("a PostgreSQL pool gives PostgreSQL connections");
-                };
-                sqlx::query_as(
-                "SELECT r_kind, r_trial, r_number, r_state, r_retried, r_sweepd FROM sweepd_step(\
-                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20, $21, $22)",
+        let rows: Vec<StepRow> = retrying!(self, {
+            let mut kept = self.kept.take(&self.pool).await.at(&self.path)?;
+            let Conn::Postgres(c) = kept.conn() else {
+                unreachable!("a PostgreSQL pool gives PostgreSQL connections");
+            };
+            let rows: Vec<StepRow> = sqlx::query_as(
+                "SELECT r_kind, r_trial, r_number, r_state, r_retried, r_sweepd \
+                     FROM sweepd_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                     $14, $15, $16, $17, $18, $19, $20, $21, $22)",
             )
             .bind(study.id)
             .bind(self.ops.writer())
@@ -144,7 +143,12 @@ impl Store {
             .bind(encoded.iter().map(|(v, _)| *v).collect::<Vec<_>>())
             .bind(encoded.iter().map(|(_, t)| *t).collect::<Vec<_>>())
             .bind(fin_attrs.iter().map(|(k, _)| *k).collect::<Vec<_>>())
-            .bind(fin_attrs.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>())
+            .bind(
+                fin_attrs
+                    .iter()
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .bind(finish.as_ref().and_then(|f| f.done_by))
             .bind(start.is_some())
             .bind(start.as_ref().and_then(|s| s.claim))
@@ -153,14 +157,31 @@ impl Store {
             .bind(seen)
             .bind(&open)
             .bind(start_attrs.iter().map(|(k, _)| *k).collect::<Vec<_>>())
-            .bind(start_attrs.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>())
-            .bind(params.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>())
+            .bind(
+                start_attrs
+                    .iter()
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                params
+                    .iter()
+                    .map(|(n, _, _)| n.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .bind(params.iter().map(|(_, v, _)| *v).collect::<Vec<_>>())
-            .bind(params.iter().map(|(_, _, d)| d.as_str()).collect::<Vec<_>>())
-            .fetch_all(&mut **c)
+            .bind(
+                params
+                    .iter()
+                    .map(|(_, _, d)| d.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(c)
             .await
-            .at(&self.path)
-            })?;
+            .at(&self.path)?;
+            kept.keep();
+            Ok(rows)
+        })?;
         let mut stepped = Stepped::default();
         let mut read = Vec::new();
         for row in rows {

@@ -243,7 +243,9 @@ impl Store {
                 format!("AND trial_id NOT IN ({skip})")
             }
         );
-        let found: Option<(i64, i64)> = sql!(self.acquire().await?.conn(), |c| {
+        // On the connection a trial's start uses next (see `engine::Kept`).
+        let mut kept = self.kept.take(&self.pool).await.at(&self.path)?;
+        let found: Option<(i64, i64)> = sql!(kept.conn(), |c| {
             let mut q = sqlx::query_as(&sql).bind(study.id);
             for id in exclude {
                 q = q.bind(id);
@@ -251,6 +253,7 @@ impl Store {
             q.fetch_optional(c).await
         })
         .at(&self.path)?;
+        kept.keep();
         let Some((trial_id, number)) = found else {
             return Ok(None);
         };
