@@ -13,7 +13,8 @@
 -- Returns rows (r_kind, r_trial, r_number, r_state, r_retried, r_sweepd):
 --   'tally'  one per trial the budget's tally reads (created after p_seen, or in p_open)
 --   'finish' r_number: the finished trial's number; NULL where it was not RUNNING
---   'start'  r_state 'yes' (r_trial, r_number: the trial started), 'taken' or 'noroom'
+--   'start'  r_state 'yes' (r_trial, r_number: the trial started), 'taken', 'noroom', or
+--            'waiting' (a new trial refused for a WAITING one, see p_skip)
 --   'replay' r_state: what an earlier call with the same (p_writer, p_seq) recorded, whose
 --            commit sweepd could not confirm (src/store/once.rs); nothing else is done.
 CREATE OR REPLACE FUNCTION sweepd_step(
@@ -41,7 +42,11 @@ CREATE OR REPLACE FUNCTION sweepd_step(
     p_vals TEXT[],
     p_names TEXT[],
     p_params FLOAT8[],
-    p_dists TEXT[]
+    p_dists TEXT[],
+    -- A new trial does not start while a WAITING trial waits that is not among these (the
+    -- daemon's own line): it answers 'waiting' instead, and the daemon claims that one first.
+    -- NULL: no such condition.
+    p_skip BIGINT[]
 ) RETURNS TABLE (
     r_kind TEXT,
     r_trial BIGINT,
@@ -64,6 +69,7 @@ DECLARE
     spent BIGINT := p_finished;
     reserved BIGINT := 0;
     waiting BIGINT := 0;
+    ahead BIGINT := 0;
     tr RECORD;
 BEGIN
     -- Each statement below sees what was committed before it ran (READ COMMITTED, a volatile
@@ -142,6 +148,9 @@ BEGIN
                 END IF;
             ELSIF tr.state = 'WAITING' THEN
                 waiting := waiting + 1;
+                IF NOT (tr.trial_id = ANY(p_skip)) THEN
+                    ahead := ahead + 1;
+                END IF;
             ELSIF NOT (tr.state = 'FAIL' AND tr.retried) THEN
                 spent := spent + 1;
             END IF;
@@ -157,7 +166,9 @@ BEGIN
         IF p_claim IS NOT NULL THEN
             waiting := 0;
         END IF;
-        IF p_budget IS NOT NULL AND spent + reserved + waiting >= p_budget THEN
+        IF p_claim IS NULL AND ahead > 0 THEN
+            outcome := 'waiting';
+        ELSIF p_budget IS NOT NULL AND spent + reserved + waiting >= p_budget THEN
             outcome := 'noroom';
         ELSIF p_claim IS NULL THEN
             -- A new trial numbered as Optuna numbers it (MAX + 1: numbers are dense), with

@@ -65,6 +65,7 @@ impl Writer<'_> {
             budget: None,
             tally: &mut self.tally,
             runner: None,
+            skip_waiting: None,
         };
         match self
             .store
@@ -105,6 +106,7 @@ impl Writer<'_> {
             budget: None,
             tally: &mut self.tally,
             runner: None,
+            skip_waiting: None,
         };
         let Started::Yes(c) = self
             .store
@@ -272,6 +274,88 @@ fn a_read_returns_and_costs_only_what_changed_on_postgresql() {
     let pg = PgServer::start();
     let url = pg.create_db("rows");
     rt().block_on(a_read_returns_and_costs_only_what_changed(pg_target(&url)));
+}
+
+/// A WAITING trial created since a daemon last looked (a retry copy here; an Optuna
+/// `enqueue_trial` or another host's failover alike) goes before the daemon's next new trial:
+/// the new start is refused in its own transaction unless the WAITING trial is already in the
+/// daemon's line, and nothing is written for it. (The daemon no longer looks for WAITING
+/// trials before every start; this refusal is what keeps them first.)
+async fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(target: Target) {
+    let (store, study) = open(&target).await;
+    let mut w = Writer {
+        store: &store,
+        study: &study,
+        owner: daemon("me"),
+        tally: Tally::default(),
+    };
+    let (failed, _) = w.start(0.1).await;
+    let fail = Finish::Fail(sweepd::study::Failure {
+        kind: sweepd::study::FailureKind::Oom,
+        reason: "out of memory".into(),
+        stderr_tail: None,
+        retry: true,
+    });
+    store
+        .finish(&study, failed, &fail, &[])
+        .await
+        .unwrap()
+        .unwrap();
+    let trials = || async {
+        store
+            .trials(&study, None, None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.state)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(trials().await, ["FAIL", "WAITING"]);
+    let params = Params::from([("x".to_owned(), ParamValue::Float(0.5))]);
+    let space = space();
+    macro_rules! start {
+        ($skip:expr) => {
+            store.start(
+                &space,
+                StartOp::New(&params),
+                StartCtx {
+                    study: &study,
+                    owner: &w.owner,
+                    budget: Some(10),
+                    tally: &mut w.tally,
+                    runner: None,
+                    skip_waiting: $skip,
+                },
+            )
+        };
+    }
+    assert!(matches!(start!(Some(&[])).await.unwrap(), Started::Waiting));
+    assert_eq!(trials().await, ["FAIL", "WAITING"]);
+    // In the daemon's line already (its id is the one after the failed trial's): no wait.
+    let copy = [failed + 1];
+    assert!(matches!(
+        start!(Some(&copy)).await.unwrap(),
+        Started::Yes(_)
+    ));
+    assert!(matches!(start!(None).await.unwrap(), Started::Yes(_)));
+    assert_eq!(trials().await, ["FAIL", "WAITING", "RUNNING", "RUNNING"]);
+}
+
+#[test]
+fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(
+        a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(sqlite_target(&dir)),
+    );
+}
+
+#[test]
+fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("waiting");
+    rt().block_on(
+        a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(pg_target(&url)),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ pub(super) struct StartWrite<'a> {
     pub(super) params: Vec<ParamRow>,
     pub(super) budget: Option<u64>,
     pub(super) tally: &'a mut Tally,
+    /// A new trial waits for any WAITING trial but these (`sweepd_step`'s `p_skip`); `None`:
+    /// it does not.
+    pub(super) skip: Option<&'a [i64]>,
 }
 
 /// What a step did: the finish (`Some(None)`: the trial was not RUNNING) and the start, each
@@ -85,6 +88,7 @@ fn start_rec(state: Option<&str>, trial: Option<i64>, number: Option<i64>) -> Op
         ("yes", Some(trial_id), Some(number)) => Some(StartRec::Yes { trial_id, number }),
         ("taken", ..) => Some(StartRec::Taken),
         ("noroom", ..) => Some(StartRec::NoRoom),
+        ("waiting", ..) => Some(StartRec::Waiting),
         _ => None,
     }
 }
@@ -132,7 +136,7 @@ impl Store {
             let rows: Vec<StepRow> = sqlx::query_as(
                 "SELECT r_kind, r_trial, r_number, r_state, r_retried, r_sweepd \
                      FROM sweepd_step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-                     $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                     $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
             )
             .bind(study.id)
             .bind(self.ops.writer())
@@ -176,6 +180,7 @@ impl Store {
                     .map(|(_, _, d)| d.as_str())
                     .collect::<Vec<_>>(),
             )
+            .bind(start.as_ref().and_then(|s| s.skip))
             .fetch_all(c)
             .await
             .at(&self.path)?;
@@ -222,12 +227,15 @@ impl Store {
                 None => s.tally.room_for_new(s.budget),
                 Some(_) => s.tally.room(s.budget),
             };
-            let decided = !matches!(stepped.started, Some(StartRec::NoRoom));
-            debug_assert_eq!(
-                room, decided,
-                "sweepd_step and the tally disagree on the budget: {:?}",
-                s.tally
-            );
+            // A start refused for a WAITING trial was not judged against the budget.
+            if !matches!(stepped.started, Some(StartRec::Waiting)) {
+                let decided = !matches!(stepped.started, Some(StartRec::NoRoom));
+                debug_assert_eq!(
+                    room, decided,
+                    "sweepd_step and the tally disagree on the budget: {:?}",
+                    s.tally
+                );
+            }
             match stepped.started {
                 Some(StartRec::Yes { trial_id, .. }) if s.claim.is_none() => {
                     s.tally.started_new(trial_id)

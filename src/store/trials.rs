@@ -27,6 +27,11 @@ pub struct StartCtx<'a> {
     /// The worker (and GPU) that will run the trial, when already known: recorded in the
     /// start's own commit instead of a `set_runner` commit of its own.
     pub runner: Option<(Runner, Option<u32>)>,
+    /// A new trial waits for any WAITING trial of the study but these (the caller's own line
+    /// of candidates): the start is refused with [`Started::Waiting`], decided in the start's
+    /// own transaction from the tally it reads, so that WAITING trials go first without a look
+    /// for them before every start. `None`: no such condition.
+    pub skip_waiting: Option<&'a [i64]>,
 }
 
 /// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
@@ -60,6 +65,7 @@ pub(super) enum StartRec {
     Yes { trial_id: i64, number: i64 },
     Taken,
     NoRoom,
+    Waiting,
 }
 
 impl StartRec {
@@ -68,6 +74,7 @@ impl StartRec {
             StartRec::Yes { trial_id, number } => Started::Yes(op.claimed(trial_id, number)),
             StartRec::Taken => Started::Taken,
             StartRec::NoRoom => Started::NoRoom,
+            StartRec::Waiting => Started::Waiting,
         }
     }
 
@@ -89,6 +96,9 @@ pub enum Started {
     Taken,
     /// The budget is spent, or reserved by trials running now (the tally says which).
     NoRoom,
+    /// A new trial, refused because a WAITING trial outside [`StartCtx::skip_waiting`] waits:
+    /// it goes first.
+    Waiting,
 }
 
 /// A WAITING trial looked at, not yet claimed.
@@ -429,6 +439,12 @@ impl Store {
     ) -> Result<StartRec> {
         self.refresh_tally_on(tx.conn(), ctx.study, ctx.tally)
             .await?;
+        // The refreshed tally knows every WAITING trial (`sweepd_step` applies the same rule).
+        if let (StartOp::New(_), Some(skip)) = (op, ctx.skip_waiting) {
+            if ctx.tally.waiting_ids().any(|id| !skip.contains(&id)) {
+                return Ok(StartRec::Waiting);
+            }
+        }
         let room = match op {
             StartOp::New(_) => ctx.tally.room_for_new(ctx.budget),
             StartOp::Claim(..) => ctx.tally.room(ctx.budget),
@@ -878,6 +894,10 @@ fn start_write<'a>(
         params,
         budget: ctx.budget,
         tally: ctx.tally,
+        skip: match op {
+            StartOp::New(_) => ctx.skip_waiting,
+            StartOp::Claim(..) => None,
+        },
     }
 }
 

@@ -43,6 +43,14 @@ impl Tally {
         self.open.values().filter(|t| t.running && t.sweepd).count() as u64
     }
 
+    /// The WAITING trials, by trial_id.
+    pub fn waiting_ids(&self) -> impl Iterator<Item = i64> + '_ {
+        self.open
+            .iter()
+            .filter(|(_, t)| !t.running)
+            .map(|(id, _)| *id)
+    }
+
     /// WAITING trials: retry copies and enqueued trials, each of which a start will claim.
     pub fn waiting(&self) -> u64 {
         self.open.values().filter(|t| !t.running).count() as u64

@@ -77,6 +77,9 @@ pub(super) struct Core {
     pub(super) key_offset: u64,
     /// Candidates in line for admission, with how many trials started ahead of each.
     pub(super) pending: std::collections::VecDeque<(Candidate, u32)>,
+    /// A new trial's start was refused for a WAITING trial outside the line
+    /// (`Started::Waiting`): the next plan looks for it and puts it at the head of the line.
+    pub(super) waiting_first: bool,
     pub(super) gpu: Option<GpuCtl>,
     pub(super) breaker: Breaker,
     /// Params found infeasible (OOM alone on a device), with their distributions: proposals
@@ -245,12 +248,14 @@ impl Core {
                 }
                 Planned::Done => return Ok(Next::Done),
             };
+            let queued = self.queued_waiting();
             let ctx = StartCtx {
                 study: &self.study,
                 owner: &self.me,
                 budget: self.config.study.n_trials,
                 tally: &mut self.tally,
                 runner: None,
+                skip_waiting: Some(&queued),
             };
             let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
             if let Some(next) = self.started(*plan, started) {
@@ -305,6 +310,12 @@ impl Core {
             let now = Instant::now();
             if self.breaker.paused(&self.devices(), now).is_some() {
                 return Ok(Planned::Wait);
+            }
+            // A new trial's start was refused for a WAITING trial: that one goes first.
+            if std::mem::take(&mut self.waiting_first) {
+                if let Some(c) = self.choose(false).await? {
+                    self.pending.push_front((c, 0));
+                }
             }
             // Candidates in line. One that fits may start before those ahead of it that do
             // not (a small trial past a large one waiting for room), until the head has been
@@ -416,8 +427,9 @@ impl Core {
         let claimed = match started {
             Started::Yes(c) => c,
             Started::Taken => return None,
-            Started::NoRoom => {
-                // Kept for later, where it stood in line.
+            Started::NoRoom | Started::Waiting => {
+                // Kept for later, where it stood in line; a WAITING trial goes first.
+                self.waiting_first |= matches!(started, Started::Waiting);
                 let k = k.min(self.pending.len());
                 self.pending.insert(k, (candidate, 0));
                 return None;
@@ -556,6 +568,18 @@ impl Core {
         Ok(ext)
     }
 
+    /// The WAITING trials in line, by trial_id: a start neither looks for them again nor waits
+    /// for them (`StartCtx::skip_waiting`).
+    fn queued_waiting(&self) -> Vec<i64> {
+        self.pending
+            .iter()
+            .filter_map(|(c, _)| match c {
+                Candidate::Waiting(w, _) => Some(w.trial_id),
+                Candidate::New(_) => None,
+            })
+            .collect()
+    }
+
     /// The next candidate: the oldest WAITING trial (retries, `study.enqueue_trial`) before a
     /// new sample (none unless `new`). `None` with `exhausted` set when the sampler has nothing
     /// left; `None` without it when a WAITING trial was failed for bad params (look again), or
@@ -564,15 +588,17 @@ impl Core {
         // Whatever it proposes, the sampler first learns what other processes did meanwhile.
         self.catch_up().await;
         let space = &self.config.space;
-        let queued: Vec<i64> = self
-            .pending
-            .iter()
-            .filter_map(|(c, _)| match c {
-                Candidate::Waiting(w, _) => Some(w.trial_id),
-                Candidate::New(_) => None,
-            })
-            .collect();
-        if let Some(w) = self.store.peek_waiting(&self.study, space, &queued).await? {
+        let queued = self.queued_waiting();
+        // A new trial's start is refused while a WAITING trial outside the line waits
+        // (`Started::Waiting`), so the look for one is needed only while the tally, read in
+        // the last start's transaction, knows of one.
+        let look = self.tally.waiting_ids().any(|id| !queued.contains(&id));
+        let found = if look {
+            self.store.peek_waiting(&self.study, space, &queued).await?
+        } else {
+            None
+        };
+        if let Some(w) = found {
             let params = match &w.problem {
                 Some(p) => Err(p.clone()),
                 None => self
@@ -590,6 +616,7 @@ impl Core {
                         budget: self.config.study.n_trials,
                         tally: &mut self.tally,
                         runner: None,
+                        skip_waiting: None,
                     };
                     if let Started::Yes(c) = self
                         .store
@@ -737,12 +764,14 @@ impl Core {
                 next: None,
             });
         };
+        let queued = self.queued_waiting();
         let ctx = StartCtx {
             study: &self.study,
             owner: &self.me,
             budget: self.config.study.n_trials,
             tally: &mut self.tally,
             runner: runner.map(|r| (r, plan.placement.as_ref().map(|p| p.device))),
+            skip_waiting: Some(&queued),
         };
         let (written, started) = self
             .store

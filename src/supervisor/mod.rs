@@ -465,6 +465,7 @@ async fn run_locked(
             exhausted: false,
             started: Instant::now(),
             pending: Default::default(),
+            waiting_first: false,
             next_key: store.next_number(&study).await? as u64,
             key_offset: host_key_offset(&me, several_hosts),
             gpu,
