@@ -24,34 +24,37 @@ use super::attrs::is_negative_zero;
 use super::engine::{Conn, Pool, Stamp};
 use super::outage::retrying;
 use super::tally::{apply_read, TallyRow};
-use super::trials::StartRec;
+use super::trials::{attr_texts, start_rows_of, StartCtx, StartOp, StartRec};
 use super::{encode_value, Result, SqlContext, Store, Study};
-use crate::study::{Finish, Tally};
+use crate::study::{Finish, SearchSpace, Tally};
+use serde_json::Value;
 
 /// One param row of a start: name, internal value, `distribution_json`.
 pub(super) type ParamRow = (String, f64, String);
 
-/// A COMPLETE finish, as written: the trial, its values, its system attributes as JSON texts,
-/// and the worker whose success it was.
+/// A finish to write: the trial, how it ended (only COMPLETE goes through `sweepd_step`), its
+/// system attributes, and the worker whose success it was.
 pub(super) struct FinishWrite<'a> {
     pub(super) trial_id: i64,
     pub(super) how: &'a Finish,
-    pub(super) attrs: &'a [(&'a str, String)],
+    pub(super) attrs: &'a [(&'a str, Value)],
     pub(super) done_by: Option<i64>,
 }
 
-/// A start, as written: the WAITING trial claimed (`None`: a new trial), its system
-/// attributes as JSON texts and its param rows, against the budget `budget` as `tally` counts
-/// it.
-pub(super) struct StartWrite<'a> {
-    pub(super) claim: Option<i64>,
-    pub(super) attrs: Vec<(&'static str, String)>,
-    pub(super) params: Vec<ParamRow>,
-    pub(super) budget: Option<u64>,
-    pub(super) tally: &'a mut Tally,
-    /// A new trial waits for any WAITING trial but these (`sweepd_step`'s `p_skip`); `None`:
-    /// it does not.
-    pub(super) skip: Option<&'a [i64]>,
+/// A start to write: what it starts in which space, and who starts it against which budget.
+pub(super) type StartWrite<'a, 'c> = (&'a SearchSpace, StartOp<'a>, &'a mut StartCtx<'c>);
+
+/// A start as `sweepd_step` takes it: the WAITING trial claimed (`None`: a new trial), its
+/// system attributes as JSON texts and its param rows, against the budget `budget` as `tally`
+/// counts it.
+struct Start<'a> {
+    claim: Option<i64>,
+    attrs: Vec<(&'static str, String)>,
+    params: Vec<ParamRow>,
+    budget: Option<u64>,
+    tally: &'a mut Tally,
+    /// A new trial waits for any WAITING trial but these (`p_skip`); `None`: it does not.
+    skip: Option<&'a [i64]>,
 }
 
 /// What a step did: the finish (`Some(None)`: the trial was not RUNNING) and the start, each
@@ -101,11 +104,29 @@ impl Store {
         &self,
         study: &Study,
         finish: Option<FinishWrite<'_>>,
-        mut start: Option<StartWrite<'_>>,
+        start: Option<StartWrite<'_, '_>>,
     ) -> Result<Option<Stepped>> {
         let Pool::Postgres(_) = &self.pool else {
             return Ok(None);
         };
+        let fin_attrs = finish
+            .as_ref()
+            .map_or_else(Vec::new, |f| attr_texts(f.attrs));
+        let mut start = start.map(|(space, op, ctx)| {
+            let (attrs, params) = start_rows_of(space, op, ctx.owner, ctx.runner);
+            let (claim, skip) = match op {
+                StartOp::New(_) => (None, ctx.skip_waiting),
+                StartOp::Claim(w, _) => (Some(w.trial_id), None),
+            };
+            Start {
+                claim,
+                attrs,
+                params,
+                budget: ctx.budget,
+                tally: &mut *ctx.tally,
+                skip,
+            }
+        });
         let values: &[f64] = match &finish {
             Some(FinishWrite {
                 how: Finish::Complete(values),
@@ -121,7 +142,6 @@ impl Store {
             return Ok(None);
         }
         let encoded: Vec<(Option<f64>, &str)> = values.iter().map(|v| encode_value(*v)).collect();
-        let fin_attrs = finish.as_ref().map_or(&[][..], |f| f.attrs);
         let start_attrs = start.as_ref().map_or(&[][..], |s| &s.attrs[..]);
         let (seen, open, finished) = match &start {
             Some(s) => (s.tally.seen(), s.tally.open(), s.tally.finished),

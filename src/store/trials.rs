@@ -6,7 +6,7 @@ use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_AT
 use super::engine::{sql, Label, Stamp, Tx};
 use super::once::{once, Commit};
 use super::outage::retrying;
-use super::step::{FinishWrite, ParamRow, StartWrite};
+use super::step::{FinishWrite, ParamRow};
 use super::suggested::FAIL_REASON_USER_ATTR;
 use super::{
     encode_value, placeholders, read_value, DaemonId, Engine, Result, SqlContext, Store, Study,
@@ -369,7 +369,7 @@ impl Store {
         mut ctx: StartCtx<'_>,
     ) -> Result<Started> {
         if let Some(stepped) = self
-            .step(ctx.study, None, Some(start_write(space, op, &mut ctx)))
+            .step(ctx.study, None, Some((space, op, &mut ctx)))
             .await?
         {
             return Ok(stepped.started.unwrap_or(StartRec::NoRoom).started(op));
@@ -395,15 +395,14 @@ impl Store {
         op: StartOp<'_>,
         mut ctx: StartCtx<'_>,
     ) -> Result<(Option<i64>, Started)> {
-        let texts = attr_texts(attrs);
         let finish = FinishWrite {
             trial_id,
             how,
-            attrs: &texts,
+            attrs,
             done_by,
         };
         if let Some(stepped) = self
-            .step(study, Some(finish), Some(start_write(space, op, &mut ctx)))
+            .step(study, Some(finish), Some((space, op, &mut ctx)))
             .await?
         {
             return Ok((
@@ -651,11 +650,10 @@ impl Store {
         attrs: &[(&str, Value)],
         done_by: Option<i64>,
     ) -> Result<Option<i64>> {
-        let texts = attr_texts(attrs);
         let finish = FinishWrite {
             trial_id,
             how,
-            attrs: &texts,
+            attrs,
             done_by,
         };
         if let Some(stepped) = self.step(study, Some(finish), None).await? {
@@ -848,14 +846,14 @@ impl Store {
 }
 
 /// System attributes as the JSON texts that are stored.
-fn attr_texts<'a>(attrs: &[(&'a str, Value)]) -> Vec<(&'a str, String)> {
+pub(super) fn attr_texts<'a>(attrs: &[(&'a str, Value)]) -> Vec<(&'a str, String)> {
     attrs.iter().map(|(k, v)| (*k, v.to_string())).collect()
 }
 
 /// The system attributes and param rows a start writes: the owner (and the runner, when
 /// known), and the params in the order the space defines them (as `trials` shows them), less
 /// those a claimed WAITING trial already has.
-fn start_rows_of(
+pub(super) fn start_rows_of(
     space: &SearchSpace,
     op: StartOp<'_>,
     owner: &DaemonId,
@@ -876,29 +874,6 @@ fn start_rows_of(
         .filter_map(|spec| Some(param_row(&spec.name, &spec.dist, params.get(&spec.name)?)))
         .collect();
     (attrs, rows)
-}
-
-/// A start as `sweepd_step` takes it.
-fn start_write<'a>(
-    space: &SearchSpace,
-    op: StartOp<'_>,
-    ctx: &'a mut StartCtx<'_>,
-) -> StartWrite<'a> {
-    let (attrs, params) = start_rows_of(space, op, ctx.owner, ctx.runner);
-    StartWrite {
-        claim: match op {
-            StartOp::New(_) => None,
-            StartOp::Claim(w, _) => Some(w.trial_id),
-        },
-        attrs,
-        params,
-        budget: ctx.budget,
-        tally: ctx.tally,
-        skip: match op {
-            StartOp::New(_) => ctx.skip_waiting,
-            StartOp::Claim(..) => None,
-        },
-    }
 }
 
 /// A param as Optuna stores it: name, internal value, `distribution_json`.
