@@ -575,6 +575,86 @@ fn pooled_connections_the_server_ended_are_replaced_without_an_outage() {
     assert_exact_and_nothing_interrupted(&url, N as usize, &logs);
 }
 
+/// Regression: the tally's read of the trials created since the last one (`sweepd_step`'s
+/// p_seen) walked every trial of the study at each call once the session had planned it while
+/// the study was small, and kept that plan: in a run of 10k trials the last thousand went at
+/// 0.6 of the first's pace. Counted in the server's buffers, not timed: after 50k more trials,
+/// a call in the session that planned it touches a few pages, not the study's hundreds.
+#[test]
+fn the_step_reads_new_trials_without_walking_a_study_that_grew() {
+    use sqlx::{Connection, Row};
+    let pg = PgServer::start();
+    let url = pg.create_db("grew");
+    let out = host(&pg_cfg(&url, 2, "60s"), "h1").run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (hit, plan) = rt.block_on(async {
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        // As in a daemon's session before autovacuum's first ANALYZE (which would plan again).
+        sqlx::raw_sql("ALTER TABLE trials SET (autovacuum_enabled = false)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        let study: i32 = sqlx::query_scalar("SELECT study_id FROM studies")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        let seen = || sqlx::query_scalar::<_, i32>("SELECT max(trial_id) FROM trials");
+        // A start with no room in the budget (p_budget 0): the tally is read, nothing written.
+        let call = |seq: i32, seen: i32| {
+            format!(
+                "SELECT * FROM sweepd_step({study}, 'test', {seq}, 1, now()::timestamp, \
+                 NULL, NULL, NULL, NULL, NULL, NULL, true, NULL, 0, 0, {seen}, '{{}}', \
+                 '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', NULL)"
+            )
+        };
+        let small = seen().fetch_one(&mut c).await.unwrap();
+        for seq in 1..=6 {
+            let rows = sqlx::raw_sql(&call(seq, small))
+                .fetch_all(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(rows.last().unwrap().get::<String, _>("r_state"), "noroom");
+        }
+        sqlx::raw_sql(&format!(
+            "INSERT INTO trials (number, study_id, state, datetime_start) \
+             SELECT 2 + g, {study}, 'COMPLETE', now() FROM generate_series(0, 49999) g"
+        ))
+        .execute(&mut c)
+        .await
+        .unwrap();
+        let grown = seen().fetch_one(&mut c).await.unwrap();
+        let plan: Vec<String> = sqlx::raw_sql(&format!(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) {}",
+            call(7, grown)
+        ))
+        .fetch_all(&mut c)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        // The function's node comes first: its buffers count its statements'.
+        let buffers = plan
+            .iter()
+            .find(|l| l.contains("Buffers:"))
+            .expect("buffers");
+        let count = |key: &str| -> u64 {
+            buffers
+                .split(key)
+                .nth(1)
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+                .map_or(0, |n| n.parse().unwrap())
+        };
+        (count("hit=") + count("read="), plan.join("\n"))
+    });
+    // 50k trials take some 400 pages of table and 150 of the study's index.
+    assert!(hit < 50, "{hit} buffers:\n{plan}");
+}
+
 /// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
 /// and run by that host with the params given.
 #[test]

@@ -6,8 +6,8 @@
 //! the `once!` record, commit), a finish and the next start held it for six round trips between
 //! sweepd and the server, about a millisecond on one machine: every host's slots waited in
 //! that line (the coordination bench's ~900 trials/s at 1, 2 and 4 hosts alike). Here they are
-//! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`)
-//! in a statement of its own, so the lock is held for as long as the server takes to run it.
+//! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`,
+//! as 0006 replaced it) in a statement of its own, so the lock is held for as long as the server takes to run it.
 //!
 //! The function writes the rows the statement-per-row path (`trials`) writes, under the same
 //! conditions, and decides the budget by [`Tally`]'s rule over the trials it reads; it returns
