@@ -655,6 +655,44 @@ fn the_step_reads_new_trials_without_walking_a_study_that_grew() {
     assert!(hit < 50, "{hit} buffers:\n{plan}");
 }
 
+/// Regression: a host's read of the other hosts' new trials (`store::feed`, a few times a
+/// second, before the sampler proposes) took their params by a scan of the whole `trial_params`
+/// table once it held a few thousand rows: with PostgreSQL's default `random_page_cost`, the
+/// planner prices 40 lookups of an index above a scan of 100 pages that sit in memory anyway.
+/// It cost 5 ms per read at 4 hosts, on the path of the next start. Counted in the server's
+/// statistics, not timed: two hosts share 1200 trials, and the hosts' scans of the table read
+/// what scans of a small table read, not its rows at every read.
+#[test]
+fn hosts_read_each_others_new_params_by_index_not_by_scanning_the_table() {
+    let pg = PgServer::start();
+    let url = pg.create_db("scan");
+    const N: u64 = 1200;
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.005");
+    let hosts: Vec<Sweep> = ["a", "b"].iter().map(|h| host(&cfg, h)).collect();
+    let mut daemons: Vec<Child> = hosts.iter().map(|h| h.spawn_run()).collect();
+    for (d, h) in daemons.iter_mut().zip(&hosts) {
+        let s = wait_exit(d, "a host");
+        assert!(s.success(), "{}", h.daemon_stderr());
+    }
+    let stat = |col: &str| -> u64 {
+        pg_column(
+            &url,
+            &format!("SELECT {col} FROM pg_stat_user_tables WHERE relname = 'trial_params'"),
+        )[0]
+        .parse()
+        .unwrap()
+    };
+    // The statistics are sent when a session ends or goes idle: wait for the index's count.
+    wait_until(LIMIT, "the reads counted", || stat("idx_scan") > 0);
+    let (seq, rows, idx) = (stat("seq_scan"), stat("seq_tup_read"), stat("idx_scan"));
+    // 4 params a trial: some 10k rows, where a scan at every read took 115k.
+    assert!(
+        rows <= 5 * 4 * N,
+        "{seq} scans of trial_params read {rows} rows (and {idx} reads by index)"
+    );
+    assert_study_sound(&url, "multi", N as usize);
+}
+
 /// A trial another process enqueues (Optuna's `enqueue_trial`) while a host runs is claimed
 /// and run by that host with the params given.
 #[test]
