@@ -7,7 +7,8 @@
 //! sweepd and the server, about a millisecond on one machine: every host's slots waited in
 //! that line (the coordination bench's ~900 trials/s at 1, 2 and 4 hosts alike). Here they are
 //! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`,
-//! as 0006 replaced it) in a statement of its own, so the lock is held for as long as the server takes to run it.
+//! as 0006 replaced it) in a statement of its own, so the lock is held for as long as the
+//! server takes to run it.
 //!
 //! The function writes the rows the statement-per-row path (`trials`) writes, under the same
 //! conditions, and decides the budget by [`Tally`]'s rule over the trials it reads; it returns
@@ -109,6 +110,18 @@ impl Store {
         let Pool::Postgres(_) = &self.pool else {
             return Ok(None);
         };
+        // Decided before any row is built: the statement-per-row path builds its own.
+        let values: &[f64] = match &finish {
+            Some(FinishWrite {
+                how: Finish::Complete(values),
+                ..
+            }) => values,
+            Some(_) => return Ok(None),
+            None => &[],
+        };
+        if values.iter().any(|v| is_negative_zero(*v)) {
+            return Ok(None);
+        }
         let fin_attrs = finish
             .as_ref()
             .map_or_else(Vec::new, |f| attr_texts(f.attrs));
@@ -127,18 +140,8 @@ impl Store {
                 skip,
             }
         });
-        let values: &[f64] = match &finish {
-            Some(FinishWrite {
-                how: Finish::Complete(values),
-                ..
-            }) => values,
-            Some(_) => return Ok(None),
-            None => &[],
-        };
         let params = start.as_ref().map_or(&[][..], |s| &s.params[..]);
-        if values.iter().any(|v| is_negative_zero(*v))
-            || params.iter().any(|(_, v, _)| is_negative_zero(*v))
-        {
+        if params.iter().any(|(_, v, _)| is_negative_zero(*v)) {
             return Ok(None);
         }
         let encoded: Vec<(Option<f64>, &str)> = values.iter().map(|v| encode_value(*v)).collect();
