@@ -655,6 +655,191 @@ fn the_step_reads_new_trials_without_walking_a_study_that_grew() {
     assert!(hit < 50, "{hit} buffers:\n{plan}");
 }
 
+/// `sweepd_step` writes a trial's COMPLETE finish before it takes the study's row lock
+/// (migration 0007): every writer of the study waits for that lock from its `SELECT … FOR
+/// UPDATE` to its commit, so what the function does before it is off the one line all hosts
+/// stand in. Pinned here by the lock the finish holds while the call waits for the study's: a
+/// session holding the study's lock cannot take the trial's row (0006's function, lock first,
+/// had not touched it yet).
+#[test]
+fn a_steps_finish_is_written_before_it_waits_for_the_study_lock() {
+    use sqlx::{Connection, Row};
+    let pg = PgServer::start();
+    let url = pg.create_db("early");
+    let out = host(&pg_cfg(&url, 2, "60s"), "h1").run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let connect = || sqlx::PgConnection::connect(&url);
+        let (mut holder, mut watcher) = (connect().await.unwrap(), connect().await.unwrap());
+        let study: i32 = sqlx::query_scalar("SELECT study_id FROM studies")
+            .fetch_one(&mut holder)
+            .await
+            .unwrap();
+        let trial: i32 = sqlx::query_scalar(
+            "INSERT INTO trials (number, study_id, state, datetime_start) \
+             VALUES (2, $1, 'RUNNING', now()) RETURNING trial_id",
+        )
+        .bind(study)
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+        sqlx::raw_sql("BEGIN; SELECT study_id FROM studies FOR UPDATE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        // A finish alone, of value 0.5, sent while the study's lock is held.
+        let mut stepper = connect().await.unwrap();
+        let sql = format!(
+            "SELECT * FROM sweepd_step({study}, 'test', 1, 1, now()::timestamp, {trial}, \
+             '{{0.5}}', '{{FINITE}}', '{{}}', '{{}}', NULL, false, NULL, NULL, 0, 0, '{{}}', \
+             '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', NULL)"
+        );
+        let step = sqlx::raw_sql(&sql).fetch_all(&mut stepper);
+        let check = async {
+            let start = std::time::Instant::now();
+            loop {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%sweepd_step%'",
+                )
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap();
+                if waiting > 0 {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < LIMIT,
+                    "the call never waited for the study's lock"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let taken = sqlx::query("SELECT 1 FROM trials WHERE trial_id = $1 FOR UPDATE NOWAIT")
+                .bind(trial)
+                .execute(&mut holder)
+                .await;
+            let code = match &taken {
+                Err(sqlx::Error::Database(d)) => d.code().map(|c| c.into_owned()),
+                _ => None,
+            };
+            sqlx::raw_sql("ROLLBACK")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+            assert_eq!(
+                code.as_deref(),
+                Some("55P03"),
+                "the trial's row was free while the call waited for the study's lock: {taken:?}"
+            );
+        };
+        let (rows, ()) = tokio::join!(step, check);
+        let rows = rows.unwrap();
+        let finish = rows
+            .iter()
+            .find(|r| r.get::<String, _>("r_kind") == "finish")
+            .expect("a finish row");
+        assert_eq!(finish.get::<Option<i64>, _>("r_number"), Some(2));
+        let (state, value): (String, f64) = sqlx::query_as(
+            "SELECT CAST(t.state AS TEXT), v.value FROM trials t \
+             JOIN trial_values v ON v.trial_id = t.trial_id WHERE t.trial_id = $1",
+        )
+        .bind(trial)
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        assert_eq!((state.as_str(), value), ("COMPLETE", 0.5));
+    });
+}
+
+/// A step holds its trial's row while it waits for the study's lock, so a writer that holds
+/// that lock and then takes the study's RUNNING trials (a host failing this one's trials over
+/// while it still runs) closes a cycle, which the server breaks by rolling one of them back
+/// (SQLSTATE 40P01). When that one is the step, the daemon runs it again (`store::outage`):
+/// the study ends exact, nothing interrupted, where the error used to end the daemon.
+#[test]
+fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
+    use sqlx::Connection;
+    let pg = PgServer::start();
+    let url = pg.create_db("deadlock");
+    // The server looks for a cycle after a session has waited this long: sooner in the
+    // daemon's sessions than in the test's (10 s, below), so the step is the one rolled back.
+    pg_exec(
+        &url,
+        "ALTER DATABASE deadlock SET deadlock_timeout = '200ms'",
+    );
+    const N: u64 = 40;
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05");
+    let h = host(&cfg, "a");
+    let mut daemon = h.spawn_run();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let deadlocks = || -> i64 {
+        pg_column(
+            &url,
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = 'deadlock'",
+        )[0]
+        .parse()
+        .unwrap()
+    };
+    wait_until(LIMIT, "the first trial done", || {
+        pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
+            .and_then(|c| c[0].parse::<u64>().ok())
+            .is_some_and(|n| n >= 1)
+    });
+    rt.block_on(async {
+        let connect = || sqlx::PgConnection::connect(&url);
+        let (mut holder, mut watcher) = (connect().await.unwrap(), connect().await.unwrap());
+        sqlx::raw_sql("SET deadlock_timeout = '10s'")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let mut rounds = 0;
+        while rounds < 4 && daemon.try_wait().unwrap().is_none() {
+            sqlx::raw_sql("BEGIN; SELECT study_id FROM studies FOR UPDATE")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+            let start = std::time::Instant::now();
+            let mut stepping = false;
+            while !stepping && start.elapsed() < Duration::from_secs(5) {
+                stepping = sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                     AND query LIKE '%sweepd_step%' AND pid <> pg_backend_pid()",
+                )
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap()
+                    > 0;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if stepping {
+                // What a failover takes next: the RUNNING trials, one of which the waiting
+                // step has finished. This waits until the server rolls the step back.
+                sqlx::query("SELECT trial_id FROM trials WHERE state = 'RUNNING' FOR UPDATE")
+                    .execute(&mut holder)
+                    .await
+                    .unwrap();
+                rounds += 1;
+            }
+            sqlx::raw_sql("ROLLBACK")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+        }
+    });
+    let status = wait_exit(&mut daemon, "the host");
+    let logs = h.daemon_stderr();
+    assert!(status.success(), "{logs}");
+    assert!(deadlocks() >= 3, "{} deadlocks broken", deadlocks());
+    assert_exact_and_nothing_interrupted(&url, N as usize, &logs);
+}
+
 /// Regression: a host's read of the other hosts' new trials (`store::feed`, a few times a
 /// second, before the sampler proposes) took their params by a scan of the whole `trial_params`
 /// table once it held a few thousand rows: with PostgreSQL's default `random_page_cost`, the

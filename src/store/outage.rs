@@ -15,6 +15,13 @@
 //! id in their own transaction and look it up before writing again (`once`); the others are
 //! idempotent as written (upserts, conditional updates, `ON CONFLICT DO NOTHING`).
 //!
+//! **Rolled back by the server.** A transaction the server ended to break a deadlock (40P01)
+//! or a serialization failure (40001) wrote nothing: it is run again whole, at once, up to
+//! [`ROLLED_BACK_RETRIES`] times, on either kind of daemon or CLI store. `sweepd_step` writes
+//! a trial's finish before it takes the study's lock, so a writer that holds that lock and
+//! then updates the same trial (another host failing this one's trials over while it still
+//! runs) closes a cycle; one of the two is rolled back and runs again.
+//!
 //! **Who waits.** A daemon, once it holds its study ([`Store::wait_through_outages`]): the
 //! core's call into the store waits, so no trial starts; workers go on, and what they finish is
 //! held by their slots and written when the server is back. The CLI's commands do not wait:
@@ -37,6 +44,10 @@ use tokio::sync::watch;
 /// each attempt of the same operation that runs out, so that an operation that is only slow
 /// (the history of a very large study) is not cut off for good.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(20);
+
+/// How many times in a row one operation is run again after the server rolled it back
+/// (deadlock, serialization failure) before the error is reported.
+const ROLLED_BACK_RETRIES: u32 = 10;
 
 /// How often a lasting outage is logged again.
 const REMIND_EVERY: Duration = Duration::from_secs(30);
@@ -69,10 +80,22 @@ fn lost_sqlstate(code: &str) -> bool {
         )
 }
 
+/// The SQLSTATEs of a transaction the server rolled back on its own, which wrote nothing and
+/// may simply run again: a deadlock broken (40P01), a serialization failure (40001).
+fn rolled_back_sqlstate(code: &str) -> bool {
+    matches!(code, "40P01" | "40001")
+}
+
 impl StoreError {
     /// Whether this is a lost connection to a database server (see [`connection_lost`]).
     pub fn connection_lost(&self) -> bool {
         matches!(self, StoreError::Sql { source, .. } if connection_lost(source))
+    }
+
+    /// Whether the server rolled the transaction back itself (see [`rolled_back_sqlstate`]).
+    fn rolled_back(&self) -> bool {
+        matches!(self, StoreError::Sql { source: sqlx::Error::Database(d), .. }
+            if d.code().is_some_and(|c| rolled_back_sqlstate(&c)))
     }
 }
 
@@ -196,6 +219,7 @@ impl Store {
             store: self,
             wait,
             failures: 0,
+            rolled_back: 0,
             limit: ATTEMPT_LIMIT,
         }
     }
@@ -228,6 +252,8 @@ pub(super) struct Retry<'a> {
     /// Whether this operation waits through an outage at all.
     wait: bool,
     failures: u32,
+    /// Attempts the server rolled back (deadlock, serialization failure).
+    rolled_back: u32,
     /// The limit of the next attempt.
     limit: Duration,
 }
@@ -258,6 +284,14 @@ impl Retry<'_> {
     pub(super) async fn settle<T>(&mut self, result: Result<T>) -> Option<Result<T>> {
         let outages = &self.store.outages;
         match result {
+            Err(e) if e.rolled_back() && self.rolled_back < ROLLED_BACK_RETRIES => {
+                self.rolled_back += 1;
+                if self.wait {
+                    outages.answered(&self.store.path);
+                }
+                tracing::debug!("the database rolled the operation back ({e}); running it again");
+                None
+            }
             Err(e) if self.wait && e.connection_lost() => {
                 self.failures += 1;
                 // A connection the server closed while it sat in the pool (the first sign of
@@ -326,8 +360,19 @@ mod tests {
     #[case::unique_violation("23505", false)]
     #[case::query_canceled("57014", false)]
     #[case::serialization_failure("40001", false)]
+    #[case::deadlock_detected("40P01", false)]
     #[case::undefined_table("42P01", false)]
     fn sqlstates_of_a_lost_connection(#[case] code: &str, #[case] lost: bool) {
         assert_eq!(lost_sqlstate(code), lost, "{code}");
+    }
+
+    #[rstest::rstest]
+    #[case::deadlock_detected("40P01", true)]
+    #[case::serialization_failure("40001", true)]
+    #[case::lock_not_available("55P03", false)]
+    #[case::unique_violation("23505", false)]
+    #[case::admin_shutdown("57P01", false)]
+    fn sqlstates_of_a_transaction_the_server_rolled_back(#[case] code: &str, #[case] rolled: bool) {
+        assert_eq!(rolled_back_sqlstate(code), rolled, "{code}");
     }
 }

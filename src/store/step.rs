@@ -7,8 +7,10 @@
 //! sweepd and the server, about a millisecond on one machine: every host's slots waited in
 //! that line (the coordination bench's ~900 trials/s at 1, 2 and 4 hosts alike). Here they are
 //! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`,
-//! as 0006 replaced it) in a statement of its own, so the lock is held for as long as the
-//! server takes to run it.
+//! as 0006 and 0007 replaced it) in a statement of its own, so the lock is held for as long as
+//! the server takes to run it, less the finish, which it writes before it takes the lock. A
+//! writer that holds the lock and then takes that trial's row (a failover of this host while it
+//! runs) deadlocks with it; the server rolls one back, and `retrying!` runs it again.
 //!
 //! The function writes the rows the statement-per-row path (`trials`) writes, under the same
 //! conditions, and decides the budget by [`Tally`]'s rule over the trials it reads; it returns
