@@ -32,6 +32,9 @@ const MARK_WAIT: Duration = Duration::from_secs(2);
 const SETTLE_WAIT: Duration = Duration::from_millis(500);
 /// The writer thread's stack: it formats a line or two and lists a directory.
 const WRITER_STACK: usize = 256 * 1024;
+/// How far past `log_max_bytes` a log may grow to end the line in progress before it rotates:
+/// a line longer than this is split between the two files.
+const LINE_SLACK: u64 = 64 * 1024;
 
 /// What the writer thread is asked to do, in the order asked.
 enum Entry {
@@ -59,6 +62,7 @@ impl Output {
     pub(super) fn start(file: std::fs::File, spec: &SpawnSpec) -> std::io::Result<Arc<Output>> {
         let log = LogFile {
             written: file.metadata().map(|m| m.len()).unwrap_or(0),
+            at_line_start: true,
             file,
             path: spec.log_path.clone(),
             max_bytes: spec.log_max_bytes,
@@ -155,6 +159,8 @@ struct LogFile {
     file: std::fs::File,
     path: PathBuf,
     written: u64,
+    /// Whether the last byte written ended a line (or nothing was written yet).
+    at_line_start: bool,
     max_bytes: u64,
     max_total: u64,
 }
@@ -175,17 +181,39 @@ impl LogFile {
         }
     }
 
-    fn write(&mut self, bytes: &[u8]) {
+    fn write(&mut self, mut bytes: &[u8]) {
+        // A pipe's reads cut lines anywhere, and a line split between two files is found by
+        // neither's grep: the line in progress ends in this file before it rotates.
+        if self.written >= self.max_bytes
+            && !self.at_line_start
+            && self.written < self.max_bytes + LINE_SLACK
+        {
+            let end = bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(bytes.len(), |e| e + 1);
+            self.append(&bytes[..end]);
+            bytes = &bytes[end..];
+        }
+        if bytes.is_empty() {
+            return;
+        }
         if self.written >= self.max_bytes {
             self.rotate();
         }
+        self.append(bytes);
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
         // Logging is best effort: a full disk must not stop the trial.
         let _ = self.file.write_all(bytes);
         self.written += bytes.len() as u64;
+        self.at_line_start = bytes.ends_with(b"\n");
     }
 
     fn mark(&mut self, text: &str) {
         let _ = writeln!(self.file, "\n=== sweepd: {text} ===");
+        self.at_line_start = true;
     }
 
     /// `worker-N.log` becomes `worker-N.log.1` (replacing an older one) and a fresh file
@@ -197,6 +225,7 @@ impl LogFile {
             Ok(f) => {
                 self.file = f;
                 self.written = 0;
+                self.at_line_start = true;
                 let _ = writeln!(
                     self.file,
                     "=== sweepd: log rotated, earlier output in {} ===",
@@ -422,6 +451,68 @@ mod tests {
         daemon.join().unwrap();
         let numbers: Vec<usize> = text.lines().map(|l| l[..6].parse().unwrap()).collect();
         assert_eq!(numbers, (0..LINES).collect::<Vec<_>>());
+    }
+
+    /// Regression: a log rotated between two reads of the pipe that cut a line in two, so the
+    /// line's start was in `worker-N.log.1` and its end in `worker-N.log` (seen as a flaky
+    /// `flooding_worker_logs_rotate_and_the_directory_stays_under_its_cap`: the last line's
+    /// number was not in the current file). Lines end in the file they began in, unless longer
+    /// than `LINE_SLACK`; a rotation waits for something to write to the new file.
+    #[test]
+    fn logs_rotate_between_lines_not_inside_one() {
+        let long = "y".repeat(LINE_SLACK as usize);
+        // (reads of the pipe, with log_max_bytes 8) -> (the rotated file, the current file
+        // after its header line; None: no rotation)
+        let cases: Vec<(Vec<&str>, &str, Option<&str>)> = vec![
+            (
+                vec!["0123456789", "ab\nnext\n"],
+                "0123456789ab\n",
+                Some("next\n"),
+            ),
+            (vec!["012345678\n", "next\n"], "012345678\n", Some("next\n")),
+            (vec!["0123456789", "ab", "cd\n"], "0123456789abcd\n", None),
+            (
+                vec!["0123456789", "ab\n", "next\n"],
+                "0123456789ab\n",
+                Some("next\n"),
+            ),
+            (vec!["012345678x", &long, "z\n"], "", Some("z\n")),
+        ];
+        for (i, (reads, old, new)) in cases.iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = log_path(dir.path(), 1);
+            let mut log = LogFile {
+                file: open_log(&path).unwrap(),
+                path: path.clone(),
+                written: 0,
+                at_line_start: true,
+                max_bytes: 8,
+                max_total: u64::MAX,
+            };
+            for r in reads {
+                log.write(r.as_bytes());
+            }
+            let current = std::fs::read_to_string(&path).unwrap();
+            let rotated = std::fs::read_to_string(path.with_extension("log.1"));
+            match new {
+                None => {
+                    assert_eq!(current, *old, "case {i}");
+                    assert!(rotated.is_err(), "case {i}: rotated");
+                }
+                Some(new) => {
+                    let (header, body) = current.split_once('\n').unwrap();
+                    assert!(header.contains("log rotated"), "case {i}: {header}");
+                    assert_eq!(body, *new, "case {i}");
+                    let rotated = rotated.unwrap();
+                    if old.is_empty() {
+                        // Past the slack: the long line is split where the log rotated.
+                        assert_eq!(rotated, format!("012345678x{long}"), "case {i}");
+                    } else {
+                        assert_eq!(rotated, *old, "case {i}");
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]
