@@ -130,6 +130,15 @@ fn assert_runs_counted_once(url: &str) {
     assert!(one("SELECT CAST(COALESCE(SUM(trials_done), 0) AS BIGINT) FROM sweepd_workers") > 0);
 }
 
+/// Database `db` with sweepd's schema and a study of two trials that one host ran: for tests
+/// that call `sweepd_step` themselves.
+fn study_of_two(pg: &PgServer, db: &str) -> String {
+    let url = pg.create_db(db);
+    let out = host(&pg_cfg(&url, 2, "60s"), "h1").run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    url
+}
+
 fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
     let start = std::time::Instant::now();
     loop {
@@ -584,14 +593,8 @@ fn pooled_connections_the_server_ended_are_replaced_without_an_outage() {
 fn the_step_reads_new_trials_without_walking_a_study_that_grew() {
     use sqlx::{Connection, Row};
     let pg = PgServer::start();
-    let url = pg.create_db("grew");
-    let out = host(&pg_cfg(&url, 2, "60s"), "h1").run(&[], LIMIT);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (hit, plan) = rt.block_on(async {
+    let url = study_of_two(&pg, "grew");
+    let (hit, plan) = block_on(async {
         let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
         // As in a daemon's session before autovacuum's first ANALYZE (which would plan again).
         sqlx::raw_sql("ALTER TABLE trials SET (autovacuum_enabled = false)")
@@ -665,14 +668,8 @@ fn the_step_reads_new_trials_without_walking_a_study_that_grew() {
 fn a_steps_finish_is_written_before_it_waits_for_the_study_lock() {
     use sqlx::{Connection, Row};
     let pg = PgServer::start();
-    let url = pg.create_db("early");
-    let out = host(&pg_cfg(&url, 2, "60s"), "h1").run(&[], LIMIT);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let url = study_of_two(&pg, "early");
+    block_on(async {
         let connect = || sqlx::PgConnection::connect(&url);
         let (mut holder, mut watcher) = (connect().await.unwrap(), connect().await.unwrap());
         let study: i32 = sqlx::query_scalar("SELECT study_id FROM studies")
@@ -775,10 +772,6 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
     let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05");
     let h = host(&cfg, "a");
     let mut daemon = h.spawn_run();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let deadlocks = || -> i64 {
         pg_column(
             &url,
@@ -792,7 +785,7 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
             .and_then(|c| c[0].parse::<u64>().ok())
             .is_some_and(|n| n >= 1)
     });
-    rt.block_on(async {
+    block_on(async {
         let connect = || sqlx::PgConnection::connect(&url);
         let (mut holder, mut watcher) = (connect().await.unwrap(), connect().await.unwrap());
         sqlx::raw_sql("SET deadlock_timeout = '10s'")

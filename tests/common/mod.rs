@@ -369,13 +369,19 @@ pub fn optuna_dump(storage: &str, study: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("dump JSON")
 }
 
-pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
-    use sqlx::{Connection, Row};
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// Runs a future to its end on a runtime of its own: a test's sessions with a database.
+/// Not inside another runtime: the query helpers here each start one.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
-    rt.block_on(async {
+        .expect("runtime")
+        .block_on(f)
+}
+
+pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
+    use sqlx::{Connection, Row};
+    block_on(async {
         let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
             .await
             .expect("open db");

@@ -1,7 +1,7 @@
 //! PostgreSQL for the tests: a throwaway cluster per test (`PgServer`), queries on it, and a
 //! proxy in front of it for the faults the server cannot make itself (`PgProxy`).
 
-use super::tool;
+use super::{block_on, tool};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -167,11 +167,7 @@ impl Drop for PgServer {
 /// Runs SQL statements on a PostgreSQL database (no result).
 pub fn pg_exec(url: &str, sql: &str) {
     use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let mut conn = sqlx::PgConnection::connect(url)
             .await
             .unwrap_or_else(|e| panic!("connect {url}: {e}"));
@@ -194,11 +190,7 @@ pub fn pg_column(url: &str, sql: &str) -> Vec<String> {
 
 fn pg_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
     use sqlx::{Connection, Row};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let mut conn = sqlx::PgConnection::connect(url)
             .await
             .map_err(|e| format!("connect {url}: {e}"))?;
