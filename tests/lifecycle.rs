@@ -223,3 +223,30 @@ fn a_missing_worker_program_is_a_clear_error() {
         stderr(&out)
     );
 }
+
+/// A database that a newer sweepd migrated (on PostgreSQL, the first host upgraded migrates
+/// it for every host) is refused with what to do, not only sqlx's "previously applied but is
+/// missing in the resolved migrations".
+#[test]
+fn a_database_a_newer_sweepd_migrated_is_refused_with_what_to_do() {
+    let cfg = Cfg {
+        n_trials: Some(1),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    sql_column(
+        &sweep.db,
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from a newer sweepd', 1, x'00', 0)",
+    );
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("a newer sweepd migrated this database; its migration 9999 is unknown")
+            && err.contains("\"Upgrading\""),
+        "{err}"
+    );
+}

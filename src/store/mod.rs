@@ -96,7 +96,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("database {path}: migrations failed: {source}")]
+    #[error("database {path}: migrations failed: {source}{}", migrate_hint(source))]
     Migrate {
         path: PathBuf,
         #[source]
@@ -218,6 +218,26 @@ fn io_hint(path: &Path) -> String {
     file_system_state(path)
         .map(|h| format!(" ({h})"))
         .unwrap_or_default()
+}
+
+/// What to do about a migration error that means another sweepd version migrated the database:
+/// sqlx's own words ("previously applied but is missing") do not say so. On PostgreSQL the
+/// first host to start a newer sweepd migrates the database for every host.
+fn migrate_hint(e: &sqlx::migrate::MigrateError) -> String {
+    use sqlx::migrate::MigrateError;
+    match e {
+        MigrateError::VersionMissing(v) => format!(
+            " (a newer sweepd migrated this database; its migration {v} is unknown to this \
+             one: run that version or a later one here, and on every host that opens the \
+             database; docs/operations.md, \"Upgrading\")"
+        ),
+        MigrateError::VersionMismatch(v) => format!(
+            " (another build of sweepd migrated this database; its migration {v} differs \
+             from this one's: run the same sweepd version on every host that opens it; \
+             docs/operations.md, \"Upgrading\")"
+        ),
+        _ => String::new(),
+    }
 }
 
 /// " (the file system … is read-only)" when a database or I/O error has that cause.
