@@ -289,7 +289,9 @@ impl Retry<'_> {
                 if self.wait {
                     outages.answered(&self.store.path);
                 }
-                tracing::debug!("the database rolled the operation back ({e}); running it again");
+                // Rare (a failover of a host that still runs), and the server logs its side:
+                // said where an operator reading both logs sees it.
+                tracing::info!("the database rolled a write back ({e}); running it again");
                 None
             }
             Err(e) if self.wait && e.connection_lost() => {
