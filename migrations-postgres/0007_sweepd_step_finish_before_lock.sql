@@ -3,7 +3,9 @@
 -- writer of the study waits for it, so whatever the function does while holding it limits the
 -- study's trials per second over all hosts. The finish needs no lock: it changes one RUNNING
 -- trial that only this call may finish (the conditional update), and a trial RUNNING or
--- COMPLETE counts alike against the budget, so no other writer's tally changes by it.
+-- COMPLETE counts alike against the budget, so no other writer's tally changes by it. A call
+-- sent again is still answered from its record under the lock, after a finish that then
+-- changes nothing.
 -- A migration that ran is never edited: the function is replaced here, with the same arguments.
 CREATE OR REPLACE FUNCTION sweepd_step(
     p_study BIGINT,
@@ -60,16 +62,6 @@ DECLARE
     ahead BIGINT := 0;
     tr RECORD;
 BEGIN
-    -- A call whose commit sweepd could not confirm, sent again: its record is committed, so
-    -- final, and is read without the lock.
-    SELECT o.result INTO recorded FROM sweepd_ops o WHERE o.writer = p_writer AND o.seq = p_seq;
-    IF FOUND THEN
-        r_kind := 'replay';
-        r_state := recorded;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-
     -- Rows go out as the output columns are set (RETURN NEXT), without a query each.
     IF p_fin IS NOT NULL THEN
         -- Its state (only a RUNNING trial's), values, system attributes and the worker's
@@ -98,9 +90,9 @@ BEGIN
     -- Each statement below sees what was committed before it ran (READ COMMITTED, a volatile
     -- function): after this one, everything the lock's previous holder wrote.
     PERFORM 1 FROM studies s WHERE s.study_id = p_study FOR UPDATE;
-    -- The first sending of this call, if it is still in progress elsewhere, may have finished
-    -- the trial (our update then waited for it and changed nothing) and is done now: answered
-    -- from its record.
+    -- A call whose commit sweepd could not confirm, sent again, is answered from its record.
+    -- The finish above changed nothing then: the first sending finished the trial (if it was
+    -- still in progress, our update waited for its commit).
     SELECT o.result INTO recorded FROM sweepd_ops o WHERE o.writer = p_writer AND o.seq = p_seq;
     IF FOUND THEN
         r_kind := 'replay';
