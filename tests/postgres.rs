@@ -139,6 +139,28 @@ fn study_of_two(pg: &PgServer, db: &str) -> String {
     url
 }
 
+/// Whether a call of `sweepd_step` waits for a lock, or comes to within `within`, as
+/// `pg_stat_activity` shows it on `watcher`.
+async fn a_step_waits_for_a_lock(watcher: &mut sqlx::PgConnection, within: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%sweepd_step%' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut *watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return true;
+        }
+        if start.elapsed() >= within {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
     let start = std::time::Instant::now();
     loop {
@@ -697,24 +719,10 @@ fn a_steps_finish_is_written_before_it_waits_for_the_study_lock() {
         );
         let step = sqlx::raw_sql(&sql).fetch_all(&mut stepper);
         let check = async {
-            let start = std::time::Instant::now();
-            loop {
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND query LIKE '%sweepd_step%'",
-                )
-                .fetch_one(&mut watcher)
-                .await
-                .unwrap();
-                if waiting > 0 {
-                    break;
-                }
-                assert!(
-                    start.elapsed() < LIMIT,
-                    "the call never waited for the study's lock"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            assert!(
+                a_step_waits_for_a_lock(&mut watcher, LIMIT).await,
+                "the call never waited for the study's lock"
+            );
             let taken = sqlx::query("SELECT 1 FROM trials WHERE trial_id = $1 FOR UPDATE NOWAIT")
                 .bind(trial)
                 .execute(&mut holder)
@@ -798,20 +806,7 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
                 .execute(&mut holder)
                 .await
                 .unwrap();
-            let start = std::time::Instant::now();
-            let mut stepping = false;
-            while !stepping && start.elapsed() < Duration::from_secs(5) {
-                stepping = sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                     AND query LIKE '%sweepd_step%' AND pid <> pg_backend_pid()",
-                )
-                .fetch_one(&mut watcher)
-                .await
-                .unwrap()
-                    > 0;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            if stepping {
+            if a_step_waits_for_a_lock(&mut watcher, Duration::from_secs(5)).await {
                 // What a failover takes next: the RUNNING trials, one of which the waiting
                 // step has finished. This waits until the server rolls the step back.
                 sqlx::query("SELECT trial_id FROM trials WHERE state = 'RUNNING' FOR UPDATE")
