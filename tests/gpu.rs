@@ -648,8 +648,9 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     // Two studies share one 24 GiB card. Daemon b runs 60 trials of ~5 GiB, four at once, and
     // refills every byte a trial frees. Daemon a's one trial expects 16 GiB (its trial_memory
     // x 1.15): it fits only once b runs at most one. Without the host's holds it waits for b's
-    // study to end; with them, once b has started 8 trials past it, b leaves 16 GiB free and a's
-    // trial starts while b still has most of its trials to go.
+    // study to end; with them, b leaves 16 GiB free and a's trial starts while b still has most
+    // of its trials to go. As a runs nothing at all, that takes one start of b's past it, not
+    // eight (`policy::head_passes`).
     let b_env = [
         ("SIM_MEM", "5G"),
         ("SIM_CONTEXT", "256M"),
@@ -682,15 +683,26 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
         .iter()
         .filter(|t| parse_time(t["datetime_start"].as_str().unwrap()) > a_start)
         .count();
+    eprintln!("a's trial started with {b_after} of b's 60 trials still to start");
     assert!(
         b_after >= 20,
         "a's trial started when b had only {b_after} of 60 left to start\n{}\n{}",
         a.daemon_stderr(),
         b.daemon_stderr()
     );
-    assert!(a
-        .daemon_stderr()
-        .contains("asks the other daemons on this host to leave"));
+    let stderr = a.daemon_stderr();
+    let passed = stderr
+        .split("the trial at the head of the line, passed by ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a never asked b to leave memory free\n{stderr}"));
+    let (n, rest) = passed.split_once(' ').unwrap();
+    let n: u32 = n.parse().unwrap();
+    assert!(
+        rest.contains("of other daemons while this study runs none,") && n < 8,
+        "a waited for {n} of b's starts before it held its memory: {}",
+        passed.lines().next().unwrap_or_default()
+    );
+    assert!(stderr.contains("asks the other daemons on this host to leave"));
     // The daemon that leaves the memory free says so, once.
     let said = b
         .daemon_stderr()

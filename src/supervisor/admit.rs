@@ -273,10 +273,17 @@ impl Core {
     }
 
     /// Our hold after a round: the head waited for memory (`waits`: why on each device) after
-    /// being passed `passes` times in all, so it asks the other daemons to leave what it needs
-    /// free on the device closest to fitting it; otherwise none, and a head that started is
-    /// watched no more.
-    pub(super) fn hold_for_head(&mut self, waits: Option<&[Decision]>, started: bool, passes: u32) {
+    /// being passed `passes` times in all (`policy::head_passes`; `by_others` of them by the
+    /// other daemons), so it asks the other daemons to leave what it needs free on the device
+    /// closest to fitting it; otherwise none, and a head that started is watched no more.
+    pub(super) fn hold_for_head(
+        &mut self,
+        waits: Option<&[Decision]>,
+        started: bool,
+        passes: u32,
+        by_others: u32,
+    ) {
+        let running = self.running;
         let Some(g) = &mut self.gpu else { return };
         if started {
             g.head_watch = None;
@@ -297,9 +304,17 @@ impl Core {
             return;
         };
         if g.hold.is_none() {
+            let passed = if running == 0 {
+                format!(
+                    "passed by {by_others} {} of other daemons while this study runs none",
+                    if by_others == 1 { "trial" } else { "trials" }
+                )
+            } else {
+                format!("passed by {passes} trials")
+            };
             info!(
                 gpu = device,
-                "the trial at the head of the line, passed by {passes} trials, asks the other daemons on this host to leave {} free for it",
+                "the trial at the head of the line, {passed}, asks the other daemons on this host to leave {} free for it",
                 crate::gpu::fmt_gib(bytes)
             );
         }

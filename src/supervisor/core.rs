@@ -338,9 +338,8 @@ impl Core {
             }
             let round = self.round(now);
             // The other daemons' starts while the head waited passed it too.
-            let head_passes = self.pending[0]
-                .1
-                .saturating_add(self.passes_by_others(round.as_ref()));
+            let by_others = self.passes_by_others(round.as_ref());
+            let head_passes = policy::head_passes(self.pending[0].1, by_others, self.running);
             let tries = policy::admissible(head_passes, self.pending.len());
             let mut chosen: Option<(usize, Option<Placement>)> = None;
             let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
@@ -386,7 +385,7 @@ impl Core {
             let waits = head_waits.as_deref().filter(|_| chosen.is_none());
             self.ask(round.as_ref(), waits);
             let head_started = chosen.as_ref().is_some_and(|(k, _)| *k == 0);
-            self.hold_for_head(waits, head_started, head_passes);
+            self.hold_for_head(waits, head_started, head_passes, by_others);
             if let Some(round) = round {
                 let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
                 self.write_claims(round.ledger, new);

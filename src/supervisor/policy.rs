@@ -365,6 +365,22 @@ pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
     }
 }
 
+/// How many times the head of our line has been passed: `own`, by trials behind it in our
+/// line that started first, and `by_others`, trials the other daemons on this host started
+/// since it began to wait. While we run no trial at all, one start by the others is enough to
+/// count [`MAX_PASSES`]: a study that runs nothing while another keeps starting trials on the
+/// card is starved outright, so its head holds its memory at once rather than after eight more
+/// of their starts. With trials of minutes that was the better part of an hour with nothing of
+/// its own running; in the packing bench its learning phase then ran alone at the end.
+pub(super) fn head_passes(own: u32, by_others: u32, running: u64) -> u32 {
+    let passes = own.saturating_add(by_others);
+    if running == 0 && by_others > 0 {
+        passes.max(MAX_PASSES)
+    } else {
+        passes
+    }
+}
+
 /// Which of the candidates that fit now starts (`fits`: their places in line and expected
 /// peaks, in line order): the head when it fits; else, of those behind it, the largest (the
 /// first of equals). The small ones fill what room is left after it, and a large one does not
@@ -841,6 +857,28 @@ mod tests {
                 look_further(passes, line, exhausted),
                 further,
                 "{passes} {line} {exhausted}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_study_that_runs_nothing_is_starved_by_the_first_start_of_another_daemon() {
+        // (passes by our own line, by the other daemons, ours running) -> passes
+        let cases = [
+            ((0, 0, 0), 0),
+            ((2, 0, 0), 2),
+            ((0, 1, 0), MAX_PASSES),
+            ((1, 3, 0), MAX_PASSES),
+            ((3, MAX_PASSES, 0), MAX_PASSES + 3),
+            ((0, 1, 1), 1),
+            ((2, MAX_PASSES - 3, 2), MAX_PASSES - 1),
+            ((1, u32::MAX, 3), u32::MAX),
+        ];
+        for ((own, by_others, running), want) in cases {
+            assert_eq!(
+                head_passes(own, by_others, running),
+                want,
+                "{own} by our line, {by_others} by others, {running} of ours running"
             );
         }
     }
