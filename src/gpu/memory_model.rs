@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 
 /// Measured trials before the regression is trusted; until then the prior (or the largest peak
 /// measured, if larger) with [`PRIOR_MARGIN`].
-pub const MIN_MEASURED: usize = 4;
+pub const MIN_MEASURED: usize = 3;
 /// The margin on the prior and on early estimates, as a factor.
 pub const PRIOR_MARGIN: f64 = 1.15;
 /// Measured peaks kept (oldest forgotten first).
@@ -925,8 +925,8 @@ mod tests {
             );
             (low, r.len())
         };
-        under(0, 4);
-        under(4, 8);
+        under(0, MIN_MEASURED);
+        under(MIN_MEASURED, 8);
         under(8, 12);
         let (low, n) = under(12, 40);
         assert!(low * 100 < n, "{low} of {n} estimates below the peak");
