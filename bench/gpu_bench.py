@@ -783,10 +783,14 @@ def packing_story(splits, long_checks=()):
         out.append(
             "With the foreign process the card has 6 GiB less from a third of the way in, "
             "which the oracle knew in advance and planned around; sweepd sees it when it "
-            "comes, and its wide early bounds weigh more on the smaller card")
+            "comes, and its wide early bounds weigh more on the smaller card. The foreign "
+            "process takes what is free when it comes, up to 6 GiB, memory that trials sweepd "
+            "admitted have yet to allocate included: when the card is packed tighter than "
+            "that, one of them runs out of memory, which only a card kept 6 GiB short of full "
+            "could prevent")
     if long_checks:
         out.append(
-            "With %d trials per run sweepd reached %s of the oracle (%s OOMs): the learning "
+            "With %d trials per run sweepd reached %s of the oracle (OOMs: %s): the learning "
             "phase explains that much of the gap of the short runs"
             % (LONG_RUN_TRIALS,
                ", ".join("%.2f (%s)" % (c[2], c[0]) for c in long_checks),
