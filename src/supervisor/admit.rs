@@ -304,7 +304,7 @@ impl Core {
             return;
         };
         if g.hold.is_none() {
-            let passed = if running == 0 && by_others > 0 {
+            let passed = if super::policy::starved(by_others, running) {
                 format!(
                     "passed by {by_others} {} of other daemons while this study runs none",
                     if by_others == 1 { "trial" } else { "trials" }

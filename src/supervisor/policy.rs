@@ -374,11 +374,17 @@ pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
 /// its own running; in the packing bench its learning phase then ran alone at the end.
 pub(super) fn head_passes(own: u32, by_others: u32, running: u64) -> u32 {
     let passes = own.saturating_add(by_others);
-    if running == 0 && by_others > 0 {
+    if starved(by_others, running) {
         passes.max(MAX_PASSES)
     } else {
         passes
     }
+}
+
+/// Whether our study is starved outright: other daemons started trials past our head while we
+/// run none (see [`head_passes`]).
+pub(super) fn starved(by_others: u32, running: u64) -> bool {
+    running == 0 && by_others > 0
 }
 
 /// Which of the candidates that fit now starts (`fits`: their places in line and expected
