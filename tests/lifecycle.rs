@@ -229,19 +229,11 @@ fn a_missing_worker_program_is_a_clear_error() {
 /// missing in the resolved migrations".
 #[test]
 fn a_database_a_newer_sweepd_migrated_is_refused_with_what_to_do() {
-    let cfg = Cfg {
-        n_trials: Some(1),
-        ..Cfg::default()
-    };
-    let sweep = Sweep::new(&cfg);
-    let out = sweep.run(&[], LIMIT);
-    assert!(out.status.success(), "{}", stderr(&out));
-    sql_column(
-        &sweep.db,
+    let out = rerun_after(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (9999, 'from a newer sweepd', 1, x'00', 0)",
+        LIMIT,
     );
-    let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(

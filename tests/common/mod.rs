@@ -379,6 +379,21 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// A one-trial study run to its end, `sql` run on its database, then the daemon run on it again
+/// (within `limit`): how a test hands sweepd a database that another version of sweepd or of
+/// Optuna left behind.
+pub fn rerun_after(sql: &str, limit: Duration) -> Output {
+    let cfg = Cfg {
+        n_trials: Some(1),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], limit);
+    assert!(out.status.success(), "{}", stderr(&out));
+    sql_column(&sweep.db, sql);
+    sweep.run(&[], limit)
+}
+
 pub fn sql_column(db: &Path, sql: &str) -> Vec<String> {
     use sqlx::{Connection, Row};
     block_on(async {
