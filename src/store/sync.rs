@@ -108,11 +108,16 @@ fn sync_log(
     };
     if file.as_ref().is_none_or(|(_, known)| *known != ino) {
         let f = File::open(wal)?;
+        // The inode of the file opened, not of the name read above: the log can have been
+        // removed and made again in between, and a handle kept under the old file's number
+        // would be taken for a newer log that reuses that number (the old one, no longer
+        // held, frees it), and sync a file no longer in use.
+        let opened = f.metadata()?.ino();
         // A new file's name must be durable too: sync the directory holding it.
         if let Some(dir) = wal.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)?.sync_all()?;
         }
-        file = Some((Arc::new(f), ino));
+        file = Some((Arc::new(f), opened));
     }
     if let Some((f, _)) = &file {
         f.sync_data()?;
@@ -144,5 +149,27 @@ mod tests {
         assert_eq!(st.synced, st.requested, "every request was served");
         assert!(st.file.is_some());
         assert!(!st.running);
+    }
+
+    #[tokio::test]
+    async fn a_log_made_again_is_synced_through_a_handle_on_the_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("x.db");
+        let wal = dir.path().join("x.db-wal");
+        let s = Syncer::new(&db);
+        std::fs::write(&wal, b"frames").unwrap();
+        s.sync().await.unwrap();
+        std::fs::remove_file(&wal).unwrap();
+        std::fs::write(&wal, b"new frames").unwrap();
+        s.sync().await.unwrap();
+        let st = s.state.lock().await;
+        let (f, ino) = st.file.as_ref().unwrap();
+        let now = std::fs::metadata(&wal).unwrap().ino();
+        assert_eq!(
+            f.metadata().unwrap().ino(),
+            now,
+            "the handle is on the new log"
+        );
+        assert_eq!(*ino, now);
     }
 }
