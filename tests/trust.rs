@@ -509,13 +509,21 @@ fn trials_logged_complete_were_lost_with_the_power() {
     wait_until(LIMIT, "trials to complete", || {
         logged_complete(&sweep.daemon_stderr()).len() >= 30
     });
+    // What was reported before the power goes. Not what is logged after: the emulated power
+    // loss is not an instant, and an fdatasync under way while the file system shuts down can
+    // return success and still lose its data (the kernel alone, no SQLite:
+    // `writes_synced_before_the_emulated_power_loss_survive_it` loses 1 to 3 such writes in 8
+    // power losses, and none synced before one). A daemon keeps running through that window, as
+    // it cannot through a real power loss, and such a line failed this test in 2 of 3 runs of
+    // the whole suite on a clean clone (none in about 45 runs of this file alone).
+    let log = sweep.daemon_stderr();
+    let logged = logged_complete(&log);
     // The power goes: the file system keeps nothing that was not synced, and the daemon dies
     // with it a moment later.
     ms.mount.power_loss();
     std::thread::sleep(Duration::from_millis(200));
     child.kill().unwrap();
     child.wait().unwrap();
-    let logged = logged_complete(&sweep.daemon_stderr());
     ms.mount.remount(&sweep.dir.path().join("fs.img"));
     // Every trial reported COMPLETE survived, with the params it was reported with: its
     // number can never name other params.
@@ -525,7 +533,82 @@ fn trials_logged_complete_were_lost_with_the_power() {
             .iter()
             .find(|t| t["number"] == *number)
             .unwrap_or_else(|| panic!("trial {number} was logged COMPLETE and is gone"));
-        assert_eq!(t["state"], "COMPLETE", "{t}");
+        // The daemon's lines about the trial, and its warnings and errors.
+        let about = || {
+            sweep
+                .daemon_stderr()
+                .lines()
+                .filter(|l| l.contains(&format!(" trial={number} ")) || !l.contains(" INFO "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(t["state"], "COMPLETE", "{t}\n{}", about());
         assert_eq!(&t["params"], params, "trial {number}");
     }
+}
+
+/// The premise of the power-loss tests, checked on the kernel that runs them: a write whose
+/// fdatasync returned before `Mount::power_loss` survives it. A write synced while the ioctl
+/// runs may not (the emulation is not an instant), which is why those tests take what the
+/// daemon reported before it. Appends of 4 KiB, each synced through a second, read-only
+/// handle as `store::sync` does, by a thread the power loss interrupts.
+#[test]
+fn writes_synced_before_the_emulated_power_loss_survive_it() {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const BLOCK: usize = 4096;
+    let mut lost_in_the_window = 0;
+    for round in 0..8u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        let mount = Mount::ext4(&image, &dir.path().join("fs"));
+        let path = mount.at.join("log");
+        let file = std::fs::File::create(&path).unwrap();
+        std::fs::File::open(&mount.at).unwrap().sync_all().unwrap();
+        let syncer = std::fs::File::open(&path).unwrap();
+        let acked = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for i in 1u64.. {
+                    let block: Vec<u8> = std::iter::repeat_n(i.to_le_bytes(), BLOCK / 8)
+                        .flatten()
+                        .collect();
+                    let ok = file.write_all_at(&block, (i - 1) * BLOCK as u64).is_ok()
+                        && syncer.sync_data().is_ok();
+                    if !ok {
+                        return;
+                    }
+                    acked.store(i, Ordering::SeqCst);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(150 + 40 * round));
+        let before = acked.load(Ordering::SeqCst);
+        mount.power_loss();
+        writer.join().unwrap();
+        let after = acked.load(Ordering::SeqCst);
+        mount.remount(&image);
+        let mut data = Vec::new();
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_to_end(&mut data)
+            .unwrap();
+        let survived = (data.len() / BLOCK) as u64;
+        for k in 0..survived.min(after) {
+            let at = k as usize * BLOCK;
+            let got = u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+            assert_eq!(got, k + 1, "round {round}: block {k} holds another write");
+        }
+        assert!(
+            survived >= before,
+            "round {round}: {before} writes synced before the power loss, {survived} survived"
+        );
+        lost_in_the_window += after.saturating_sub(survived.max(before));
+    }
+    println!(
+        "writes whose sync returned during the power loss and were lost: {lost_in_the_window}"
+    );
 }
