@@ -84,6 +84,7 @@ import json
 import math
 import operator
 import os
+import select
 import socket
 import sys
 import threading
@@ -784,7 +785,55 @@ def _open_channel(required):
     # The descriptor is close-on-exec, so the number means nothing to child
     # programs; don't let them believe they are sweepd workers.
     os.environ.pop("SWEEPD_FD", None)
+    _watch_for_sweepd_gone(fd)
     return chan
+
+
+def _watch_for_sweepd_gone(fd):
+    """Exit at once when sweepd's end of the channel closes, even mid-trial.
+
+    The main thread reads the channel only between trials and at reports, so a
+    trial that runs for an hour without reporting would otherwise keep its GPU
+    memory for that hour after sweepd died (kill -9, the OOM killer), with no
+    one to take its result. A thread waits for the hang-up without reading (the
+    main thread's messages stay where they are). Where poll() cannot watch the
+    descriptor (not Linux), only the main thread's reads notice.
+
+    The wait is a second at a time: a poll under way holds the socket open, and
+    a worker that closes its own channel must close it for sweepd to see (it
+    is then treated as dead). The watch ends when the descriptor no longer
+    names the channel.
+    """
+    hangup = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+    try:
+        channel = os.fstat(fd)
+        poller = select.poll()
+        poller.register(fd, getattr(select, "POLLRDHUP", 0))
+    except (AttributeError, OSError, ValueError):
+        return
+
+    def still_the_channel():
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (channel.st_dev, channel.st_ino)
+
+    def watch():
+        while True:
+            try:
+                events = poller.poll(1000)
+            except OSError:
+                return
+            if not still_the_channel():
+                return
+            for _, ev in events:
+                if ev & select.POLLNVAL:
+                    return
+                if ev & hangup:
+                    _exit_quietly()
+
+    threading.Thread(target=watch, name="sweepd-channel-watch", daemon=True).start()
 
 
 # --------------------------------------------------------------------------

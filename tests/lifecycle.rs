@@ -187,6 +187,33 @@ fn restart_after_kill_9_loses_nothing_and_counts_nothing_twice() {
     assert_eq!(dup, vec!["0"]);
 }
 
+/// A daemon killed with -9 while its worker runs a trial that reports nothing: the worker
+/// went on until the trial ended (an hour, for a real one, holding its GPU memory with no one
+/// to take its result), because only its reads of the channel noticed sweepd was gone. The
+/// helper now watches the channel for the hang-up and exits at once.
+#[test]
+fn a_worker_in_a_long_trial_outlived_its_killed_daemon() {
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let cfg = Cfg {
+        max_par: 1,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_HANG_ON", "0")
+    .env("SWEEPD_TEST_RECORD", record.path().to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    let mut child = sweep.spawn_run();
+    wait_until(LIMIT, "trial 0 to start in its worker", || {
+        !recorded(record.path()).is_empty()
+    });
+    let (pid, number) = recorded(record.path())[0];
+    assert_eq!(number, 0);
+    child.kill().unwrap(); // SIGKILL: no cleanup of any kind
+    child.wait().unwrap();
+    wait_until(LIMIT, "the worker of the killed daemon to exit", || {
+        !alive(pid)
+    });
+}
+
 #[test]
 fn a_worker_that_never_starts_stops_the_run_with_its_stderr() {
     let script = tempfile::NamedTempFile::new().unwrap();

@@ -423,8 +423,7 @@ fn three_hosts_one_killed_the_others_finish_and_it_returns_to_an_exact_study() {
     signal(&daemons[2], nix::sys::signal::Signal::SIGKILL);
     let _ = daemons[2].wait();
     std::fs::write(&gate, b"").unwrap();
-    // Its workers die with their channel (the daemon's end is gone) once their trial reports;
-    // none may linger.
+    // Its workers die with their channel (the daemon's end is gone); none may linger.
     wait_until(LIMIT, "host c's workers gone", || {
         c_workers.iter().all(|p| !alive(*p as i32))
     });

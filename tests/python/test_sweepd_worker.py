@@ -548,6 +548,23 @@ class PersistentTests(Base):
         self.assertEqual(w.wait(), 0)
         self.assertNotIn("Traceback", w.stderr())
 
+    def test_sweepd_gone_mid_trial_ends_the_worker_before_the_trial_ends(self):
+        # A trial that reports nothing for a minute: without the watch on the channel the
+        # worker went on (holding its GPU memory) until the trial ended and its result found
+        # no one to take it.
+        w = self.generic()
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 1, "number": 0,
+                "params": {"steps": 0, "mode": "sleep", "seconds": 60}})
+        time.sleep(0.3)
+        w.reader.close()
+        w.sock.close()
+        w.sock = None
+        start = time.monotonic()
+        self.assertEqual(w.wait(), 0)
+        self.assertLess(time.monotonic() - start, TIMEOUT)
+        self.assertNotIn("Traceback", w.stderr())
+
     def test_unknown_messages_are_ignored(self):
         w = self.generic()
         w.expect_ready()
