@@ -804,11 +804,12 @@ def _watch_for_sweepd_gone(fd):
     is then treated as dead). The watch ends when the descriptor no longer
     names the channel.
     """
-    hangup = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    hangup = rdhup | select.POLLHUP | select.POLLERR
     try:
         channel = os.fstat(fd)
         poller = select.poll()
-        poller.register(fd, getattr(select, "POLLRDHUP", 0))
+        poller.register(fd, rdhup)
     except (AttributeError, OSError, ValueError):
         return
 
@@ -825,13 +826,12 @@ def _watch_for_sweepd_gone(fd):
                 events = poller.poll(1000)
             except OSError:
                 return
+            # A closed descriptor (POLLNVAL) or another file under its number ends the
+            # watch here.
             if not still_the_channel():
                 return
-            for _, ev in events:
-                if ev & select.POLLNVAL:
-                    return
-                if ev & hangup:
-                    _exit_quietly()
+            if any(ev & hangup for _, ev in events):
+                _exit_quietly()
 
     threading.Thread(target=watch, name="sweepd-channel-watch", daemon=True).start()
 

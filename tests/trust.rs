@@ -516,8 +516,7 @@ fn trials_logged_complete_were_lost_with_the_power() {
     // power losses, and none synced before one). A daemon keeps running through that window, as
     // it cannot through a real power loss, and such a line failed this test in 2 of 3 runs of
     // the whole suite on a clean clone (none in about 45 runs of this file alone).
-    let log = sweep.daemon_stderr();
-    let logged = logged_complete(&log);
+    let logged = logged_complete(&sweep.daemon_stderr());
     // The power goes: the file system keeps nothing that was not synced, and the daemon dies
     // with it a moment later.
     ms.mount.power_loss();
@@ -554,7 +553,6 @@ fn trials_logged_complete_were_lost_with_the_power() {
 /// handle as `store::sync` does, by a thread the power loss interrupts.
 #[test]
 fn writes_synced_before_the_emulated_power_loss_survive_it() {
-    use std::io::Read;
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -591,11 +589,7 @@ fn writes_synced_before_the_emulated_power_loss_survive_it() {
         writer.join().unwrap();
         let after = acked.load(Ordering::SeqCst);
         mount.remount(&image);
-        let mut data = Vec::new();
-        std::fs::File::open(&path)
-            .unwrap()
-            .read_to_end(&mut data)
-            .unwrap();
+        let data = std::fs::read(&path).unwrap();
         let survived = (data.len() / BLOCK) as u64;
         for k in 0..survived.min(after) {
             let at = k as usize * BLOCK;
