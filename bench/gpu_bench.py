@@ -368,13 +368,18 @@ class Daemon(object):
             conn.close()
 
     def records(self):
-        """{trial number: (peak bytes, seconds)} of the trials the simulator finished."""
+        """{trial number: (peak bytes, seconds, complete)} of the trials the simulator ran: as
+        they ran where they completed, and as they were drawn where they failed (a trial that
+        ran out of memory held less, for less time, than it needed)."""
         out = {}
         try:
             with open(self.record) as f:
                 for line in f:
                     w = line.split()
-                    out[int(w[1])] = (int(w[2]), float(w[3]))
+                    if w[4] == "complete":
+                        out[int(w[1])] = (int(w[2]), float(w[3]), True)
+                    else:
+                        out[int(w[1])] = (int(w[5]), float(w[6]), False)
         except OSError:
             pass
         return out
@@ -512,9 +517,10 @@ def jobs_of(runs):
     for i in range(len(runs[0].daemons)):
         merged = {}
         for r in runs:
-            for n, rec in r.daemons[i].records().items():
-                merged.setdefault(n, rec)
-        per_study.append(merged)
+            for n, (peak, seconds, complete) in r.daemons[i].records().items():
+                if n not in merged or (complete and not merged[n][2]):
+                    merged[n] = (peak, seconds, complete)
+        per_study.append({n: (peak, seconds) for n, (peak, seconds, _) in merged.items()})
     return per_study
 
 
@@ -688,7 +694,9 @@ def packing_text(started, load_start, elapsed, tbl, notes, checks, splits, long_
         "(no quarantine), one run each.",
         "- Oracle: list scheduling of the same trials, in trial-number order, with the peaks and "
         "durations the simulator recorded for them (`SIM_RECORD`: the objective's own run time, "
-        "without worker start-up or protocol), on the same 24 GiB (no headroom), at most %d "
+        "without worker start-up or protocol; a trial that ran out of memory in every run as it "
+        "was drawn: the peak and the length it would have had), on the same 24 GiB (no "
+        "headroom), at most %d "
         "trials at once per study: whenever a trial ends, every waiting trial that fits for its "
         "whole run starts, in list order. With the foreign process, the card has that much less "
         "from the moment it came (the oracle knows it in advance)." % PACK_MAX_PAR,
@@ -820,7 +828,7 @@ def estimate_ratios(run):
     est = estimates_of(run)
     ratios = []
     for i, d in enumerate(run.daemons):
-        for n, (peak, _) in d.records().items():
+        for n, (peak, _, _) in d.records().items():
             if (i, n) in est and peak:
                 ratios.append(est[(i, n)] / peak)
     return sorted(ratios)

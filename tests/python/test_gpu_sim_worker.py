@@ -281,6 +281,28 @@ class MemoryTests(Base):
         # How long each objective ran: at least its hold.
         seconds = [float(l[3]) for l in lines]
         self.assertGreaterEqual(seconds[2], 0.3)
+        # Each completed, as drawn: the planned peak is the peak, the planned length the hold
+        # and ramp it slept.
+        self.assertEqual([l[4] for l in lines], ["complete"] * 3)
+        self.assertEqual([l[5] for l in lines], [l[2] for l in lines])
+        self.assertAlmostEqual(float(lines[2][6]), 0.3 + 0.02)  # hold + SIM_RAMP_S
+
+    def test_a_trial_that_ran_out_of_memory_records_the_peak_it_was_drawn_with(self):
+        # The failure this pins: a bench's oracle took the peak and length an out-of-memory
+        # trial reached before it failed (a quarter of its memory, a fraction of its time) for
+        # the trial itself, and its estimate for one that covered its peak.
+        record = os.path.join(self.tmp, "record")
+        self.write_state("proc 0 %d 7G" % os.getpid())  # alive: kept by prune_dead_pids
+        w = self.worker(SIM_RECORD=record, SIM_STEPS="4")
+        _, err = w.trial(0, {"mem": 2048, "hold": 0.4})
+        self.assertEqual(err["exc_type"], "torch.OutOfMemoryError")
+        with open(record) as f:
+            [line] = [line.split() for line in f]
+        self.assertEqual(line[1:3], ["0", str(CONTEXT + 512 * MIB)])  # what it reached
+        self.assertEqual(line[4], "fail")
+        self.assertEqual(int(line[5]), CONTEXT + 2048 * MIB)  # what it needed
+        self.assertAlmostEqual(float(line[6]), 0.4 + 0.02)
+        self.assertLess(float(line[3]), 0.4)
 
     def test_concurrent_workers_append_whole_lines(self):
         ws = [self.worker(SIM_STEPS="20", SIM_RAMP_S="0.2") for _ in range(3)]

@@ -49,7 +49,11 @@ SIM_JAX_OOM_ON=N          jaxlib.xla_extension.XlaRuntimeError RESOURCE_EXHAUSTE
 SIM_TF_OOM_ON=N           tensorflow...errors_impl.ResourceExhaustedError
 SIM_CHILD_MEM=SIZE        fork a "DataLoader" child at start holding SIZE under its
                           own pid until its parent dies (then it releases it)
-SIM_RECORD=PATH           append "pid trial_number peak_bytes seconds" per finished trial
+SIM_RECORD=PATH           append "pid trial_number peak_bytes seconds outcome planned_bytes
+                          planned_seconds" per finished trial: what it held at most and how long
+                          the objective ran; `complete` or `fail`; and the peak and length it
+                          was drawn to have, which a trial that failed (out of memory) never
+                          reached
                           (peak_bytes: the highest usage of the process in the trial;
                           seconds: how long the objective ran)
 SIM_NO_TORCH=1            do not install the stand-in ``torch`` module (below)
@@ -234,6 +238,11 @@ class Gpu(object):
         self.peak = max(self.peak, self.usage())
         append_line(STATE, "proc %d %d %d" % (DEV, os.getpid(), self.usage()))
 
+    def usage_at(self, alloc):
+        """What this process would hold with the trial's allocation at ``alloc`` bytes."""
+        reserved = -(-alloc // SEGMENT) * SEGMENT if SEGMENT else alloc
+        return CONTEXT + self.frag + max(self.reserved, reserved)
+
     def allocate_to(self, alloc):
         """Grow this trial's allocation to ``alloc`` bytes, or raise OutOfMemoryError. Memory
         the allocator already reserves (an earlier trial's, not emptied) is reused first; new
@@ -390,6 +399,10 @@ def objective(trial):
     value = value_of(trial.params)
     began = time.monotonic()
     GPU.peak = GPU.usage()
+    # The trial as drawn, for a bench's oracle: one that runs out of memory holds less, for
+    # less time, than it would have on a card with room for it.
+    planned = GPU.usage_at(mem + (parse_size(params["late"]) if params.get("late") else 0))
+    outcome = "fail"
     try:
         time.sleep(delay)
         for step in range(steps):
@@ -406,14 +419,16 @@ def objective(trial):
             time.sleep(hold / 2)
         else:
             time.sleep(hold)
+        outcome = "complete"
         return value
     finally:
         GPU.free_tensors()
         if PERSISTENT:
             GPU.frag += FRAG_PER_TRIAL
         if RECORD:
-            append_line(RECORD, "%d %s %d %.6f" % (os.getpid(), trial.number, GPU.peak,
-                                                   time.monotonic() - began))
+            append_line(RECORD, "%d %s %d %.6f %s %d %.6f" % (
+                os.getpid(), trial.number, GPU.peak, time.monotonic() - began, outcome,
+                planned, delay + ramp + hold))
         GPU.publish()
 
 
