@@ -711,6 +711,64 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     assert_eq!(said, 1, "{}", b.daemon_stderr());
 }
 
+#[test]
+fn a_trial_waiting_for_another_daemons_memory_starts_soon_after_it_is_freed() {
+    // Two studies share one 24 GiB card, each reading NVML every 30 s. Daemon a runs trial 0
+    // (14 GiB for 3 s) beside trial 1 (1 GiB for 18 s); daemon b's one trial expects 11.5 GiB
+    // (trial_memory x 1.15) and fits once a's trial 0 is gone. Its worker stays, idle, so b's
+    // last reading still shows its process at 14 GiB. b started after a's trials, so no start
+    // of a's passed it (no hold, no quick rechecks): before b watched the host's ledger, it saw
+    // the memory free at its next reading, 30 s after its start, or when a's study ended and
+    // its workers with it, 15 s after trial 0; now a's entry, rewritten as trial 0 ends,
+    // wakes it.
+    let a_env = [
+        ("SIM_CONTEXT", "256M"),
+        (
+            "SIM_BY_NUMBER",
+            r#"{"0": {"mem": 14336, "hold": 3}, "1": {"mem": 1024, "hold": 18}}"#,
+        ),
+    ];
+    let gpu = "trial_memory = \"1GiB\"\npoll_interval = \"30s\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
+    drop_fast_polling(&a);
+    let b_env = [
+        ("SIM_MEM", "9G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+    ];
+    let b_gpu = "trial_memory = \"10GiB\"\npoll_interval = \"30s\"";
+    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, b_gpu, &b_env);
+    drop_fast_polling(&b);
+    b.env = gpus.env();
+    let ca = a.spawn_run();
+    wait_until(LIMIT, "a's trial 0 holds its memory", || {
+        last_usage(&gpus).values().any(|&bytes| bytes > 14 << 30)
+    });
+    let cb = b.spawn_run();
+    let oa = wait_output(ca, LIMIT);
+    let ob = wait_output(cb, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(&a).is_empty() && fails(&b).is_empty());
+    let at = |s: &Sweep, n: i64, key: &str| -> f64 {
+        let t = s.trials();
+        let t = t.iter().find(|t| t["number"] == n).unwrap();
+        parse_time(t[key].as_str().unwrap())
+    };
+    // b waited for a's trial 0, and not for a's study to end.
+    let (b_start, a_freed) = (at(&b, 0, "datetime_start"), at(&a, 0, "datetime_complete"));
+    assert!(b_start >= a_freed - 0.5);
+    assert!(b_start < at(&a, 1, "datetime_complete"));
+    // A generous margin against the ~15 s until a's study ends.
+    let gap = b_start - a_freed;
+    eprintln!("b's trial started {gap:.2}s after a's trial 0 ended");
+    assert!(
+        gap < 8.0,
+        "b's trial waited {gap:.1}s after a's trial 0 ended\n{}",
+        b.daemon_stderr()
+    );
+}
+
 /// Six enqueued trials of ~4.1 GiB (4 GiB + a 128 MiB context) on a 24 GiB card; the first
 /// four (the prior, 20 GiB × 1.15, each alone) teach the model `mem = "4G"`; trial 4 has a value
 /// never measured, so its bound is the prior's 23 GiB while the fit predicts ~4 GiB. `by_number`

@@ -38,6 +38,13 @@
 //! These travel on a line of their own (`PID START DEVICE + STARTED HOLD SINCE`), which a daemon
 //! of an earlier format skips, reading the claims line as before.
 //!
+//! Another daemon's trial that ends frees memory our waiting trials may fit in, but our NVML
+//! readings come every `poll_interval`: so each daemon watches the file ([`Ledger::watch`],
+//! inotify) and, when another daemon's entry shows fewer trials, less held by idle workers or
+//! less yet to claim on a device ([`freed`]), reads NVML and looks at its line at once. Its
+//! own writes and the others' starts change nothing there, so two daemons do not wake each
+//! other in turn.
+//!
 //! An entry is keyed by the daemon's pid and that
 //! process's start time: an entry whose daemon is gone (exited, killed, crashed) is left out of
 //! every reading and dropped at the next write, so a crashed daemon's claims expire by
@@ -50,6 +57,7 @@
 
 use crate::process;
 use nix::fcntl::{Flock, FlockArg};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -398,7 +406,7 @@ fn path_from(
 }
 
 /// The host's ledger, as this daemon uses it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ledger {
     path: PathBuf,
     me: Owner,
@@ -479,6 +487,57 @@ impl Ledger {
     pub fn publish(&self, mine: &Claims) -> std::io::Result<()> {
         self.lock()?.write(mine)
     }
+
+    /// The other live daemons' claims, read under the lock and released at once.
+    pub fn read_others(&self) -> std::io::Result<Claims> {
+        Ok(self.lock()?.others())
+    }
+
+    /// Watches the file for writes (any daemon's, this one's included: [`freed`] tells which
+    /// matter). A ledger removed and made again is not followed: the polls go on as before.
+    pub fn watch(&self) -> std::io::Result<Watch> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(&self.path, AddWatchFlags::IN_MODIFY)?;
+        Ok(Watch(inotify))
+    }
+}
+
+/// Writes to the ledger file, as an inotify descriptor to wait on (readable when some came).
+pub struct Watch(Inotify);
+
+impl Watch {
+    /// Takes the writes seen so far, without waiting: whether there were any.
+    pub fn drain(&self) -> bool {
+        let mut any = false;
+        while matches!(self.0.read_events(), Ok(events) if !events.is_empty()) {
+            any = true;
+        }
+        any
+    }
+}
+
+impl std::os::fd::AsRawFd for Watch {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// Whether the other daemons freed room on some device between two readings of their claims:
+/// fewer trials running (one ended, or its daemon is gone), less held by idle workers (one
+/// retired), or less counted for their trials (one settled at its peak, below its bound).
+/// More of any of them (a start) frees nothing.
+pub fn freed(before: &Claims, now: &Claims) -> bool {
+    let bound = |c: &Claim| {
+        c.trials
+            .iter()
+            .flatten()
+            .fold(c.unclaimed, |a, t| a.saturating_add(t.bound))
+    };
+    before.iter().any(|(device, b)| {
+        let n = now.get(device).cloned().unwrap_or_default();
+        n.running < b.running || n.idle < b.idle || bound(&n) < bound(b)
+    })
 }
 
 impl Locked {
@@ -773,6 +832,56 @@ mod tests {
         // Another daemon's view of the same file sees ours.
         let other = Ledger::open(path, live).unwrap();
         assert_eq!(other.lock().unwrap().others(), claims(&[(0, G, 1)]));
+    }
+
+    fn held(device: u32, running: usize, idle: u64, bounds: &[u64]) -> Claims {
+        let trials = bounds
+            .iter()
+            .map(|&bound| Held { pgid: 7, bound })
+            .collect();
+        let c = Claim {
+            running,
+            idle,
+            trials: Some(trials),
+            ..Claim::default()
+        };
+        [(device, c)].into()
+    }
+
+    #[rstest::rstest]
+    #[case::a_trial_ended(held(0, 2, 0, &[6 * G, 2 * G]), held(0, 1, 0, &[2 * G]), true)]
+    #[case::its_daemon_is_gone(held(0, 1, 0, &[2 * G]), Claims::new(), true)]
+    #[case::an_idle_worker_retired(held(0, 1, 3 * G, &[2 * G]), held(0, 1, 0, &[2 * G]), true)]
+    #[case::a_trial_settled_below_its_bound(held(0, 1, 0, &[6 * G]), held(0, 1, 0, &[5 * G]), true)]
+    #[case::a_trial_started(held(0, 1, 0, &[2 * G]), held(0, 2, 0, &[2 * G, G]), false)]
+    #[case::more_held_by_idle_workers(held(0, 1, 0, &[2 * G]), held(0, 1, G, &[2 * G]), false)]
+    #[case::nothing_changed(held(0, 1, G, &[2 * G]), held(0, 1, G, &[2 * G]), false)]
+    #[case::a_start_on_another_device(held(0, 1, 0, &[2 * G]), {
+        let mut c = held(0, 1, 0, &[2 * G]);
+        c.extend(held(1, 1, 0, &[G]));
+        c
+    }, false)]
+    fn the_others_freed_room_only_when_they_hold_less_somewhere(
+        #[case] before: Claims,
+        #[case] now: Claims,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(freed(&before, &now), expected);
+    }
+
+    #[test]
+    fn a_watch_sees_writes_to_the_ledger_and_is_quiet_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let me = Owner::me().unwrap();
+        let ledger = Ledger::open(path, me).unwrap();
+        let watch = ledger.watch().unwrap();
+        // Locking and reading writes nothing.
+        ledger.read_others().unwrap();
+        assert!(!watch.drain());
+        ledger.publish(&claims(&[(0, G, 1)])).unwrap();
+        assert!(watch.drain());
+        assert!(!watch.drain());
     }
 
     #[test]

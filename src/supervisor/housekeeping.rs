@@ -7,6 +7,9 @@
 //! also what a trial's end and a worker's exit do at once, so that admission does not wait for
 //! the next pass.
 //!
+//! Another daemon's trial that ends on our GPUs frees memory too: `watch_neighbours` reads the
+//! GPUs and wakes the slots when the host's ledger shows it, rather than at our next pass.
+//!
 //! While the database cannot be reached that loop waits in the store like every other task;
 //! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
 //! waiting, not wedged) and the metrics say so until the server is back.
@@ -14,11 +17,14 @@
 use super::core::Core;
 use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
+use crate::gpu::ledger::{self, Ledger};
 use crate::gpu::Monitor;
 use crate::store::{Engine, GpuRow};
 use crate::study::{DaemonCommand, DaemonState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -191,6 +197,65 @@ pub(super) async fn watch_outages(sh: Arc<Shared>, done: CancellationToken) {
             _ = tokio::time::sleep(Duration::from_secs(1)), if since.is_some() => {}
             _ = done.cancelled() => return,
         }
+    }
+}
+
+/// Wakes our slots waiting for room when another daemon on this host frees some on a GPU we
+/// share (a trial of its ended, an idle worker of its retired: `gpu::ledger::freed`), after a
+/// fresh NVML reading: with trials of a minute, waiting for our next `poll_interval` reading
+/// would leave the card part empty for up to that long each time. Without a ledger, or where
+/// the file cannot be watched, the polls alone do it, as before.
+pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
+    let ledger = {
+        let core = sh.core.lock().await;
+        match core.gpu.as_ref().and_then(|g| g.ledger.clone()) {
+            Some(l) => l,
+            None => return,
+        }
+    };
+    let watch = match ledger.watch().and_then(|w| {
+        // SAFETY: `Watch` owns its inotify descriptor, open until the `AsyncFd` drops it, and
+        // always names that one.
+        unsafe { AsyncFd::register_with_interest(w, Interest::READABLE) }
+            .map_err(std::io::Error::from)
+    }) {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(
+                "cannot watch the GPU ledger {} ({e}): a trial waiting for memory that another daemon frees starts at the next poll",
+                ledger.path().display()
+            );
+            return;
+        }
+    };
+    // The lock may wait for another daemon's admission decision: not on the runtime's threads.
+    let read = |l: Ledger| async move {
+        tokio::task::spawn_blocking(move || l.read_others())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    };
+    let mut last = read(ledger.clone()).await.unwrap_or_default();
+    loop {
+        tokio::select! {
+            ready = watch.readable() => match ready {
+                Ok(mut guard) => {
+                    // Cleared before draining: a write after the drain is a new edge.
+                    guard.clear_ready();
+                    guard.get_inner().drain();
+                }
+                Err(_) => return,
+            },
+            _ = done.cancelled() => return,
+        }
+        let Some(now) = read(ledger.clone()).await else {
+            continue;
+        };
+        if ledger::freed(&last, &now) {
+            read_gpus(&sh).await;
+            sh.changed.notify_waiters();
+        }
+        last = now;
     }
 }
 
