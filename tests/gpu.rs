@@ -87,6 +87,23 @@ fn drop_fast_polling(sweep: &Sweep) {
     std::fs::write(&sweep.config, toml).unwrap();
 }
 
+/// Waits for two daemons of one card, each of which must finish its study without a FAIL.
+fn both_finish(a: &Sweep, ca: std::process::Child, b: &Sweep, cb: std::process::Child) {
+    let oa = wait_output(ca, LIMIT);
+    let ob = wait_output(cb, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert!(ob.status.success(), "{}", b.daemon_stderr());
+    assert!(fails(a).is_empty(), "{:?}", fails(a));
+    assert!(fails(b).is_empty(), "{:?}", fails(b));
+}
+
+/// When trial `n` of `sweep` started or completed (`key`), in seconds.
+fn stamp(sweep: &Sweep, n: i64, key: &str) -> f64 {
+    let t = sweep.trials();
+    let t = t.iter().find(|t| t["number"] == n).unwrap();
+    parse_time(t[key].as_str().unwrap())
+}
+
 fn fails(sweep: &Sweep) -> Vec<Value> {
     sweep
         .trials()
@@ -565,12 +582,7 @@ fn two_daemons_on_one_fake_card_never_over_admit() {
         a.db.exists() && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["3"]
     });
     let cb = b.spawn_run();
-    let oa = wait_output(ca, LIMIT);
-    let ob = wait_output(cb, LIMIT);
-    assert!(oa.status.success(), "{}", a.daemon_stderr());
-    assert!(ob.status.success(), "{}", b.daemon_stderr());
-    assert!(fails(&a).is_empty(), "{:?}", fails(&a));
-    assert!(fails(&b).is_empty(), "{:?}", fails(&b));
+    both_finish(&a, ca, &b, cb);
     assert_eq!(a.count("COMPLETE") + b.count("COMPLETE"), 12);
     // Replaying the fake card's log of allocations: never more than three trials holding
     // their memory at once (a fourth would not fit: 4 × 6.25 GiB > 24 GiB).
@@ -619,19 +631,10 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
             && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
     });
     let cb = b.spawn_run();
-    let ob = wait_output(cb, LIMIT);
-    let oa = wait_output(ca, LIMIT);
-    assert!(oa.status.success(), "{}", a.daemon_stderr());
-    assert!(ob.status.success(), "{}", b.daemon_stderr());
-    assert!(fails(&a).is_empty() && fails(&b).is_empty());
-    let at = |s: &Sweep, n: i64, key: &str| -> f64 {
-        let t = s.trials();
-        let t = t.iter().find(|t| t["number"] == n).unwrap();
-        parse_time(t[key].as_str().unwrap())
-    };
+    both_finish(&a, ca, &b, cb);
     // b's trial ran while a's trial 1 still did: it did not wait for a's study to end.
     assert!(
-        at(&b, 0, "datetime_start") < at(&a, 1, "datetime_complete"),
+        stamp(&b, 0, "datetime_start") < stamp(&a, 1, "datetime_complete"),
         "{}\n{}",
         a.daemon_stderr(),
         b.daemon_stderr()
@@ -669,11 +672,7 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
         b.db.exists() && b.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["4"]
     });
     let ca = a.spawn_run();
-    let oa = wait_output(ca, LIMIT);
-    let ob = wait_output(cb, LIMIT);
-    assert!(oa.status.success(), "{}", a.daemon_stderr());
-    assert!(ob.status.success(), "{}", b.daemon_stderr());
-    assert!(fails(&a).is_empty() && fails(&b).is_empty());
+    both_finish(&a, ca, &b, cb);
     let a_start = {
         let t = a.trials();
         parse_time(t[0]["datetime_start"].as_str().unwrap())
@@ -745,20 +744,12 @@ fn a_trial_waiting_for_another_daemons_memory_starts_soon_after_it_is_freed() {
         last_usage(&gpus).values().any(|&bytes| bytes > 14 << 30)
     });
     let cb = b.spawn_run();
-    let oa = wait_output(ca, LIMIT);
-    let ob = wait_output(cb, LIMIT);
-    assert!(oa.status.success(), "{}", a.daemon_stderr());
-    assert!(ob.status.success(), "{}", b.daemon_stderr());
-    assert!(fails(&a).is_empty() && fails(&b).is_empty());
-    let at = |s: &Sweep, n: i64, key: &str| -> f64 {
-        let t = s.trials();
-        let t = t.iter().find(|t| t["number"] == n).unwrap();
-        parse_time(t[key].as_str().unwrap())
-    };
+    both_finish(&a, ca, &b, cb);
     // b waited for a's trial 0, and not for a's study to end.
-    let (b_start, a_freed) = (at(&b, 0, "datetime_start"), at(&a, 0, "datetime_complete"));
+    let b_start = stamp(&b, 0, "datetime_start");
+    let a_freed = stamp(&a, 0, "datetime_complete");
     assert!(b_start >= a_freed - 0.5);
-    assert!(b_start < at(&a, 1, "datetime_complete"));
+    assert!(b_start < stamp(&a, 1, "datetime_complete"));
     // A generous margin against the ~15 s until a's study ends.
     let gap = b_start - a_freed;
     eprintln!("b's trial started {gap:.2}s after a's trial 0 ended");
