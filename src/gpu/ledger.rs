@@ -528,12 +528,8 @@ impl std::os::fd::AsRawFd for Watch {
 /// retired), or less counted for their trials (one settled at its peak, below its bound).
 /// More of any of them (a start) frees nothing.
 pub fn freed(before: &Claims, now: &Claims) -> bool {
-    let bound = |c: &Claim| {
-        c.trials
-            .iter()
-            .flatten()
-            .fold(c.unclaimed, |a, t| a.saturating_add(t.bound))
-    };
+    // What their trials are counted at in all: their bounds, against a reading of nothing.
+    let bound = |c: &Claim| c.against(|_| 0);
     before.iter().any(|(device, b)| {
         let n = now.get(device).cloned().unwrap_or_default();
         n.running < b.running || n.idle < b.idle || bound(&n) < bound(b)
