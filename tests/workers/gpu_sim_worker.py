@@ -50,12 +50,10 @@ SIM_TF_OOM_ON=N           tensorflow...errors_impl.ResourceExhaustedError
 SIM_CHILD_MEM=SIZE        fork a "DataLoader" child at start holding SIZE under its
                           own pid until its parent dies (then it releases it)
 SIM_RECORD=PATH           append "pid trial_number peak_bytes seconds outcome planned_bytes
-                          planned_seconds" per finished trial: what it held at most and how long
-                          the objective ran; `complete` or `fail`; and the peak and length it
-                          was drawn to have, which a trial that failed (out of memory) never
-                          reached
-                          (peak_bytes: the highest usage of the process in the trial;
-                          seconds: how long the objective ran)
+                          planned_seconds" per finished trial: the highest usage of the
+                          process in the trial and how long the objective ran; `complete` or
+                          `fail`; and the peak and length it was drawn to have, which a trial
+                          that failed (out of memory) never reached
 SIM_NO_TORCH=1            do not install the stand-in ``torch`` module (below)
 
 Memory as PyTorch's caching allocator holds it: a trial's allocations grow the
@@ -238,19 +236,21 @@ class Gpu(object):
         self.peak = max(self.peak, self.usage())
         append_line(STATE, "proc %d %d %d" % (DEV, os.getpid(), self.usage()))
 
+    def reserved_for(self, alloc):
+        """What the caching allocator reserves for an allocation of ``alloc`` bytes: what it
+        already reserves (an earlier trial's, not emptied) is reused first; new memory comes
+        in whole segments."""
+        reserved = -(-alloc // SEGMENT) * SEGMENT if SEGMENT else alloc
+        return max(self.reserved, reserved)
+
     def usage_at(self, alloc):
         """What this process would hold with the trial's allocation at ``alloc`` bytes."""
-        reserved = -(-alloc // SEGMENT) * SEGMENT if SEGMENT else alloc
-        return CONTEXT + self.frag + max(self.reserved, reserved)
+        return CONTEXT + self.frag + self.reserved_for(alloc)
 
     def allocate_to(self, alloc):
-        """Grow this trial's allocation to ``alloc`` bytes, or raise OutOfMemoryError. Memory
-        the allocator already reserves (an earlier trial's, not emptied) is reused first; new
-        memory is reserved in whole segments; the first allocation creates the context."""
-        reserved = alloc
-        if SEGMENT:
-            reserved = -(-alloc // SEGMENT) * SEGMENT
-        reserved = max(self.reserved, reserved)
+        """Grow this trial's allocation to ``alloc`` bytes (``reserved_for``), or raise
+        OutOfMemoryError; the first allocation creates the context."""
+        reserved = self.reserved_for(alloc)
         context = CONTEXT - self.context  # to create now, if lazy
         need = reserved - self.reserved + context
         if STATE and need > 0:
