@@ -867,3 +867,33 @@ fn a_trial_that_ends_between_two_readings_is_measured_at_its_peak_by_its_framewo
         assert_eq!(mib, 2548.0, "a 2 GiB + 500 MiB trial");
     }
 }
+
+/// A trial admitted before the memory model could predict it (at the prior's bound) was counted
+/// at that bound for its whole run: `settled` compares a trial's level with its prediction, and
+/// it had none. Trials of ~4.1 GiB (4 GiB and a 128 MiB context) on a 16 GiB card with
+/// 15 GiB usable: the prior (6 GiB × 1.15) runs two at once; trial 2, admitted at the prior,
+/// runs 10 s. Once three trials are measured the model predicts ~4.1 GiB; counted at its
+/// prior's 6.9 GiB, trial 2 leaves room for one such trial beside it (15 − 6.9 − 4.2), counted
+/// at what it uses, for two.
+#[test]
+fn a_trial_admitted_at_the_prior_counts_at_what_it_uses_once_the_model_predicts_it() {
+    let env = [
+        ("SIM_MEM", "4G"),
+        ("SIM_CONTEXT", "128M"),
+        ("SIM_HOLD_S", "0.5"),
+        ("SIM_BY_NUMBER", r#"{"2": {"hold": 10}}"#),
+    ];
+    let (sweep, _gpus) = gpu_sweep(&["16G Fake T4"], 12, 4, "trial_memory = \"6GiB\"", &env);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    assert!(
+        err.lines().any(
+            |l| l.contains("admitted: expected peak 6.9 GiB: trial_memory")
+                && l.contains(" trial=2 ")
+        ),
+        "trial 2 is admitted at the prior: {err}"
+    );
+    assert_eq!(max_overlap_by_gpu(&sweep)[&0], 3, "{err}");
+}

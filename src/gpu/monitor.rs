@@ -57,9 +57,9 @@ pub const SETTLED_MARGIN: f64 = 0.02;
 /// Whether a running trial has reached its peak, so that admission may count it at what it uses
 /// rather than at its expected peak (the rest of which would otherwise be held back for its whole
 /// run): it uses at least [`SETTLED_SHARE`] of the model's prediction (not a context or a data
-/// loader alone; never while the model has no prediction), at least two readings have seen that
-/// level, and it has held it at least as long as it took to reach it. A trial that grows after
-/// settling is never taken at its level again.
+/// loader alone; never while the model has no prediction for it, [`Monitor::predict_missing`]),
+/// at least two readings have seen that level, and it has held it at least as long as it took to
+/// reach it. A trial that grows after settling is never taken at its level again.
 pub fn settled(t: &TrialMemory, now: Instant) -> bool {
     !t.grew_after_settling
         && t.predicted > 0
@@ -303,6 +303,20 @@ impl Monitor {
                 grew_after_settling: false,
             },
         );
+    }
+
+    /// Gives the running trials admitted before the memory model could predict them
+    /// (`predicted` 0: admitted at the prior's guess, or at the largest peak measured) the
+    /// prediction `predict` makes now (0: still none). [`settled`] compares a trial's level
+    /// with its prediction, so without one such a trial counted at the prior's bound for its
+    /// whole run, though the model fitted a moment after it started could tell that it uses a
+    /// fraction of it.
+    pub fn predict_missing(&self, mut predict: impl FnMut(i64) -> u64) {
+        for (id, t) in self.lock().trials.iter_mut() {
+            if t.predicted == 0 {
+                t.predicted = predict(*id);
+            }
+        }
     }
 
     /// The worker running the trial is known: attribute its group's memory to the trial.

@@ -89,6 +89,12 @@ impl Core {
     pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
         let g = self.gpu.as_mut()?;
         let (mut views, running, errors, groups) = g.monitor.views_and_groups();
+        // Trials admitted before the model could predict them settle once it can.
+        let (live, model) = (&self.live, &mut g.model);
+        g.monitor.predict_missing(|id| {
+            live.get(&id)
+                .map_or(0, |l| model.estimate(&l.params).predicted)
+        });
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {
