@@ -46,6 +46,19 @@ fn parse_time(s: &str) -> f64 {
     t.and_utc().timestamp_micros() as f64 / 1e6
 }
 
+/// A second study on the card `gpus` simulates: another daemon of the same host.
+fn gpu_sweep_beside(
+    gpus: &FakeGpus,
+    n: u64,
+    max_par: usize,
+    gpu_extra: &str,
+    env: &[(&str, &str)],
+) -> Sweep {
+    let (mut sweep, _own_card) = gpu_sweep(&["24G Fake A10"], n, max_par, gpu_extra, env);
+    sweep.env = gpus.env();
+    sweep
+}
+
 /// The most trials that ran at once on each device.
 fn max_overlap_by_gpu(sweep: &Sweep) -> HashMap<i64, usize> {
     let rows = sweep.sql(
@@ -575,8 +588,7 @@ fn two_daemons_on_one_fake_card_never_over_admit() {
         ("SIM_HOLD_S", "0.4"),
     ];
     let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"6GiB\"", &env);
-    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"6GiB\"", &env);
-    b.env = gpus.env();
+    let b = gpu_sweep_beside(&gpus, 6, 4, "trial_memory = \"6GiB\"", &env);
     let ca = a.spawn_run();
     wait_until(LIMIT, "daemon a runs three trials", || {
         a.db.exists() && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["3"]
@@ -622,8 +634,7 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
         ("SIM_HOLD_S", "0.2"),
     ];
     let b_gpu = "trial_memory = \"12GiB\"";
-    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, b_gpu, &b_env);
-    b.env = gpus.env();
+    let b = gpu_sweep_beside(&gpus, 1, 1, b_gpu, &b_env);
     let ca = a.spawn_run();
     wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
         a.db.exists()
@@ -665,8 +676,7 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
         ("SIM_CONTEXT", "256M"),
         ("SIM_HOLD_S", "0.3"),
     ];
-    let (mut a, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, "trial_memory = \"14GiB\"", &a_env);
-    a.env = gpus.env();
+    let a = gpu_sweep_beside(&gpus, 1, 1, "trial_memory = \"14GiB\"", &a_env);
     let cb = b.spawn_run();
     wait_until(LIMIT, "daemon b runs four trials", || {
         b.db.exists() && b.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["4"]
@@ -736,9 +746,8 @@ fn a_trial_waiting_for_another_daemons_memory_starts_soon_after_it_is_freed() {
         ("SIM_HOLD_S", "0.2"),
     ];
     let b_gpu = "trial_memory = \"10GiB\"\npoll_interval = \"30s\"";
-    let (mut b, _unused) = gpu_sweep(&["24G Fake A10"], 1, 1, b_gpu, &b_env);
+    let b = gpu_sweep_beside(&gpus, 1, 1, b_gpu, &b_env);
     drop_fast_polling(&b);
-    b.env = gpus.env();
     let ca = a.spawn_run();
     wait_until(LIMIT, "a's trial 0 holds its memory", || {
         last_usage(&gpus).values().any(|&bytes| bytes > 14 << 30)
