@@ -12,10 +12,11 @@
 //! The estimate admission uses is an upper bound: the prediction raised by a margin calibrated
 //! from the model's own errors (each recently measured trial predicted by the current model
 //! without that trial, leave-one-out, against its peak; scaled by how far the trial lies from the
-//! others), wide while few are known and narrowing as they come; measured trials whose
-//! memory-relevant params are (almost) the same as the new one's raise it to their peak; and an
-//! out-of-memory failure raises it near the failed params only, "near" measured in what the
-//! params do to memory (a param of no effect does not make two trials far apart).
+//! others), wide while few are known and narrowing as they come, and at least as wide as what
+//! the measured trials never varied leaves unknown (a deep trial after shallow ones); measured
+//! trials whose memory-relevant params are (almost) the same as the new one's raise it to their
+//! peak; and an out-of-memory failure raises it near the failed params only, "near" measured in
+//! what the params do to memory (a param of no effect does not make two trials far apart).
 //!
 //! Pure: no I/O, no clock. `docs/gpu-memory-model.md` explains it to users.
 
@@ -47,6 +48,14 @@ pub const MIN_MARGIN: f64 = 0.02;
 /// log-peak): errors are calibrated as `error / (SPREAD + distance)`, so that a trial among
 /// measured ones gets a narrow margin and one beyond them (extrapolated) a wide one.
 pub const SPREAD: f64 = 0.1;
+/// The least log-margin for what the measured trials leave unexplored: `UNEXPLORED × √u / n`,
+/// `u` the squared length (in feature units) of the part of a trial's features that the `n`
+/// measured ones never varied ([`Fit::unexplored`]). Leave-one-out errors speak only for trials
+/// like the measured ones: with 3 to 7 measured, all shallow, a deep trial was predicted among
+/// them and peaked at up to 4 times its bound (88 of 2000 such estimates low on the unit tests'
+/// continuous workload over 400 seeds; 17 with this margin, 6 of 11200 from 12 measured on
+/// either way). Fading as 1/n, it costs little once a dozen trials are measured.
+pub const UNEXPLORED: f64 = 7.5;
 /// Measured trials whose residuals correct a prediction locally.
 pub const NEIGHBOURS: usize = 5;
 /// Ridge penalty on the coefficients (features are in [0, 1]): a fixed part that matters while
@@ -158,6 +167,11 @@ struct Fit {
     loo: Vec<(usize, f64, f64)>,
     /// Those errors divided by `SPREAD + distance`, sorted.
     scores: Vec<f64>,
+    /// The features' means, the Cholesky factor of `XᵀX + λI` (centred features) and λ: for
+    /// [`Fit::unexplored`].
+    mean: Vec<f64>,
+    chol: Vec<f64>,
+    lambda: f64,
 }
 
 impl Fit {
@@ -195,6 +209,28 @@ impl Fit {
             weight += w;
         }
         (if weight > 0.0 { sum / weight } else { 0.0 }, nearest)
+    }
+
+    /// How much of `x` the measured trials never varied: `λ · xcᵀ (XᵀX + λI)⁻¹ xc` (`xc` centred
+    /// on their mean), near 0 for a trial within what they varied and the squared length of the
+    /// rest where they did not (a depth of 8 when every measured trial had 1 or 2), in feature
+    /// units; the ridge's own word for how little its coefficients there are known.
+    fn unexplored(&self, x: &[f64]) -> f64 {
+        let d = self.mean.len();
+        let mut z = vec![0.0; d];
+        for i in 0..d {
+            // A feature they never varied is a value never measured: `MemoryModel::novel`
+            // meets it with the prior.
+            let xc = if self.hi[i] - self.lo[i] < 1e-9 {
+                0.0
+            } else {
+                x[i] - self.mean[i]
+            };
+            let row = &self.chol[i * d..i * d + i];
+            let s = xc - row.iter().zip(&z).map(|(l, v)| l * v).sum::<f64>();
+            z[i] = s / self.chol[i * d + i];
+        }
+        self.lambda * z.iter().map(|v| v * v).sum::<f64>()
     }
 
     /// How far `x` is from the nearest measured trial (infinite with none).
@@ -400,7 +436,10 @@ impl MemoryModel {
                 // Where the model erred more than usual (a region it fits badly), its errors
                 // there widen the margin there.
                 let local = self.local_error(fit, x);
-                let margin = margin(fit, fit.nearest(x)).max(local + MIN_MARGIN);
+                let calibrated = margin(fit, fit.nearest(x)).max(local + MIN_MARGIN);
+                // Its errors cannot speak for what the measured trials never varied.
+                let unknown = UNEXPLORED * fit.unexplored(x).sqrt() / n as f64;
+                let margin = calibrated.max(unknown);
                 let bytes = |log: f64| (fit.base + log.exp()).min(u64::MAX as f64);
                 let predicted = bytes(log_pred) as u64;
                 let b = bytes(log_pred + margin).ceil() as u64;
@@ -411,7 +450,12 @@ impl MemoryModel {
                     fmt_gib(predicted),
                     self.drivers(fit),
                     (margin.exp() - 1.0) * 100.0,
-                    margin_words(fit)
+                    if unknown > calibrated {
+                        "wide where these params lie beyond what the measured trials varied"
+                            .to_owned()
+                    } else {
+                        margin_words(fit)
+                    }
                 );
                 (b, predicted, why)
             }
@@ -620,19 +664,6 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         a[i * d + i] += RIDGE_FIXED + RIDGE * n;
     }
     let beta = cholesky_solve(&mut a, &b, d);
-    // `a` now holds the Cholesky factor L of XᵀX + λI: the leverage of trial i is
-    // |L⁻¹ xcᵢ|² + 1/n, and its residual left out of the linear fit is rᵢ / (1 − leverage).
-    let leverage = |x: &[f64]| -> f64 {
-        let mut z = vec![0.0; d];
-        for i in 0..d {
-            let mut s = x[i] - mean[i];
-            for k in 0..i {
-                s -= a[i * d + k] * z[k];
-            }
-            z[i] = s / a[i * d + i];
-        }
-        z.iter().map(|v| v * v).sum::<f64>() + 1.0 / n
-    };
     let intercept = ymean - beta.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
     let mut lo = vec![f64::INFINITY; d];
     let mut hi = vec![f64::NEG_INFINITY; d];
@@ -651,6 +682,9 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         hi,
         loo: Vec::new(),
         scores: Vec::new(),
+        mean,
+        chol: a,
+        lambda: RIDGE_FIXED + RIDGE * n,
     };
     fit.residuals = data
         .iter()
@@ -662,7 +696,9 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         .filter(|i| !lone[*i])
         .map(|i| {
             let (x, r) = &fit.residuals[i];
-            let h = leverage(x).min(0.99);
+            // `chol` is the Cholesky factor L of XᵀX + λI: the leverage of trial i is
+            // |L⁻¹ xcᵢ|² + 1/n, and its residual left out of the linear fit is rᵢ / (1 − leverage).
+            let h = (fit.unexplored(x) / fit.lambda + 1.0 / n).min(0.99);
             let (correction, nearest) = fit.correction(x, Some(i));
             (i, r / (1.0 - h) - correction, nearest)
         })
@@ -857,15 +893,10 @@ mod tests {
         );
     }
 
-    /// The bench's continuous workload (`bench/gpu_bench.py`): a 500 MiB context, 20 MiB
-    /// allocator segments, 512 MiB + 2 MiB × width × depth (width 64–1024 on a log scale,
-    /// depth 1–8), ±2% from trial to trial: peaks of 1 to 17 GiB, with the default prior.
-    /// What `docs/gpu-memory-model.md` says of the learning phase comes from here (run with
-    /// `--nocapture` for the figures): the prior and the first fits fall short now and then;
-    /// from 12 trials measured on, the aim of fewer than 1 in 100 holds.
-    #[test]
-    fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
-        let space = SearchSpace {
+    /// The bench's continuous workload (`bench/gpu_bench.py`): width 64–1024 on a log scale,
+    /// depth 1–8, and a learning rate of no effect.
+    fn continuous_space() -> SearchSpace {
+        SearchSpace {
             params: vec![
                 ParamSpec {
                     name: "width".into(),
@@ -887,8 +918,24 @@ mod tests {
                 },
                 space().params[2].clone(),
             ],
-        };
+        }
+    }
+
+    /// Its peaks: a 500 MiB context, and 512 MiB + 2 MiB × width × depth (× `noise`) in 20 MiB
+    /// allocator segments.
+    fn continuous_peak(width: i64, depth: i64, noise: f64) -> u64 {
         let segment = 20 * MIB;
+        let alloc = ((512 * MIB + width as u64 * depth as u64 * 2 * MIB) as f64 * noise) as u64;
+        500 * MIB + alloc.div_ceil(segment) * segment
+    }
+
+    /// The continuous workload, ±2% from trial to trial: peaks of 1 to 17 GiB, with the default
+    /// prior. What `docs/gpu-memory-model.md` says of the learning phase comes from here (run
+    /// with `--nocapture` for the figures): the prior falls short now and then (it is a guess);
+    /// from 3 trials measured on, the aim of fewer than 1 in 100 holds.
+    #[test]
+    fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
+        let space = continuous_space();
         // (trials measured before the estimate, estimate / peak)
         let mut ratios: Vec<(usize, f64)> = Vec::new();
         for seed in 0..40 {
@@ -898,9 +945,7 @@ mod tests {
                 let w = (64.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
                 let d = rng.gen_range(1..=8);
                 let lr = 10f64.powf(rng.gen_range(-5.0..-1.0));
-                let noise = 1.0 + 0.02 * rng.gen_range(-1.0..1.0);
-                let alloc = ((512 * MIB + w as u64 * d as u64 * 2 * MIB) as f64 * noise) as u64;
-                let peak = 500 * MIB + alloc.div_ceil(segment) * segment;
+                let peak = continuous_peak(w, d, 1.0 + 0.02 * rng.gen_range(-1.0..1.0));
                 let p = params(w, d, lr);
                 ratios.push((i, m.expected(&p) as f64 / peak as f64));
                 m.record(&p, peak);
@@ -926,10 +971,52 @@ mod tests {
             (low, r.len())
         };
         under(0, MIN_MEASURED);
-        under(MIN_MEASURED, 8);
-        under(8, 12);
+        let (early, n_early) = under(MIN_MEASURED, 8);
+        let (middle, n_middle) = under(8, 12);
         let (low, n) = under(12, 40);
+        // Before `UNEXPLORED`, 9 of the 200 estimates with 3 to 7 measured were low.
+        assert!(
+            (early + middle) * 100 < n_early + n_middle,
+            "{} of {} estimates below the peak with 3 to 11 trials measured",
+            early + middle,
+            n_early + n_middle
+        );
         assert!(low * 100 < n, "{low} of {n} estimates below the peak");
+    }
+
+    /// The two-daemon packing bench's out-of-memory failure: the first trials measured were
+    /// all shallow, the fit predicted a deep one among them, with a margin from their errors
+    /// alone, and it peaked far above its bound beside other trials.
+    #[test]
+    fn a_trial_deeper_than_any_measured_is_not_expected_at_their_size() {
+        let mut m = MemoryModel::new(&continuous_space(), 6 << 30);
+        for (w, d, lr) in [
+            (300, 1, 1e-2),
+            (150, 2, 1e-4),
+            (520, 1, 1e-3),
+            (90, 2, 3e-5),
+        ] {
+            m.record(&params(w, d, lr), continuous_peak(w, d, 1.0));
+        }
+        let deep = params(560, 8, 1e-3);
+        let e = m.estimate(&deep);
+        let peak = continuous_peak(560, 8, 1.0);
+        eprintln!("peak {}; {}", fmt_gib(peak), e.why);
+        assert!(
+            e.bytes >= peak,
+            "{} for a peak of {}: {}",
+            fmt_gib(e.bytes),
+            fmt_gib(peak),
+            e.why
+        );
+        assert!(
+            e.why.contains("beyond what the measured trials varied"),
+            "{}",
+            e.why
+        );
+        // Among what they varied, the errors' margin still rules.
+        let among = m.estimate(&params(200, 1, 1e-3));
+        assert!(among.why.contains("p97 of its errors"), "{}", among.why);
     }
 
     /// A categorical `mem` ("small" or "large") that drives memory, and `lr`, which does not.
