@@ -278,11 +278,16 @@ def revision():
     return (head or "unknown") + (" with uncommitted changes in src/" if dirty else "")
 
 
+# The revision as main() found it at the start: src/ may change while a run of several minutes
+# goes on, and the binary measured does not (a label read at the end named edits made meanwhile).
+STARTED_REVISION = None
+
+
 def header_lines(started, load_start, load_end):
     return [
         "- Date: %s UTC" % started.strftime("%Y-%m-%d %H:%M"),
         "- Machine: %s" % machine(),
-        "- sweepd: %s (release build)" % revision(),
+        "- sweepd: %s (release build)" % (STARTED_REVISION or revision()),
         "- Load average (1/5/15 min) at start %s, at end %s: other work on the machine "
         "slows the wall-clock figures" % (load_start, load_end),
         "- Command: `make bench` (runs `python3 bench/gpu_bench.py`)",
@@ -1009,6 +1014,8 @@ def write_section(name, text):
 
 
 def main():
+    global STARTED_REVISION
+    STARTED_REVISION = revision()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", choices=["packing", "fragmentation"])
     ap.add_argument("--no-docs", action="store_true", help="print only; leave docs alone")
