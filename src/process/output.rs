@@ -182,26 +182,36 @@ impl LogFile {
     }
 
     fn write(&mut self, mut bytes: &[u8]) {
-        // A pipe's reads cut lines anywhere, and a line split between two files is found by
-        // neither's grep: the line in progress ends in this file before it rotates.
-        if self.written >= self.max_bytes
-            && !self.at_line_start
-            && self.written < self.max_bytes + LINE_SLACK
-        {
-            let end = bytes
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(bytes.len(), |e| e + 1);
+        while !bytes.is_empty() {
+            if self.written >= self.max_bytes {
+                // A pipe's reads cut lines anywhere, and a line split between two files is found
+                // by neither's grep: the line in progress ends in this file before it rotates.
+                if !self.at_line_start && self.written < self.max_bytes + LINE_SLACK {
+                    let end = bytes
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(bytes.len(), |e| e + 1);
+                    self.append(&bytes[..end]);
+                    bytes = &bytes[end..];
+                    continue;
+                }
+                self.rotate();
+            }
+            // A read can bring many lines at once (a worker that floods its pipe while we are
+            // busy): what goes past this file's room waits for the next file, cut after the
+            // line that crosses it, so that no file holds much more than `max_bytes`.
+            let room = (self.max_bytes - self.written) as usize;
+            let end = if bytes.len() <= room {
+                bytes.len()
+            } else {
+                bytes[room..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |e| room + e + 1)
+            };
             self.append(&bytes[..end]);
             bytes = &bytes[end..];
         }
-        if bytes.is_empty() {
-            return;
-        }
-        if self.written >= self.max_bytes {
-            self.rotate();
-        }
-        self.append(bytes);
     }
 
     fn append(&mut self, bytes: &[u8]) {
