@@ -183,24 +183,18 @@ impl LogFile {
 
     fn write(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
-            if self.written >= self.max_bytes {
-                // A pipe's reads cut lines anywhere, and a line split between two files is found
-                // by neither's grep: the line in progress ends in this file before it rotates.
-                if !self.at_line_start && self.written < self.max_bytes + LINE_SLACK {
-                    let end = bytes
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(bytes.len(), |e| e + 1);
-                    self.append(&bytes[..end]);
-                    bytes = &bytes[end..];
-                    continue;
-                }
+            // A pipe's reads cut lines anywhere, and a line split between two files is found by
+            // neither's grep: the line in progress ends in this file before it rotates (no room
+            // left: cut after its end).
+            let in_line =
+                !self.at_line_start && self.written < self.max_bytes.saturating_add(LINE_SLACK);
+            if self.written >= self.max_bytes && !in_line {
                 self.rotate();
             }
             // A read can bring many lines at once (a worker that floods its pipe while we are
             // busy): what goes past this file's room waits for the next file, cut after the
             // line that crosses it, so that no file holds much more than `max_bytes`.
-            let room = (self.max_bytes - self.written) as usize;
+            let room = self.max_bytes.saturating_sub(self.written) as usize;
             let end = if bytes.len() <= room {
                 bytes.len()
             } else {
@@ -487,6 +481,8 @@ mod tests {
                 "0123456789ab\n",
                 Some("next\n"),
             ),
+            // One read of several lines past the room: they go on in the next file.
+            (vec!["0123\n5678\nabcd\n"], "0123\n5678\n", Some("abcd\n")),
             // Past the slack: the long line is split where the log rotated.
             (vec!["012345678x", &long, "z\n"], &split, Some("z\n")),
         ];
