@@ -53,6 +53,9 @@ pub struct DeviceView {
     /// What the other daemons' idle workers on it hold: not ours to take, but theirs to give
     /// back when asked ([`Capacity::request`]).
     pub others_idle: u64,
+    /// What another daemon's trial, passed too often, waits for here (counted in `others`
+    /// too): while it waits, the card is drained for it, so "always one" is its, not ours.
+    pub held: u64,
 }
 
 /// One of our idle workers: a persistent worker waiting on `device` for its next trial.
@@ -130,6 +133,8 @@ pub enum Wait {
         /// What the other daemons' idle workers hold there: given back when a waiting trial
         /// asks for it (`Capacity::request`), not counted as available before.
         others_idle: u64,
+        /// Of `others`, what is left free for another daemon's trial passed too often.
+        held: u64,
     },
 }
 
@@ -153,6 +158,7 @@ impl fmt::Display for Wait {
                 others,
                 others_running,
                 others_idle,
+                held,
             } => {
                 let mut parts = format!("free {}", fmt_gib(*free));
                 if *idle > 0 {
@@ -174,7 +180,8 @@ impl fmt::Display for Wait {
                         fmt_gib(*unclaimed)
                     ));
                 }
-                if *others > 0 {
+                let claimed = others.saturating_sub(*held);
+                if claimed > 0 {
                     let trials = if *others_running == 1 {
                         "trial"
                     } else {
@@ -182,7 +189,13 @@ impl fmt::Display for Wait {
                     };
                     parts.push_str(&format!(
                         " − {} yet to be claimed by {others_running} {trials} of other daemons",
-                        fmt_gib(*others)
+                        fmt_gib(claimed)
+                    ));
+                }
+                if *held > 0 {
+                    parts.push_str(&format!(
+                        " − {} left free for another daemon's trial, passed too often",
+                        fmt_gib(*held)
                     ));
                 }
                 write!(
@@ -396,10 +409,13 @@ impl Capacity {
                 running: par_now,
                 limit,
             })
-        } else if par_now == 0 && device.others_running == 0 {
+        } else if par_now == 0 && device.others_running == 0 && device.held == 0 {
             // Always one on a device with no trial of any daemon: a too-large estimate must not
             // stall the sweep forever. If the trial does not fit it fails by OOM and that feeds
-            // back. (With another daemon's trials there, it waits for them to end instead.)
+            // back. (With another daemon's trials there, it waits for them to end instead; with
+            // another daemon's trial waiting for the card drained, that one goes first: taking
+            // "always one" each time our last trial ended, the moment the card was empty,
+            // kept a 21.6 GiB trial of the other daemon waiting 4 s while we ran one at a time.)
             par_estimate = par_estimate.max(1);
             None
         } else if usable >= expected_peak {
@@ -418,6 +434,7 @@ impl Capacity {
                 others: device.others,
                 others_running: device.others_running,
                 others_idle: device.others_idle,
+                held: device.held,
             })
         };
         Decision {
@@ -648,6 +665,7 @@ mod tests {
                 others: 0,
                 others_running: 0,
                 others_idle: 0,
+                held: 0,
             })
         );
         assert_eq!(why[0].par_now, 3);
@@ -894,6 +912,42 @@ mod tests {
             ..shared
         };
         assert!(c.decide(&alone, &[], 40 * G, now).admitted);
+    }
+
+    /// Two daemons: the other's trial of 21.6 GiB, passed too often, waited 4 s for the card
+    /// drained, while we took "always one" each time our last trial ended and ran one at a
+    /// time into the memory it waited for.
+    #[test]
+    fn another_daemons_held_trial_goes_first_on_an_empty_card() {
+        let now = Instant::now();
+        let c = cap();
+        let held = DeviceView {
+            others: 20 * G,
+            held: 20 * G,
+            ..card(0, 24 * G)
+        };
+        let d = c.decide(&held, &[], 6 * G, now);
+        assert!(!d.admitted, "{d:?}");
+        assert_eq!(
+            d.wait.unwrap().to_string(),
+            "needs 6.0 GiB, 3.0 GiB available (free 24.0 GiB − headroom 1.0 GiB − 20.0 GiB \
+             left free for another daemon's trial, passed too often)"
+        );
+        // What fits beside the held memory still starts.
+        assert!(c.decide(&held, &[], 3 * G, now).admitted);
+        // Once it runs (no hold, its trial running), the rule is as before.
+        let running = DeviceView {
+            others: 0,
+            others_running: 1,
+            held: 0,
+            ..card(0, 4 * G)
+        };
+        assert!(!c.decide(&running, &[], 6 * G, now).admitted);
+        let gone = DeviceView {
+            others_running: 0,
+            ..running
+        };
+        assert!(c.decide(&gone, &[], 6 * G, now).admitted);
     }
 
     #[test]

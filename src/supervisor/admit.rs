@@ -151,6 +151,7 @@ impl Core {
                 if let Some(v) = views.iter_mut().find(|v| v.index == h.device) {
                     if h.before(mine) {
                         v.others = v.others.saturating_add(h.bytes);
+                        v.held = v.held.saturating_add(h.bytes);
                         let key = (h.since.1.pid, h.since.0);
                         if !g.honoured.contains(&key) {
                             info!(
