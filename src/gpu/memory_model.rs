@@ -1000,6 +1000,19 @@ mod tests {
         assert!(low * 100 < n, "{low} of {n} estimates below the peak");
     }
 
+    /// Asserts that the estimate `e` is at least `peak` and says `words` in its explanation.
+    fn covers(e: &Estimate, peak: u64, words: &str) {
+        eprintln!("peak {}; {}", fmt_gib(peak), e.why);
+        assert!(
+            e.bytes >= peak,
+            "{} for a peak of {}: {}",
+            fmt_gib(e.bytes),
+            fmt_gib(peak),
+            e.why
+        );
+        assert!(e.why.contains(words), "{}", e.why);
+    }
+
     /// The worst under-estimates of the continuous workload's learning phase: the first trials
     /// measured were all shallow, the fit predicted a deep one among them, with a margin from
     /// their errors alone, and it peaked at up to 4 times its bound (2.5 GiB for 9.7 here).
@@ -1014,21 +1027,11 @@ mod tests {
         ] {
             m.record(&params(w, d, lr), continuous_peak(w, d, 1.0));
         }
-        let deep = params(560, 8, 1e-3);
-        let e = m.estimate(&deep);
-        let peak = continuous_peak(560, 8, 1.0);
-        eprintln!("peak {}; {}", fmt_gib(peak), e.why);
-        assert!(
-            e.bytes >= peak,
-            "{} for a peak of {}: {}",
-            fmt_gib(e.bytes),
-            fmt_gib(peak),
-            e.why
-        );
-        assert!(
-            e.why.contains("beyond what the measured trials varied"),
-            "{}",
-            e.why
+        let deep = m.estimate(&params(560, 8, 1e-3));
+        covers(
+            &deep,
+            continuous_peak(560, 8, 1.0),
+            "beyond what the measured trials varied",
         );
         // Among what they varied, the errors' margin still rules.
         let among = m.estimate(&params(200, 1, 1e-3));
@@ -1060,21 +1063,8 @@ mod tests {
         ] {
             m.record(&params(w, d, lr), mib * MIB);
         }
-        let peak = 14300 * MIB;
-        let e = m.estimate(&params(834, 8, 2.44e-02));
-        eprintln!("peak {}; {}", fmt_gib(peak), e.why);
-        assert!(
-            e.bytes >= peak,
-            "{} for a peak of {}: {}",
-            fmt_gib(e.bytes),
-            fmt_gib(peak),
-            e.why
-        );
-        assert!(
-            e.why.contains("beyond the largest peak measured"),
-            "{}",
-            e.why
-        );
+        let largest = m.estimate(&params(834, 8, 2.44e-02));
+        covers(&largest, 14300 * MIB, "beyond the largest peak measured");
         // A trial among the measured ones pays nothing for it.
         let among = m.estimate(&params(200, 3, 1e-3));
         assert!(!among.why.contains("largest peak"), "{}", among.why);
