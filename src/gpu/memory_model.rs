@@ -15,8 +15,9 @@
 //! others), wide while few are known and narrowing as they come, and at least as wide as what
 //! the measured trials never varied leaves unknown (a deep trial after shallow ones), wider
 //! still for a peak predicted beyond every measured one; measured trials whose memory-relevant
-//! params are (almost) the same as the new one's raise it to their peak; and an out-of-memory failure raises it near the failed params only, "near" measured in
-//! what the params do to memory (a param of no effect does not make two trials far apart).
+//! params are (almost) the same as the new one's raise it to their peak; and an out-of-memory
+//! failure raises it near the failed params only, "near" measured in what the params do to
+//! memory (a param of no effect does not make two trials far apart).
 //!
 //! Pure: no I/O, no clock. `docs/gpu-memory-model.md` explains it to users.
 
