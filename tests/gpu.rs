@@ -769,15 +769,20 @@ fn a_trial_waiting_for_another_daemons_memory_starts_soon_after_it_is_freed() {
     );
 }
 
-/// Six enqueued trials of ~4.1 GiB (4 GiB + a 128 MiB context) on a 24 GiB card; the first
-/// four (the prior, 20 GiB × 1.15, each alone) teach the model `mem = "4G"`; trial 4 has a value
-/// never measured, so its bound is the prior's 23 GiB while the fit predicts ~4 GiB. `by_number`
-/// is the simulator's per-trial settings (`SIM_BY_NUMBER`).
-fn over_estimated_trial_4(by_number: &str) -> (Sweep, FakeGpus) {
+/// Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first three (the prior, 20 GiB × 1.15,
+/// each alone) teach the model `mem = "4G"`; trial 3 has a value never measured, so its bound is
+/// the prior's 23 GiB while the fit predicts ~4 GiB, and trial 4 (`"4G"` again) waits for room
+/// beside it: 24 − 1 headroom − 23 leaves none while trial 3 counts at its bound. `by_number` is
+/// the simulator's per-trial settings (`SIM_BY_NUMBER`), `poll` the `poll_interval`.
+///
+/// Trial 3 must come right after the prior's trials (`memory_model::MIN_MEASURED` of them):
+/// with a fourth `"4G"` before it, that one and trial 4 ran together and trial 3 ran alone
+/// after them, and the tests below passed whether it settled or not.
+fn over_estimated_trial_3(by_number: &str, poll: &str) -> (Sweep, FakeGpus) {
     let params =
         format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
     let cfg = Cfg {
-        n_trials: Some(6),
+        n_trials: Some(5),
         max_par: 2,
         command: gpu_sim_worker(),
         params,
@@ -789,11 +794,13 @@ fn over_estimated_trial_4(by_number: &str) -> (Sweep, FakeGpus) {
     let (sweep, gpus) = gpu_study(
         &cfg,
         &["24G Fake A10"],
-        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
+        &format!(
+            "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"{poll}\"\n"
+        ),
     );
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
     let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
-    let enqueue: Vec<String> = (0..4)
+    let enqueue: Vec<String> = (0..3)
         .map(|k| trial("4G", 0.1 * f64::from(k)))
         .chain([trial("3968M", 0.5), trial("4G", 0.6)])
         .collect();
@@ -803,39 +810,57 @@ fn over_estimated_trial_4(by_number: &str) -> (Sweep, FakeGpus) {
     (sweep, gpus)
 }
 
-#[test]
-fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
-    // Trials of ~4.1 GiB (4 GiB + a 128 MiB context). The first four (the prior, 20 GiB × 1.15,
-    // each alone) teach the model `mem = "4G"`; trial 4 has a value never measured, so its
-    // bound is raised to the prior's 23 GiB while the fit predicts ~4 GiB; it runs 30 s. Counted
-    // at its bound for its whole run, it leaves no room beside it (24 − 1 headroom − 23) until
-    // it ends; once it has held its peak as long as it took to reach it, it counts at what it
-    // uses, and trial 5 starts beside it.
-    let (sweep, _gpus) = over_estimated_trial_4(r#"{"4": {"hold": 30}}"#);
+/// Runs [`over_estimated_trial_3`]'s study to its end, and returns how long after trial 3
+/// trial 4 started, and its log. Trial 4 starting before trial 3 is the set-up gone wrong.
+fn start_beside_trial_3(sweep: &Sweep) -> (f64, String) {
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    assert!(fails(&sweep).is_empty(), "{err}");
-    assert!(
-        err.contains("no trial measured yet with this mem value"),
-        "{err}"
-    );
+    assert!(fails(sweep).is_empty(), "{err}");
     let trials = sweep.trials();
     let at = |n: i64, key: &str| -> f64 {
         let t = trials.iter().find(|t| t["number"] == n).unwrap();
         parse_time(t[key].as_str().unwrap())
     };
+    assert!(at(4, "datetime_start") > at(3, "datetime_start"), "{err}");
     assert!(
-        at(5, "datetime_start") < at(4, "datetime_complete"),
-        "trial 5 waited for trial 4 to end: {err}"
+        at(4, "datetime_start") < at(3, "datetime_complete"),
+        "trial 4 waited for trial 3 to end: {err}"
     );
+    (at(4, "datetime_start") - at(3, "datetime_start"), err)
+}
+
+#[test]
+fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_settled() {
+    // Trial 3 runs 30 s. Counted at its bound for its whole run, it would leave no room beside
+    // it until it ends; once it has held its peak as long as it took to reach it, it counts at
+    // what it uses, and trial 4 starts beside it.
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "100ms");
+    let (_, err) = start_beside_trial_3(&sweep);
+    assert!(
+        err.contains("no trial measured yet with this mem value"),
+        "{err}"
+    );
+}
+
+/// The same over-estimated trial with NVML polled every 20 s: the polls alone would see it at
+/// its level at ~20 s and settled at ~40 s, after it ended (nothing else runs, so no trial's end
+/// reads NVML either). Read while it ramps up, it settles about a second in, and trial 4 starts
+/// beside it.
+#[test]
+fn a_trial_settles_soon_after_its_ramp_even_with_a_long_poll_interval() {
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "20s");
+    let (gap, err) = start_beside_trial_3(&sweep);
+    // A generous margin against the 20 s to the next poll: the gap is the ramp (0.2 s), as
+    // long again, and the readings' spacing.
+    assert!(gap < 10.0, "trial 4 started {gap:.1}s after trial 3: {err}");
 }
 
 /// A settled trial counts at what it uses; one that then grows late (an evaluation pass) was
 /// under-counted, and sweepd must stop trusting the rule for the study, not just for that trial.
 #[test]
 fn a_settled_trial_that_grows_late_turns_settling_off_for_the_study() {
-    let (sweep, _gpus) = over_estimated_trial_4(r#"{"4": {"hold": 8, "late": "1G"}}"#);
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 8, "late": "1G"}}"#, "100ms");
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

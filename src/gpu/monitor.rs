@@ -38,7 +38,9 @@ pub struct TrialMemory {
     pub used_now: u64,
     pub peak: u64,
     pub last_sample: Option<Instant>,
-    /// When it was admitted.
+    /// When its worker was given it ([`Monitor::bind`]; when it was admitted, until then):
+    /// nothing of the trial can have been allocated before, so the time it took to reach its
+    /// level counts from here, not from its admission (a worker's start-up is not a ramp).
     pub started: Instant,
     /// When `used_now` last changed, and how many readings have seen it since.
     pub level_since: Instant,
@@ -47,6 +49,17 @@ pub struct TrialMemory {
     /// once, and is not taken at its level again.
     pub settled: bool,
     pub grew_after_settling: bool,
+}
+
+impl TrialMemory {
+    /// Its worker, process group `pgid`, was given it at `now`. No reading has been attributed
+    /// to it before (that needs the group), so its level and the time it takes to reach it
+    /// start here.
+    pub fn bind(&mut self, pgid: i32, now: Instant) {
+        self.pgid = Some(pgid);
+        self.started = now;
+        self.level_since = now;
+    }
 }
 
 /// Of the prediction a trial must use to be taken as having reached its peak.
@@ -60,6 +73,9 @@ pub const SETTLED_MARGIN: f64 = 0.02;
 /// loader alone; never while the model has no prediction for it, [`Monitor::predict_missing`]),
 /// at least two readings have seen that level, and it has held it at least as long as it took to
 /// reach it. A trial that grows after settling is never taken at its level again.
+///
+/// Readings decide how soon that is seen: the level is dated by the first reading that shows
+/// it, so readings far apart date it late and make the trial hold it longer ([`next_look`]).
 pub fn settled(t: &TrialMemory, now: Instant) -> bool {
     !t.grew_after_settling
         && t.predicted > 0
@@ -67,6 +83,41 @@ pub fn settled(t: &TrialMemory, now: Instant) -> bool {
         && t.level_readings >= 2
         && now.saturating_duration_since(t.level_since)
             >= t.level_since.saturating_duration_since(t.started)
+}
+
+/// The least time between the readings [`next_look`] asks for (NVML's reads take well under a
+/// millisecond; this bounds what a trial's ramp costs in them).
+pub const LOOK_GAP_MIN: Duration = Duration::from_millis(20);
+/// While a trial ramps up, a reading every this share of the time since its worker was given
+/// it: the first reading at its level is then late by at most this share of its ramp, so it
+/// settles within about `2 × (1 + LOOK_SHARE)` times its ramp, at a cost of a few readings per
+/// trial whatever its length (the gaps grow with it).
+pub const LOOK_SHARE: f64 = 0.25;
+
+/// When a reading could next change whether trial `t` is settled, if it could: [`LOOK_SHARE`]
+/// of its age from now (within [`LOOK_GAP_MIN`] and `longest`, the poll interval), or sooner,
+/// at the moment it will have held its level long enough. `None` for a trial that cannot settle
+/// (not yet given to a worker, no prediction, settled already, grown after settling).
+///
+/// With readings only at the poll interval (a second) and when trials end, a trial of a few
+/// seconds was seen at its level late and then held it until it nearly ended: the packing
+/// bench's short trials counted at their expected peak almost their whole run. On trials of
+/// minutes this costs a handful of readings each.
+pub fn next_look(t: &TrialMemory, now: Instant, longest: Duration) -> Option<Instant> {
+    if t.pgid.is_none() || t.predicted == 0 || t.settled || t.grew_after_settling {
+        return None;
+    }
+    let least = LOOK_GAP_MIN.min(longest);
+    let age = now.saturating_duration_since(t.started);
+    // Still read at that pace at a level that may not be the last (the ramp's last steps):
+    // the next level must be dated as closely as the first.
+    let pace = now + age.mul_f64(LOOK_SHARE).clamp(least, longest);
+    if (t.used_now as f64) < SETTLED_SHARE * t.predicted as f64 {
+        return Some(pace);
+    }
+    // The second reading at the level is part of the rule too.
+    let held_enough = t.level_since + t.level_since.saturating_duration_since(t.started);
+    Some(held_enough.max(now + least).min(pace))
 }
 
 /// Takes a new reading of what a running trial uses. Returns how far it grew beyond what was
@@ -166,12 +217,18 @@ pub struct Monitor {
     gpu: Arc<Gpu>,
     pub devices: Vec<u32>,
     state: Mutex<State>,
+    /// Woken when a trial is given to a worker, for the task that reads the GPUs while trials
+    /// ramp up (`supervisor::housekeeping::watch_settling`).
+    bound: tokio::sync::Notify,
 }
 
 /// What a poll found that someone must act on or record.
 #[derive(Debug, Default)]
 pub struct PollReport {
     pub samples: Vec<MemorySample>,
+    /// Running trials this reading found settled that were not before: admission may count
+    /// them at what they use from now on.
+    pub settled: usize,
     /// Orphans killed: (pid, device, bytes held).
     pub orphans: Vec<(u32, u32, u64)>,
 }
@@ -182,6 +239,7 @@ impl Monitor {
             gpu,
             devices,
             state: Mutex::new(State::default()),
+            bound: tokio::sync::Notify::new(),
         }
     }
 
@@ -242,9 +300,11 @@ impl Monitor {
         for (id, t) in st.trials.iter_mut() {
             let Some(g) = t.pgid else { continue };
             let was = t.used_now;
+            let was_settled = t.settled;
             if let Some(grew) = observe(t, usage(t.device, g), now, settling) {
                 late.get_or_insert((*id, was, grew));
             }
+            report.settled += usize::from(t.settled && !was_settled);
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
                 t.last_sample = Some(now);
                 report.samples.push(MemorySample {
@@ -322,8 +382,28 @@ impl Monitor {
     /// The worker running the trial is known: attribute its group's memory to the trial.
     pub fn bind(&self, trial_id: i64, pgid: i32) {
         if let Some(t) = self.lock().trials.get_mut(&trial_id) {
-            t.pgid = Some(pgid);
+            t.bind(pgid, Instant::now());
         }
+        self.bound.notify_one();
+    }
+
+    /// The earliest [`next_look`] over the running trials: when a reading may let one of them
+    /// be counted at what it uses.
+    pub fn next_look(&self, now: Instant, longest: Duration) -> Option<Instant> {
+        let st = self.lock();
+        if st.settling_off {
+            return None;
+        }
+        st.trials
+            .values()
+            .filter_map(|t| next_look(t, now, longest))
+            .min()
+    }
+
+    /// Waits until a trial is given to a worker ([`Monitor::bind`]): [`Monitor::next_look`]
+    /// may be sooner than it was.
+    pub async fn bound(&self) {
+        self.bound.notified().await
     }
 
     /// The trial's peak as its framework saw it ([`framework_peak`], from the worker's
@@ -521,6 +601,132 @@ mod tests {
             ..trial(t0, 11 * G, 4, 50)
         };
         assert!(!settled(&grew, at(100)));
+    }
+
+    #[test]
+    fn a_worker_start_up_is_not_counted_as_the_trial_ramping_up() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        // Admitted at 0, its new worker ready and given it 5 s later, at its level 200 ms
+        // after that: settled from 5.4 s, where counting from the admission made it hold its
+        // level until 10.4 s.
+        let mut t = TrialMemory {
+            pgid: None,
+            ..trial(t0, 0, 0, 0)
+        };
+        t.bind(7, ms(5000));
+        observe(&mut t, 9 * G, ms(5200), true);
+        observe(&mut t, 9 * G, ms(5399), true);
+        assert!(!t.settled);
+        observe(&mut t, 9 * G, ms(5400), true);
+        assert!(t.settled);
+    }
+
+    #[test]
+    fn the_next_look_is_when_a_reading_could_settle_a_trial() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let poll = Duration::from_secs(1);
+        let ramping = trial(t0, 2 * G, 0, 1);
+        let at_level = TrialMemory {
+            level_since: ms(400),
+            ..trial(t0, 9 * G, 0, 1)
+        };
+        let cases: [(&str, TrialMemory, u64, Option<u64>); 10] = [
+            // Ramping up: a quarter of its age from now, at least 20 ms, at most the poll.
+            ("just given to its worker", ramping.clone(), 0, Some(20)),
+            ("ramping for 400 ms", ramping.clone(), 400, Some(500)),
+            (
+                "ramping for a minute",
+                ramping.clone(),
+                60_000,
+                Some(61_000),
+            ),
+            // At its level since 400 ms: held long enough at 800 ms, read at the ramp's pace
+            // until then (the level may not be its last).
+            ("at its level", at_level.clone(), 500, Some(625)),
+            ("at its level for a while", at_level.clone(), 700, Some(800)),
+            ("held long enough already", at_level.clone(), 900, Some(920)),
+            (
+                "no worker yet",
+                TrialMemory {
+                    pgid: None,
+                    ..ramping.clone()
+                },
+                0,
+                None,
+            ),
+            (
+                "no prediction",
+                TrialMemory {
+                    predicted: 0,
+                    ..ramping.clone()
+                },
+                0,
+                None,
+            ),
+            (
+                "settled",
+                TrialMemory {
+                    settled: true,
+                    ..at_level.clone()
+                },
+                900,
+                None,
+            ),
+            (
+                "grown after settling",
+                TrialMemory {
+                    grew_after_settling: true,
+                    ..at_level.clone()
+                },
+                900,
+                None,
+            ),
+        ];
+        for (case, t, now, want) in cases {
+            assert_eq!(next_look(&t, ms(now), poll), want.map(ms), "{case}");
+        }
+    }
+
+    #[test]
+    fn readings_at_the_next_look_settle_a_trial_soon_after_it_has_held_its_peak_as_long_as_its_ramp(
+    ) {
+        // A trial that allocates in 5 steps over its ramp, read only when `next_look` asks:
+        // settled no sooner than twice its ramp (the rule), and no later than the bound the
+        // readings' spacing gives, whether the ramp takes 200 ms or a minute.
+        let poll = Duration::from_secs(1);
+        for ramp_ms in [200u64, 3_000, 60_000] {
+            let t0 = Instant::now();
+            let ramp = Duration::from_millis(ramp_ms);
+            let used = |at: Instant| {
+                let step = (at - t0).as_secs_f64() / ramp.as_secs_f64() * 5.0;
+                (step.floor().min(5.0) as u64 + 1) * 2 * G
+            };
+            let mut t = TrialMemory {
+                pgid: None,
+                predicted: 11 * G,
+                ..trial(t0, 0, 0, 0)
+            };
+            t.bind(1, t0);
+            let mut now = t0;
+            let mut readings = 0;
+            while !t.settled {
+                now = next_look(&t, now, poll).expect("a trial that can settle");
+                observe(&mut t, used(now), now, true);
+                readings += 1;
+                // A few dozen while the gaps grow, then at most the poll's pace.
+                let most = 40 + 3 * ramp.as_millis() / poll.as_millis();
+                assert!(readings < most, "ramp {ramp_ms} ms: {readings} readings");
+            }
+            let took = now - t0;
+            let latest = ramp.mul_f64(2.0 * (1.0 + LOOK_SHARE)) + poll.min(ramp) / 2;
+            assert!(
+                took >= 2 * ramp,
+                "ramp {ramp_ms} ms: settled after {took:?}"
+            );
+            assert!(took <= latest, "ramp {ramp_ms} ms: settled after {took:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! the next pass.
 //!
 //! Another daemon's trial that ends on our GPUs frees memory too: `watch_neighbours` reads the
-//! GPUs and wakes the slots when the host's ledger shows it, rather than at our next pass.
+//! GPUs and wakes the slots when the host's ledger shows it, rather than at our next pass. And
+//! a running trial that reaches its peak frees what its bound held back above it:
+//! `watch_settling` reads the GPUs while trials ramp up, and wakes the slots when one settles.
 //!
 //! While the database cannot be reached that loop waits in the store like every other task;
 //! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
@@ -259,6 +261,37 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
     }
 }
 
+/// Reads the GPUs while our trials ramp up, as often as [`gpu::monitor::next_look`] asks, and
+/// wakes the slots waiting for room when a reading finds a trial settled: from then on it counts
+/// at what it uses, not at its expected peak (in our entry of the host's ledger too). The polls
+/// alone saw a trial of a few seconds at its level late, and it then counted at its expected
+/// peak until it nearly ended.
+///
+/// [`gpu::monitor::next_look`]: crate::gpu::monitor::next_look
+pub(super) async fn watch_settling(sh: Arc<Shared>, done: CancellationToken) {
+    let Some(m) = sh.monitor.clone() else { return };
+    let longest = sh.cfg().gpu.poll_interval;
+    loop {
+        let next = m.next_look(Instant::now(), longest);
+        tokio::select! {
+            _ = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            // A trial given to a worker may want a reading sooner.
+            _ = m.bound() => continue,
+            _ = done.cancelled() => return,
+        }
+        if read_gpus(&sh).await > 0 {
+            // The other daemons on the host may use what its bound held back, too.
+            sh.core.lock().await.refresh_claims();
+            sh.changed.notify_waiters();
+        }
+    }
+}
+
 /// Our daemon row was not ours any more: another host failed this one over while it could not
 /// reach the database (its RUNNING trials are FAIL and re-enqueued; what they report now is not
 /// recorded), or the row was marked stopped. Take it back and go on as a live host.
@@ -321,9 +354,10 @@ async fn fail_over_silent_hosts(sh: &Shared) {
 }
 
 /// Reads the GPUs now and records what the reading found (memory samples, orphans killed):
-/// every housekeeping pass, and at once when a trial ends or a worker is retired.
-pub(super) async fn read_gpus(sh: &Shared) {
-    let Some(m) = &sh.monitor else { return };
+/// every housekeeping pass, at once when a trial ends or a worker is retired, and while trials
+/// ramp up. Returns how many running trials it found newly settled.
+pub(super) async fn read_gpus(sh: &Shared) -> usize {
+    let Some(m) = &sh.monitor else { return 0 };
     let report = m.poll().await;
     if let Err(e) = sh.store.write_samples(&report.samples).await {
         warn!("could not store memory samples: {e}");
@@ -339,6 +373,7 @@ pub(super) async fn read_gpus(sh: &Shared) {
             )
             .await;
     }
+    report.settled
 }
 
 /// Retires, each in a task of its own, the idle workers past `[gpu] idle_worker_timeout`,

@@ -523,6 +523,10 @@ async fn run_locked(
         shared.clone(),
         slots_done.clone(),
     ));
+    tokio::spawn(housekeeping::watch_settling(
+        shared.clone(),
+        slots_done.clone(),
+    ));
     // The database is migrated and NVML read: systemd may consider us started.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     // Slot tasks by index: SIGHUP may raise max_par (start the missing ones) or lower it
