@@ -777,7 +777,7 @@ def packing_story(splits, long_checks=()):
         "oracle's durations (the objective's own time) leave out, a trial that counts at its "
         "estimate until readings have seen it hold its peak as long as it took to reach it, "
         "and the line's order: when a large trial at "
-        "the head of the line has been passed 8 times, the card drains until it fits")
+        "the head of the line has been passed 16 times, the card drains until it fits")
     two = [x for x in splits if x[0] == "two"]
     if two:
         out.append(
@@ -785,7 +785,7 @@ def packing_story(splits, long_checks=()):
             "first trials at `trial_memory` and its wide early bounds; an idle worker of one "
             "daemon that holds memory the other's waiting trial needs is retired on request "
             "through the ledger (at the holder's next reading), no longer after "
-            "`idle_worker_timeout`; and a trial of one daemon passed by 8 of the other's starts "
+            "`idle_worker_timeout`; and a trial of one daemon passed by 16 of the other's starts "
             "(by 1 while its study runs none) holds its memory through the ledger, so the other "
             "drains the card for it rather than filling every byte freed with small trials "
             "(fairness between the studies first: side by side, holding at the first pass for a "

@@ -18,7 +18,12 @@ pub(super) const OOM_HEALTH_SLACK: u64 = 256 << 20;
 /// Candidates kept in line for admission (see `Core::plan`).
 pub(super) const MAX_QUEUE: usize = 8;
 /// Trials that may start ahead of the candidate at the head of the line before it has priority.
-pub(super) const MAX_PASSES: u32 = 8;
+/// Each time it has, the card drains until the head fits: a large trial on a card of small
+/// ones leaves much of it idle meanwhile. 16 rather than 8: side by side in the packing bench
+/// (docs/benchmarks.md, the thirteenth) 0.71 → 0.74 of the oracle on the continuous workload,
+/// the two-daemon one no worse, 32 no better. A study that runs nothing is not kept waiting by
+/// it ([`head_passes`]).
+pub(super) const MAX_PASSES: u32 = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Failures: retries, the circuit breaker, the same error again and again.
@@ -369,9 +374,10 @@ pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
 /// line that started first, and `by_others`, trials the other daemons on this host started
 /// since it began to wait. While we run no trial at all, one start by the others is enough to
 /// count [`MAX_PASSES`]: a study that runs nothing while another keeps starting trials on the
-/// card is starved outright, so its head holds its memory at once rather than after eight more
-/// of their starts. With trials of minutes that was the better part of an hour with nothing of
-/// its own running; in the packing bench its learning phase then ran alone at the end.
+/// card is starved outright, so its head holds its memory at once rather than after
+/// [`MAX_PASSES`] more of their starts. With trials of minutes eight were the better part of an
+/// hour with nothing of its own running; in the packing bench its learning phase then ran alone
+/// at the end.
 pub(super) fn head_passes(own: u32, by_others: u32, running: u64) -> u32 {
     let passes = own.saturating_add(by_others);
     if starved(by_others, running) {
