@@ -217,9 +217,9 @@ pub struct Monitor {
     gpu: Arc<Gpu>,
     pub devices: Vec<u32>,
     state: Mutex<State>,
-    /// Woken when a trial is given to a worker, for the task that reads the GPUs while trials
-    /// ramp up (`supervisor::housekeeping::watch_settling`).
-    bound: tokio::sync::Notify,
+    /// Woken when a trial is given to a worker or a prediction, for the task that reads the
+    /// GPUs while trials ramp up (`supervisor::housekeeping::watch_settling`).
+    look_sooner: tokio::sync::Notify,
 }
 
 /// What a poll found that someone must act on or record.
@@ -239,7 +239,7 @@ impl Monitor {
             gpu,
             devices,
             state: Mutex::new(State::default()),
-            bound: tokio::sync::Notify::new(),
+            look_sooner: tokio::sync::Notify::new(),
         }
     }
 
@@ -372,10 +372,15 @@ impl Monitor {
     /// whole run, though the model fitted a moment after it started could tell that it uses a
     /// fraction of it.
     pub fn predict_missing(&self, mut predict: impl FnMut(i64) -> u64) {
+        let mut given = false;
         for (id, t) in self.lock().trials.iter_mut() {
             if t.predicted == 0 {
                 t.predicted = predict(*id);
+                given |= t.predicted > 0;
             }
+        }
+        if given {
+            self.look_sooner.notify_one();
         }
     }
 
@@ -384,7 +389,7 @@ impl Monitor {
         if let Some(t) = self.lock().trials.get_mut(&trial_id) {
             t.bind(pgid, Instant::now());
         }
-        self.bound.notify_one();
+        self.look_sooner.notify_one();
     }
 
     /// The earliest [`next_look`] over the running trials: when a reading may let one of them
@@ -400,10 +405,10 @@ impl Monitor {
             .min()
     }
 
-    /// Waits until a trial is given to a worker ([`Monitor::bind`]): [`Monitor::next_look`]
-    /// may be sooner than it was.
-    pub async fn bound(&self) {
-        self.bound.notified().await
+    /// Waits until a trial is given to a worker ([`Monitor::bind`]) or a prediction
+    /// ([`Monitor::predict_missing`]): [`Monitor::next_look`] may be sooner than it was.
+    pub async fn look_sooner(&self) {
+        self.look_sooner.notified().await
     }
 
     /// The trial's peak as its framework saw it ([`framework_peak`], from the worker's

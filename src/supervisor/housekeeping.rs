@@ -280,8 +280,8 @@ pub(super) async fn watch_settling(sh: Arc<Shared>, done: CancellationToken) {
                     None => std::future::pending().await,
                 }
             } => {}
-            // A trial given to a worker may want a reading sooner.
-            _ = m.bound() => continue,
+            // A trial given to a worker or a prediction may want a reading sooner.
+            _ = m.look_sooner() => continue,
             _ = done.cancelled() => return,
         }
         if read_gpus(&sh).await > 0 {
