@@ -60,6 +60,22 @@ impl TrialMemory {
         self.started = now;
         self.level_since = now;
     }
+
+    /// Whether it may ever be taken at its level: the model has a prediction for it, and it has
+    /// not grown after settling once.
+    fn may_settle(&self) -> bool {
+        !self.grew_after_settling && self.predicted > 0
+    }
+
+    /// Whether its level is high enough to be its peak: [`SETTLED_SHARE`] of the prediction.
+    fn at_peak_level(&self) -> bool {
+        self.used_now as f64 >= SETTLED_SHARE * self.predicted as f64
+    }
+
+    /// When it will have held its level as long as it took to reach it.
+    fn held_long_enough_at(&self) -> Instant {
+        self.level_since + self.level_since.saturating_duration_since(self.started)
+    }
 }
 
 /// Of the prediction a trial must use to be taken as having reached its peak.
@@ -77,12 +93,7 @@ pub const SETTLED_MARGIN: f64 = 0.02;
 /// Readings decide how soon that is seen: the level is dated by the first reading that shows
 /// it, so readings far apart date it late and make the trial hold it longer ([`next_look`]).
 pub fn settled(t: &TrialMemory, now: Instant) -> bool {
-    !t.grew_after_settling
-        && t.predicted > 0
-        && t.used_now as f64 >= SETTLED_SHARE * t.predicted as f64
-        && t.level_readings >= 2
-        && now.saturating_duration_since(t.level_since)
-            >= t.level_since.saturating_duration_since(t.started)
+    t.may_settle() && t.at_peak_level() && t.level_readings >= 2 && now >= t.held_long_enough_at()
 }
 
 /// The least time between the readings [`next_look`] asks for (NVML's reads take well under a
@@ -104,7 +115,7 @@ pub const LOOK_SHARE: f64 = 0.25;
 /// bench's short trials counted at their expected peak almost their whole run. On trials of
 /// minutes this costs a handful of readings each.
 pub fn next_look(t: &TrialMemory, now: Instant, longest: Duration) -> Option<Instant> {
-    if t.pgid.is_none() || t.predicted == 0 || t.settled || t.grew_after_settling {
+    if t.pgid.is_none() || t.settled || !t.may_settle() {
         return None;
     }
     let least = LOOK_GAP_MIN.min(longest);
@@ -112,12 +123,11 @@ pub fn next_look(t: &TrialMemory, now: Instant, longest: Duration) -> Option<Ins
     // Still read at that pace at a level that may not be the last (the ramp's last steps):
     // the next level must be dated as closely as the first.
     let pace = now + age.mul_f64(LOOK_SHARE).clamp(least, longest);
-    if (t.used_now as f64) < SETTLED_SHARE * t.predicted as f64 {
+    if !t.at_peak_level() {
         return Some(pace);
     }
     // The second reading at the level is part of the rule too.
-    let held_enough = t.level_since + t.level_since.saturating_duration_since(t.started);
-    Some(held_enough.max(now + least).min(pace))
+    Some(t.held_long_enough_at().max(now + least).min(pace))
 }
 
 /// Takes a new reading of what a running trial uses. Returns how far it grew beyond what was
