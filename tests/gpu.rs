@@ -773,12 +773,13 @@ fn a_trial_waiting_for_another_daemons_memory_starts_soon_after_it_is_freed() {
 /// each alone) teach the model `mem = "4G"`; trial 3 has a value never measured, so its bound is
 /// the prior's 23 GiB while the fit predicts ~4 GiB, and trial 4 (`"4G"` again) waits for room
 /// beside it: 24 − 1 headroom − 23 leaves none while trial 3 counts at its bound. `by_number` is
-/// the simulator's per-trial settings (`SIM_BY_NUMBER`), `poll` the `poll_interval`.
+/// the simulator's per-trial settings (`SIM_BY_NUMBER`), `poll` the `poll_interval`, `mem_4`
+/// trial 4's `mem` (`"4G"`, or trial 3's value).
 ///
 /// Trial 3 must come right after the prior's trials (`memory_model::MIN_MEASURED` of them):
 /// with a fourth `"4G"` before it, that one and trial 4 ran together and trial 3 ran alone
 /// after them, and the tests below passed whether it settled or not.
-fn over_estimated_trial_3(by_number: &str, poll: &str) -> (Sweep, FakeGpus) {
+fn over_estimated_trial_3(by_number: &str, poll: &str, mem_4: &str) -> (Sweep, FakeGpus) {
     let params =
         format!("[params.mem]\ntype = \"categorical\"\nchoices = [\"4G\", \"3968M\"]\n{X_PARAM}");
     let cfg = Cfg {
@@ -802,7 +803,7 @@ fn over_estimated_trial_3(by_number: &str, poll: &str) -> (Sweep, FakeGpus) {
     let trial = |mem: &str, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
     let enqueue: Vec<String> = (0..3)
         .map(|k| trial("4G", 0.1 * f64::from(k)))
-        .chain([trial("3968M", 0.5), trial("4G", 0.6)])
+        .chain([trial("3968M", 0.5), trial(mem_4, 0.6)])
         .collect();
     let mut args = vec!["t"];
     args.extend(enqueue.iter().map(String::as_str));
@@ -835,10 +836,25 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
     // Trial 3 runs 30 s. Counted at its bound for its whole run, it would leave no room beside
     // it until it ends; once it has held its peak as long as it took to reach it, it counts at
     // what it uses, and trial 4 starts beside it.
-    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "100ms");
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "100ms", "4G");
     let (_, err) = start_beside_trial_3(&sweep);
     assert!(
         err.contains("no trial measured yet with this mem value"),
+        "{err}"
+    );
+}
+
+/// A value no measured trial had is expected at the prior (here the whole usable card), and
+/// trials used to be learnt only once they ended: trial 4, of trial 3's value, waited for trial 3
+/// (30 s) to end. Learnt from the level trial 3 has settled at, it starts beside it.
+#[test]
+fn a_second_trial_of_a_new_value_starts_beside_the_first_once_that_one_settled() {
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "100ms", "3968M");
+    let (_, err) = start_beside_trial_3(&sweep);
+    assert!(
+        err.lines().any(|l| l.contains(" trial=4 ")
+            && l.contains("admitted")
+            && l.contains("1 of them running at their level")),
         "{err}"
     );
 }
@@ -849,7 +865,7 @@ fn a_trial_over_estimated_for_its_whole_run_holds_back_only_what_it_uses_once_se
 /// beside it.
 #[test]
 fn a_trial_settles_soon_after_its_ramp_even_with_a_long_poll_interval() {
-    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "20s");
+    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 30}}"#, "20s", "4G");
     let (gap, err) = start_beside_trial_3(&sweep);
     // A generous margin against the 20 s to the next poll: the gap is the ramp (0.2 s), as
     // long again, and the readings' spacing.
@@ -860,7 +876,8 @@ fn a_trial_settles_soon_after_its_ramp_even_with_a_long_poll_interval() {
 /// under-counted, and sweepd must stop trusting the rule for the study, not just for that trial.
 #[test]
 fn a_settled_trial_that_grows_late_turns_settling_off_for_the_study() {
-    let (sweep, _gpus) = over_estimated_trial_3(r#"{"3": {"hold": 8, "late": "1G"}}"#, "100ms");
+    let (sweep, _gpus) =
+        over_estimated_trial_3(r#"{"3": {"hold": 8, "late": "1G"}}"#, "100ms", "4G");
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

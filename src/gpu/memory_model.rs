@@ -149,6 +149,9 @@ impl Encoding {
 struct Measured {
     x: Features,
     peak: u64,
+    /// A trial still running, whose peak is the level it has settled at
+    /// ([`MemoryModel::running`]): its id, until it ends and its measured peak replaces it.
+    running: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -363,11 +366,66 @@ impl MemoryModel {
             return;
         }
         let x = self.features(params);
-        self.measured.push_back(Measured { x, peak });
+        self.measured.push_back(Measured {
+            x,
+            peak,
+            running: None,
+        });
         if self.measured.len() > MAX_SAMPLES {
             self.measured.pop_front();
         }
         self.fit = None;
+    }
+
+    /// The running trials that have settled at their peak (`gpu::monitor::settled`), each with
+    /// the level it holds, replacing those given before: each counts as measured at that level
+    /// until it ends ([`MemoryModel::ended`]).
+    ///
+    /// A trial reaches its peak within seconds of starting and ends minutes (or hours) later:
+    /// waiting for trials to end before learning from them kept the bounds of the first dozens
+    /// of trials wide for as long as the first ones ran. A level may be below the peak the trial
+    /// ends with (an evaluation pass late in the run); the monitor stops settling trials once
+    /// one of the study has grown after settling, and then none is given here.
+    pub fn running<'a>(&mut self, levels: impl IntoIterator<Item = (i64, &'a Params, u64)>) {
+        let levels: Vec<(i64, &Params, u64)> =
+            levels.into_iter().filter(|(_, _, l)| *l > 0).collect();
+        let before = self.measured.len();
+        self.measured.retain(|m| {
+            m.running
+                .is_none_or(|id| levels.iter().any(|(i, _, _)| *i == id))
+        });
+        let mut changed = self.measured.len() != before;
+        for (id, params, level) in levels {
+            match self.measured.iter_mut().find(|m| m.running == Some(id)) {
+                Some(m) if m.peak >= level => {}
+                Some(m) => {
+                    m.peak = level;
+                    changed = true;
+                }
+                None => {
+                    let x = self.features(params);
+                    self.measured.push_back(Measured {
+                        x,
+                        peak: level,
+                        running: Some(id),
+                    });
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.fit = None;
+        }
+    }
+
+    /// A running trial ended: its settled level no longer counts (its measured peak, if any, is
+    /// recorded with [`MemoryModel::record`]).
+    pub fn ended(&mut self, trial_id: i64) {
+        let before = self.measured.len();
+        self.measured.retain(|m| m.running != Some(trial_id));
+        if self.measured.len() != before {
+            self.fit = None;
+        }
     }
 
     /// Tells the model about a param of a define-by-run space before a trial with it is
@@ -467,8 +525,12 @@ impl MemoryModel {
                         fmt_gib(largest)
                     ));
                 }
+                let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
+                    0 => String::new(),
+                    k => format!(", {k} of them running at their level"),
+                };
                 let why = format!(
-                    "{}: {} fitted on {n} trials ({}) + {:.0}% margin ({words})",
+                    "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin ({words})",
                     fmt_gib(b),
                     fmt_gib(predicted),
                     self.drivers(fit),
@@ -1214,6 +1276,54 @@ mod tests {
         // Errors of the first trials' fits (tens of percent) no longer widen it.
         let median = late[late.len() / 2];
         assert!(median < 1.25, "median estimate/peak {median:.3}");
+    }
+
+    #[test]
+    fn trials_settled_at_their_level_are_learnt_from_while_they_run_and_forgotten_when_they_end() {
+        let measured = [(64, 1), (1024, 2), (128, 4)];
+        let running = [(10, 256, 7), (11, 512, 8), (12, 128, 8)];
+        let mut m = MemoryModel::new(&continuous_space(), 6 << 30);
+        // The same trials, all of them ended and measured at those levels.
+        let mut all = m.clone();
+        for (w, d) in measured {
+            m.record(&params(w, d, 1e-3), continuous_peak(w, d, 1.0));
+            all.record(&params(w, d, 1e-3), continuous_peak(w, d, 1.0));
+        }
+        let deep = params(256, 8, 1e-3);
+        let before = m.estimate(&deep);
+        let running: Vec<(i64, Params, u64)> = running
+            .into_iter()
+            .map(|(id, w, d)| (id, params(w, d, 1e-2), continuous_peak(w, d, 1.0)))
+            .collect();
+        m.running(running.iter().map(|(id, p, l)| (*id, p, *l)));
+        for (_, p, l) in &running {
+            all.record(p, *l);
+        }
+        let (during, ended) = (m.estimate(&deep), all.estimate(&deep));
+        assert_eq!(
+            (during.bytes, during.predicted),
+            (ended.bytes, ended.predicted)
+        );
+        // Deep trials measured, a deep one is no longer beyond what the model knows.
+        let truth = continuous_peak(256, 8, 1.0);
+        assert!(
+            during.bytes < before.bytes && during.bytes >= truth,
+            "{before:?} then {during:?}, peak {truth}"
+        );
+        assert!(
+            during.why.contains("fitted on 6 trials, 3 of them running"),
+            "{}",
+            during.why
+        );
+        // Given again with a higher level: raised, not added twice.
+        m.running(running.iter().map(|(id, p, l)| (*id, p, l + (1 << 30))));
+        assert_eq!(m.measured(), 6);
+        // One ended, one is no longer given (no longer settled): both gone.
+        m.ended(10);
+        m.running(running[1..2].iter().map(|(id, p, l)| (*id, p, *l)));
+        assert_eq!(m.measured(), 4);
+        m.ended(11);
+        assert_eq!(m.estimate(&deep), before);
     }
 
     #[test]

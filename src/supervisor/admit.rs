@@ -95,6 +95,13 @@ impl Core {
             live.get(&id)
                 .map_or(0, |l| model.estimate(&l.params).predicted)
         });
+        // And the model learns from those that have settled before they end.
+        let levels = g.monitor.settled_levels();
+        model.running(
+            levels
+                .iter()
+                .filter_map(|(id, level)| live.get(id).map(|l| (*id, &l.params, *level))),
+        );
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {

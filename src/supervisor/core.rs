@@ -1040,8 +1040,9 @@ impl Core {
                 self.same_error.success();
             }
         }
-        if let (Some(g), Some(p)) = (&mut self.gpu, peak) {
-            if state != TrialState::Fail {
+        if let Some(g) = &mut self.gpu {
+            g.model.ended(trial_id);
+            if let Some(p) = peak.filter(|_| state != TrialState::Fail) {
                 g.model.record(params, p);
             }
         }
