@@ -464,6 +464,13 @@ class PackRun(object):
     def ooms(self):
         return sum(1 for t in self.trials() if t.get("fail_kind") == "oom")
 
+    def ooms_within_estimate(self):
+        """OOMs whose message shows the trial within what it was admitted with: the memory
+        counted for it was held by other processes (the foreign one, a trial beyond its own
+        estimate)."""
+        return sum(1 for t in self.trials() if t.get("fail_kind") == "oom"
+                   and "other processes held the rest of the card" in (t.get("fail_reason") or ""))
+
     def admissions(self):
         """sweepd's admission lines, for the estimates' figures."""
         out = []
@@ -652,6 +659,11 @@ def measure_packing(only_workload, only_length, trials, baselines):
                            sum(r.ooms() for r in runs[1:]),
                            ratios[len(ratios) // 2] if ratios else float("nan")))
             notes.append(estimate_note(key, length, sweepd_run))
+            taken = sweepd_run.ooms_within_estimate()
+            if sweepd_run.ooms():
+                notes.append("%s (%s): %d of sweepd's %d OOMs came within the estimate the trial "
+                             "was admitted with (its message: other processes held the rest of "
+                             "the card)" % (key, length, taken, sweepd_run.ooms()))
             if sweepd_run.foreign is not None:
                 notes.append("%s (%s): the foreign process took %s at %.1f s into the sweepd run"
                              % (key, length, human(str(sweepd_run.foreign[1])),
@@ -800,7 +812,9 @@ def packing_story(splits, long_checks=()):
             "process takes what is free when it comes, up to 6 GiB, memory that trials sweepd "
             "admitted have yet to allocate included: when the card is packed tighter than "
             "that, one of them runs out of memory, which only a card kept 6 GiB short of full "
-            "could prevent")
+            "could prevent. sweepd reads that from the trial's message (it needed no more than "
+            "it was admitted with), retries it and learns nothing of its params from it (see the "
+            "notes below)")
     if long_checks:
         out.append(
             "With %d trials per run sweepd reached %s of the oracle (OOMs: %s): the learning "

@@ -575,6 +575,48 @@ fn infeasible_by_message_on_the_first_oom_with_others_running() {
     assert_eq!(trials.len(), 3, "no retry copy");
 }
 
+/// Someone else's job takes the card's memory while our trial, alone on it in a fresh worker,
+/// has yet to allocate: the trial runs out of memory needing far less than it was admitted
+/// with. That used to read as "out of memory while alone on the device": these params were
+/// marked infeasible for good (no retry, the samplers steered away) and the model's estimate
+/// near them raised, for memory another process took.
+#[test]
+fn a_trial_whose_memory_another_process_took_is_retried_not_marked_infeasible() {
+    let env = [
+        ("SIM_MEM", "2G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+        ("SIM_BY_NUMBER", r#"{"0": {"delay": 3}}"#),
+    ];
+    let (sweep, gpus) = gpu_sweep(&["24G Fake A10"], 2, 1, "trial_memory = \"4GiB\"", &env);
+    let child = sweep.spawn_run();
+    wait_until(LIMIT, "trial 0 runs", || {
+        sweep.db.exists() && running(&sweep) == 1
+    });
+    // 22 GiB taken (this test's own pid, so it stays "alive"): 2 GiB no longer fit.
+    let me = std::process::id();
+    gpus.append(&format!("proc 0 {me} 22G"));
+    wait_until(LIMIT, "trial 0 fails", || !fails(&sweep).is_empty());
+    gpus.append(&format!("proc 0 {me} 0"));
+    let out = wait_output(child, LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let failed = fails(&sweep);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["fail_kind"], "oom", "{failed:?}");
+    let reason = failed[0]["fail_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("other processes held the rest of the card"),
+        "{reason}"
+    );
+    assert!(!reason.contains("infeasible"), "{reason}");
+    let constraints =
+        sweep.sql("SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'constraints'");
+    assert_eq!(constraints, vec!["0"], "{err}");
+    // Retried, and the study ends with its two trials complete.
+    assert_eq!(sweep.count("COMPLETE"), 2, "{err}");
+}
+
 #[test]
 fn two_daemons_on_one_fake_card_never_over_admit() {
     // Two studies share one 24 GiB card. Their trials take 6 GiB, and only after 3 s: daemon b

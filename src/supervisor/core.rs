@@ -870,7 +870,7 @@ impl Core {
             Outcome::Pruned => Finish::Pruned,
             Outcome::Failed {
                 kind,
-                reason,
+                mut reason,
                 tail,
                 error,
             } => {
@@ -896,6 +896,22 @@ impl Core {
                             .find(|v| v.index == d)
                             .map(|v| v.total)
                             .or(figures.as_ref().and_then(|f| f.total));
+                        let bound = memory.as_ref().map_or(0, |m| m.expected_peak);
+                        let footprint = figures
+                            .as_ref()
+                            .and_then(|f| Some(f.process_used?.saturating_add(f.tried?)));
+                        let taken = policy::memory_taken(footprint, bound);
+                        if taken {
+                            // Not these params: the memory counted for them was taken.
+                            infeasible = None;
+                            reason.push_str(&format!(
+                                " (with that allocation its process would have held {}, within \
+                                 the {} it was admitted with: other processes held the rest of \
+                                 the card; on a card shared with other jobs, raise [gpu] headroom)",
+                                crate::gpu::fmt_gib(footprint.unwrap_or(0)),
+                                crate::gpu::fmt_gib(bound)
+                            ));
+                        }
                         if let (Some(need), Some(total)) = (demand, total) {
                             let headroom = g.capacity.headroom();
                             if policy::never_fits(need, total, headroom) {
@@ -909,9 +925,11 @@ impl Core {
                                 ));
                             }
                         }
-                        let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
-                        g.model
-                            .record_oom(&params, reached, total.unwrap_or(u64::MAX));
+                        if !taken {
+                            let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
+                            g.model
+                                .record_oom(&params, reached, total.unwrap_or(u64::MAX));
+                        }
                     }
                 }
                 let signature = Signature::of(kind, &reason, error.as_ref());

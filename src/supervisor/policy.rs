@@ -350,6 +350,18 @@ pub(super) fn never_fits(demand: u64, total: u64, headroom: u64) -> bool {
     demand > total.saturating_sub(headroom)
 }
 
+/// An out-of-memory failure at no more than admission counted for the trial: what its message
+/// shows its process would have held with the allocation that failed (`footprint`: all it held,
+/// its allocator's cache included, plus that allocation) fits within the `bound` it was
+/// admitted with. The rest of the card was held by other processes (someone else's job that
+/// took memory on a shared card, a trial beyond its own bound): these params are not why, so
+/// neither the memory model nor the "alone on the device" rule learns from it. Without
+/// the message's figures there is no such verdict: NVML's readings come at intervals and may
+/// not have seen what the trial held when it failed.
+pub(super) fn memory_taken(footprint: Option<u64>, bound: u64) -> bool {
+    footprint.is_some_and(|f| f <= bound)
+}
+
 /// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
 /// the device: these params do not fit this card.
 pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
@@ -836,6 +848,21 @@ mod tests {
     }
 
     const G: u64 = 1 << 30;
+
+    #[rstest::rstest]
+    // (what the message shows it would have held, the bound it was admitted with, taken)
+    #[case::needed_less_than_admitted(Some(2 * G), 3 * G, true)]
+    #[case::needed_exactly_what_was_admitted(Some(3 * G), 3 * G, true)]
+    #[case::needed_more_its_own_doing(Some(3 * G + 1), 3 * G, false)]
+    #[case::no_figures_no_verdict(None, 3 * G, false)]
+    #[case::admitted_without_a_bound(Some(G), 0, false)]
+    fn an_oom_within_what_admission_counted_is_memory_taken_by_another_process(
+        #[case] footprint: Option<u64>,
+        #[case] bound: u64,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(memory_taken(footprint, bound), expected);
+    }
 
     #[rstest::rstest]
     // (places in line and sizes of the candidates that fit, the one that starts)
