@@ -206,6 +206,13 @@ impl OomFigures {
         };
         Some(tried.saturating_add(held))
     }
+
+    /// What the process would have held with the allocation that failed: all it held (its
+    /// context, its tensors and its allocator's cache) plus that allocation. `None` unless the
+    /// message says both; unlike [`OomFigures::demand`], never guessed from the tensors alone.
+    pub fn footprint(&self) -> Option<u64> {
+        Some(self.process_used?.saturating_add(self.tried?))
+    }
 }
 
 /// Classifies an exception the objective raised (persistent worker still alive).
@@ -1626,11 +1633,15 @@ RuntimeError: shapes cannot be multiplied
         // Held minus the free cache, plus the request.
         let want = 31.29 * GIB - 2.80 * MIB + 170.0 * MIB;
         assert!((f.demand().unwrap() as f64 - want).abs() < 0.01 * MIB);
+        // All it held, the free cache included, plus the request.
+        let all = 31.29 * GIB + 170.0 * MIB;
+        assert!((f.footprint().unwrap() as f64 - all).abs() < 0.01 * MIB);
         // Older PyTorch: what the tensors held.
         let f = oom_figures("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.26 GiB already allocated; 7.88 MiB free; 14.45 GiB reserved in total by PyTorch)").unwrap();
         assert_eq!(f.process_used, None);
         approx(f.allocated, 14.26 * GIB);
         assert!((f.demand().unwrap() as f64 - (14.26 * GIB + 20.0 * MIB)).abs() < 0.01 * MIB);
+        assert_eq!(f.footprint(), None);
         // JAX says only what it tried; without that there is no demand.
         let f = oom_figures(
             "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",

@@ -897,9 +897,7 @@ impl Core {
                             .map(|v| v.total)
                             .or(figures.as_ref().and_then(|f| f.total));
                         let bound = memory.as_ref().map_or(0, |m| m.expected_peak);
-                        let footprint = figures
-                            .as_ref()
-                            .and_then(|f| Some(f.process_used?.saturating_add(f.tried?)));
+                        let footprint = figures.as_ref().and_then(|f| f.footprint());
                         let taken = policy::memory_taken(footprint, bound);
                         if taken {
                             // Not these params: the memory counted for them was taken.
