@@ -394,18 +394,6 @@ impl Monitor {
         }
     }
 
-    /// The running trials that have settled, with the level each holds: what the memory
-    /// model may learn from before they end (`MemoryModel::running`). None once the study's
-    /// trials are no longer taken at their level (one grew after settling).
-    pub fn settled_levels(&self) -> Vec<(i64, u64)> {
-        self.lock()
-            .trials
-            .iter()
-            .filter(|(_, t)| t.settled)
-            .map(|(id, t)| (*id, t.used_now))
-            .collect()
-    }
-
     /// The worker running the trial is known: attribute its group's memory to the trial.
     pub fn bind(&self, trial_id: i64, pgid: i32) {
         if let Some(t) = self.lock().trials.get_mut(&trial_id) {

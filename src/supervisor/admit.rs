@@ -95,13 +95,12 @@ impl Core {
             live.get(&id)
                 .map_or(0, |l| model.estimate(&l.params).predicted)
         });
-        // And the model learns from those that have settled before they end.
-        let levels = g.monitor.settled_levels();
-        model.running(
-            levels
-                .iter()
-                .filter_map(|(id, level)| live.get(id).map(|l| (*id, &l.params, *level))),
-        );
+        // And the model learns from those that have settled before they end (none once the
+        // study's trials are no longer taken at their level).
+        model.running(running.iter().filter(|t| t.settled).filter_map(|t| {
+            live.get(&t.trial_id)
+                .map(|l| (t.trial_id, &l.params, t.used_now))
+        }));
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {
