@@ -724,9 +724,18 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     ];
     let a = gpu_sweep_beside(&gpus, 1, 1, "trial_memory = \"14GiB\"", &a_env);
     let cb = b.spawn_run();
-    wait_until(LIMIT, "daemon b runs four trials", || {
-        b.db.exists() && b.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["4"]
-    });
+    // b's stream under way, past its first wave: started while that wave ran, a's trial once
+    // (CI, a loaded machine) started at its end, before b's second wave, without waiting at
+    // all, and the test had nothing to check.
+    wait_until(
+        LIMIT,
+        "daemon b runs four trials after its first eight",
+        || {
+            b.db.exists()
+                && b.count("COMPLETE") >= 8
+                && b.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["4"]
+        },
+    );
     let ca = a.spawn_run();
     both_finish(&a, ca, &b, cb);
     let a_start = {
