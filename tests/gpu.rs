@@ -706,23 +706,27 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
 #[test]
 fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     // Two studies share one 24 GiB card. Daemon b runs 60 trials of ~5 GiB, four at once, and
-    // refills every byte a trial frees. Daemon a's one trial expects 16 GiB (its trial_memory
-    // x 1.15): it fits only once b runs at most one. Without the host's holds it waits for b's
-    // study to end; with them, b leaves 16 GiB free and a's trial starts while b still has most
-    // of its trials to go. As a runs nothing at all, that takes one start of b's past it, not
-    // eight (`policy::head_passes`).
+    // refills every byte a trial frees. Daemon a's one trial expects 19 GiB (its trial_memory
+    // x 1.15): it fits only once b runs none. Without the host's holds it waits for b's study to
+    // end; with them, b leaves 19 GiB free and a's trial starts while b still has most of its
+    // trials to go. As a runs nothing at all, that takes one start of b's past it, not eight
+    // (`policy::head_passes`).
+    // a must not find room by chance: in CI (two cores, the whole suite at once) b's daemon
+    // once fell behind its trials for long enough that a saw room for 16 GiB, beside one trial
+    // of b's, and started without asking. So a's trial needs all four of b's gone at once, and
+    // b's trials hold their peak for a second, so that their ends rarely meet.
     let b_env = [
         ("SIM_MEM", "5G"),
         ("SIM_CONTEXT", "256M"),
-        ("SIM_HOLD_S", "0.3"),
+        ("SIM_HOLD_S", "1"),
     ];
     let (b, gpus) = gpu_sweep(&["24G Fake A10"], 60, 4, "trial_memory = \"5GiB\"", &b_env);
     let a_env = [
-        ("SIM_MEM", "13G"),
+        ("SIM_MEM", "15G"),
         ("SIM_CONTEXT", "256M"),
         ("SIM_HOLD_S", "0.3"),
     ];
-    let a = gpu_sweep_beside(&gpus, 1, 1, "trial_memory = \"14GiB\"", &a_env);
+    let a = gpu_sweep_beside(&gpus, 1, 1, "trial_memory = \"16.5GiB\"", &a_env);
     let cb = b.spawn_run();
     // b's stream under way, past its first wave: started while that wave ran, a's trial once
     // (CI, a loaded machine) started at its end, before b's second wave, without waiting at
