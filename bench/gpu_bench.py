@@ -76,7 +76,7 @@ def study_toml(name, n_trials, max_par, env, params, gpu, retry, worker_extra=""
         "n_trials = %d" % n_trials,
         "",
         "[storage]",
-        'url = "sqlite://study.db"',
+        'url = "sqlite:///study.db"',
         "",
         "[worker]",
         "command = [%s, %s]" % (toml_str(PYTHON), toml_str(WORKER)),

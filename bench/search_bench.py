@@ -668,7 +668,7 @@ sampler = "{sampler}"
 seed = 1
 
 [storage]
-url = "sqlite://sweepd.db"
+url = "sqlite:///sweepd.db"
 
 [worker]
 command = [{python}, "worker.py"]

@@ -310,7 +310,7 @@ fn the_pareto_example_runs_as_shipped() {
         .unwrap()
         .replace("n_trials = 120", "n_trials = 30")
         .replace("\"python3\"", &format!("{:?}", python()))
-        .replace("sqlite://pareto.db", "sqlite://study.db");
+        .replace("sqlite:///pareto.db", "sqlite:///study.db");
     std::fs::write(&sweep.config, text).unwrap();
     let out = sweep.run(&[], LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
