@@ -461,15 +461,18 @@ class PackRun(object):
                    for t in self.trials() if t.get("datetime_start") and t.get("datetime_complete"))
         return busy / self.makespan()
 
+    def oom_trials(self):
+        return [t for t in self.trials() if t.get("fail_kind") == "oom"]
+
     def ooms(self):
-        return sum(1 for t in self.trials() if t.get("fail_kind") == "oom")
+        return len(self.oom_trials())
 
     def ooms_within_estimate(self):
         """OOMs whose message shows the trial within what it was admitted with: the memory
         counted for it was held by other processes (the foreign one, a trial beyond its own
         estimate)."""
-        return sum(1 for t in self.trials() if t.get("fail_kind") == "oom"
-                   and "other processes held the rest of the card" in (t.get("fail_reason") or ""))
+        return sum(1 for t in self.oom_trials()
+                   if "other processes held the rest of the card" in (t.get("fail_reason") or ""))
 
     def admissions(self):
         """sweepd's admission lines, for the estimates' figures."""
