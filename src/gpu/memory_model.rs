@@ -313,6 +313,12 @@ impl MemoryModel {
         self.prior = prior;
     }
 
+    /// What a trial is expected at on `trial_memory` alone, before anything measured says
+    /// better: the guess with [`PRIOR_MARGIN`] (0 without a guess).
+    pub fn guess(&self) -> u64 {
+        with_prior_margin(self.prior)
+    }
+
     /// A param the model had not seen (a define-by-run space discovers them as trials run):
     /// earlier trials did not have it. Returns its index.
     fn learn_param(&mut self, name: &str, dist: &Distribution) -> usize {
@@ -480,7 +486,7 @@ impl MemoryModel {
         } else {
             (self.prior, "trial_memory")
         };
-        let guessed = (guess as f64 * PRIOR_MARGIN).ceil() as u64;
+        let guessed = with_prior_margin(guess);
         let (mut bytes, predicted, mut why) = match fit {
             None => {
                 let progress = format!("{n} of {MIN_MEASURED} trials measured");
@@ -688,6 +694,11 @@ impl MemoryModel {
             self.fit = Some(ridge(&self.measured));
         }
     }
+}
+
+/// `bytes` with [`PRIOR_MARGIN`], rounded up.
+fn with_prior_margin(bytes: u64) -> u64 {
+    (bytes as f64 * PRIOR_MARGIN).ceil() as u64
 }
 
 /// The log-margin for a trial `distance` away from the nearest measured one: the

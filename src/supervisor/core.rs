@@ -921,10 +921,36 @@ impl Core {
                                     crate::gpu::fmt_gib(total),
                                     crate::gpu::fmt_gib(headroom)
                                 ));
+                            } else if infeasible.is_some() && footprint.is_some() {
+                                // "Alone" was judged from our trials as this failure is handled:
+                                // the message, which says what the process held, shows that the
+                                // device could have given it what it needed. Another trial's
+                                // worker that had failed a moment before still held the rest.
+                                infeasible = None;
+                                reason.push_str(&format!(
+                                    " (not infeasible: it needed at least {} by its message, \
+                                     which the device's {} less headroom {} can give one trial; \
+                                     other processes held the rest)",
+                                    crate::gpu::fmt_gib(need),
+                                    crate::gpu::fmt_gib(total),
+                                    crate::gpu::fmt_gib(headroom)
+                                ));
                             }
                         }
                         if !taken {
                             let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
+                            let guess = g.model.guess();
+                            if policy::outgrew_guess(bound, guess, reached) {
+                                reason.push_str(&format!(
+                                    " (admitted at {}, [gpu] trial_memory's guess x {}, before \
+                                     any trial like it was measured; it needed at least {}: set \
+                                     trial_memory near your trials' largest peak, or the first \
+                                     trials of every study will run out of memory like this one)",
+                                    crate::gpu::fmt_gib(bound),
+                                    crate::gpu::memory_model::PRIOR_MARGIN,
+                                    crate::gpu::fmt_gib(reached)
+                                ));
+                            }
                             g.model
                                 .record_oom(&params, reached, total.unwrap_or(u64::MAX));
                         }

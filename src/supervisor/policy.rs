@@ -362,6 +362,15 @@ pub(super) fn memory_taken(footprint: Option<u64>, bound: u64) -> bool {
     footprint.is_some_and(|f| f <= bound)
 }
 
+/// An out-of-memory failure of a trial admitted on `[gpu] trial_memory`'s guess alone (`bound`
+/// is `guess`, the guess with its margin: nothing measured said better) that needed more
+/// (`reached`, by its readings or its message): the guess was wrong, not the trial, and only the
+/// person who set it (or left the default) can make it right before the model has measured
+/// anything. Left as it is, every study of such trials starts with a wave of them failing.
+pub(super) fn outgrew_guess(bound: u64, guess: u64, reached: u64) -> bool {
+    guess > 0 && bound == guess && reached > bound
+}
+
 /// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
 /// the device: these params do not fit this card.
 pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
@@ -862,6 +871,21 @@ mod tests {
         #[case] expected: bool,
     ) {
         assert_eq!(memory_taken(footprint, bound), expected);
+    }
+
+    #[rstest::rstest]
+    // (bound admitted with, trial_memory's guess with its margin, reached, outgrew it)
+    #[case::admitted_at_the_guess_and_needed_more(6900, 6900, 14000, true)]
+    #[case::admitted_at_the_guess_and_within_it(6900, 6900, 6900, false)]
+    #[case::admitted_on_a_measured_estimate(16000, 6900, 17000, false)]
+    #[case::no_guess(0, 0, 14000, false)]
+    fn an_oom_beyond_trial_memorys_guess_blames_the_guess(
+        #[case] bound: u64,
+        #[case] guess: u64,
+        #[case] reached: u64,
+        #[case] expected: bool,
+    ) {
+        assert_eq!(outgrew_guess(bound, guess, reached), expected);
     }
 
     #[rstest::rstest]
