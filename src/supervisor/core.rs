@@ -896,61 +896,21 @@ impl Core {
                             .find(|v| v.index == d)
                             .map(|v| v.total)
                             .or(figures.as_ref().and_then(|f| f.total));
-                        let bound = memory.as_ref().map_or(0, |m| m.expected_peak);
-                        let footprint = figures.as_ref().and_then(|f| f.footprint());
-                        let taken = policy::memory_taken(footprint, bound);
-                        if taken {
-                            // Not these params: the memory counted for them was taken.
-                            infeasible = None;
-                            reason.push_str(&format!(
-                                " (with that allocation its process would have held {}, within \
-                                 the {} it was admitted with: other processes held the rest of \
-                                 the card; on a card shared with other jobs, raise [gpu] headroom)",
-                                crate::gpu::fmt_gib(footprint.unwrap_or(0)),
-                                crate::gpu::fmt_gib(bound)
-                            ));
-                        }
-                        if let (Some(need), Some(total)) = (demand, total) {
-                            let headroom = g.capacity.headroom();
-                            if policy::never_fits(need, total, headroom) {
-                                // Whatever ran beside it: alone, it still would not fit.
-                                infeasible = Some(format!(
-                                    "needs at least {} by its out-of-memory message, more than \
-                                     the device's {} less headroom {}",
-                                    crate::gpu::fmt_gib(need),
-                                    crate::gpu::fmt_gib(total),
-                                    crate::gpu::fmt_gib(headroom)
-                                ));
-                            } else if infeasible.is_some() && footprint.is_some() {
-                                // "Alone" was judged from our trials as this failure is handled:
-                                // the message, which says what the process held, shows that the
-                                // device could have given it what it needed. Another trial's
-                                // worker that had failed a moment before still held the rest.
-                                infeasible = None;
-                                reason.push_str(&format!(
-                                    " (not infeasible: it needed at least {} by its message, \
-                                     which the device's {} less headroom {} can give one trial; \
-                                     other processes held the rest)",
-                                    crate::gpu::fmt_gib(need),
-                                    crate::gpu::fmt_gib(total),
-                                    crate::gpu::fmt_gib(headroom)
-                                ));
-                            }
-                        }
-                        if !taken {
-                            let reached = peak.unwrap_or(0).max(demand.unwrap_or(0));
-                            let guess = g.model.guess();
-                            if policy::outgrew_guess(bound, guess, reached) {
-                                reason.push_str(&format!(
-                                    " (admitted at {}, [gpu] trial_memory's guess x {}, before \
-                                     any trial like it was measured; it needed at least {}: set \
-                                     trial_memory near your trials' largest peak, or the first \
-                                     trials of every study will run out of memory like this one)",
-                                    crate::gpu::fmt_gib(bound),
-                                    crate::gpu::memory_model::PRIOR_MARGIN,
-                                    crate::gpu::fmt_gib(reached)
-                                ));
-                            }
+                        let v = policy::oom_verdict(
+                            infeasible,
+                            &policy::OomFacts {
+                                footprint: figures.as_ref().and_then(|f| f.footprint()),
+                                demand,
+                                peak,
+                                total,
+                                headroom: g.capacity.headroom(),
+                                bound: memory.as_ref().map_or(0, |m| m.expected_peak),
+                                guess: g.model.guess(),
+                            },
+                        );
+                        infeasible = v.infeasible;
+                        reason.push_str(&v.notes);
+                        if let Some(reached) = v.reached {
                             g.model
                                 .record_oom(&params, reached, total.unwrap_or(u64::MAX));
                         }

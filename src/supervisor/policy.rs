@@ -371,6 +371,96 @@ pub(super) fn outgrew_guess(bound: u64, guess: u64, reached: u64) -> bool {
     guess > 0 && bound == guess && reached > bound
 }
 
+/// What an out-of-memory failure on a device is judged from: the message's figures
+/// (`classify::OomFigures`), what the readings saw, and what admission counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct OomFacts {
+    /// All its process held plus the allocation that failed (`OomFigures::footprint`).
+    pub(super) footprint: Option<u64>,
+    /// The least it needed (`OomFigures::demand`).
+    pub(super) demand: Option<u64>,
+    /// The peak the readings saw.
+    pub(super) peak: Option<u64>,
+    /// The device's memory, and the headroom admission keeps on it.
+    pub(super) total: Option<u64>,
+    pub(super) headroom: u64,
+    /// The estimate it was admitted with (0: none), and `trial_memory`'s guess with its margin.
+    pub(super) bound: u64,
+    pub(super) guess: u64,
+}
+
+/// What `Core::finish_begin` does with an out-of-memory failure on a device.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct OomVerdict {
+    /// Why its params are infeasible, if they are.
+    pub(super) infeasible: Option<String>,
+    /// Appended to its reason: what its figures showed.
+    pub(super) notes: String,
+    /// What the memory model raises its estimate near these params from (`MemoryModel::record_oom`),
+    /// unless the memory counted for the trial was taken ([`memory_taken`]).
+    pub(super) reached: Option<u64>,
+}
+
+/// The verdict on an out-of-memory failure, starting from `alone` (the [`infeasible`] rule's
+/// "out of memory while alone on the device", if it applied): [`memory_taken`] clears it;
+/// [`never_fits`] makes the params infeasible whatever ran beside the trial; a message that says
+/// what the process held and shows that the device could have given it what it needed clears
+/// "alone" too ("alone" counts our running trials as the failure is handled, while the workers of
+/// trials that failed a moment before may still hold the card); and [`outgrew_guess`] says
+/// which setting to change.
+pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
+    use crate::gpu::fmt_gib;
+    let mut infeasible = alone;
+    let mut notes = String::new();
+    let taken = memory_taken(f.footprint, f.bound);
+    if taken {
+        infeasible = None;
+        notes.push_str(&format!(
+            " (with that allocation its process would have held {}, within the {} it was \
+             admitted with: other processes held the rest of the card; on a card shared with \
+             other jobs, raise [gpu] headroom)",
+            fmt_gib(f.footprint.unwrap_or(0)),
+            fmt_gib(f.bound)
+        ));
+    }
+    if let (Some(need), Some(total)) = (f.demand, f.total) {
+        if never_fits(need, total, f.headroom) {
+            infeasible = Some(format!(
+                "needs at least {} by its out-of-memory message, more than the device's {} less \
+                 headroom {}",
+                fmt_gib(need),
+                fmt_gib(total),
+                fmt_gib(f.headroom)
+            ));
+        } else if infeasible.is_some() && f.footprint.is_some() {
+            infeasible = None;
+            notes.push_str(&format!(
+                " (not infeasible: it needed at least {} by its message, which the device's {} \
+                 less headroom {} can give one trial; other processes held the rest)",
+                fmt_gib(need),
+                fmt_gib(total),
+                fmt_gib(f.headroom)
+            ));
+        }
+    }
+    let reached = (!taken).then(|| f.peak.unwrap_or(0).max(f.demand.unwrap_or(0)));
+    if let Some(r) = reached.filter(|r| outgrew_guess(f.bound, f.guess, *r)) {
+        notes.push_str(&format!(
+            " (admitted at {}, [gpu] trial_memory's guess x {}, before any trial like it was \
+             measured; it needed at least {}: set trial_memory near your trials' largest peak, \
+             or the first trials of every study will run out of memory like this one)",
+            fmt_gib(f.bound),
+            crate::gpu::memory_model::PRIOR_MARGIN,
+            fmt_gib(r)
+        ));
+    }
+    OomVerdict {
+        infeasible,
+        notes,
+        reached,
+    }
+}
+
 /// Out of memory in a fresh process (no fragmentation of its own) with no other sweepd trial on
 /// the device: these params do not fit this card.
 pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker: bool) -> bool {
@@ -871,6 +961,96 @@ mod tests {
         #[case] expected: bool,
     ) {
         assert_eq!(memory_taken(footprint, bound), expected);
+    }
+
+    #[rstest::rstest]
+    // (judged alone, footprint, demand, bound; infeasible starts with, notes contain, learns)
+    #[case::alone_without_figures_stays_infeasible(
+        true,
+        None,
+        None,
+        4,
+        Some("out of memory while alone"),
+        "",
+        true
+    )]
+    #[case::alone_but_its_message_shows_the_device_could_give_it(
+        true,
+        Some(15),
+        Some(14),
+        4,
+        None,
+        "(not infeasible: it needed at least 14.0 GiB",
+        true
+    )]
+    #[case::alone_and_the_message_says_only_the_allocation(
+        true,
+        None,
+        Some(14),
+        4,
+        Some("out of memory while alone"),
+        "",
+        true
+    )]
+    #[case::never_fits_whatever_ran_beside_it(
+        false,
+        Some(40),
+        Some(40),
+        4,
+        Some("needs at least 40.0 GiB"),
+        "",
+        true
+    )]
+    #[case::within_its_bound_the_memory_was_taken(
+        true,
+        Some(3),
+        Some(3),
+        4,
+        None,
+        "within the 4.0 GiB it was admitted with",
+        false
+    )]
+    #[case::beside_others_nothing_to_clear(false, Some(15), Some(14), 4, None, "", true)]
+    #[case::admitted_on_the_guess_and_outgrew_it(
+        false,
+        Some(15),
+        Some(14),
+        7,
+        None,
+        "(admitted at 7.0 GiB, [gpu] trial_memory's guess",
+        true
+    )]
+    fn an_oom_verdict_weighs_the_message_against_the_device_and_the_estimate(
+        #[case] alone: bool,
+        #[case] footprint: Option<u64>,
+        #[case] demand: Option<u64>,
+        #[case] bound: u64,
+        #[case] infeasible: Option<&str>,
+        #[case] notes: &str,
+        #[case] learns: bool,
+    ) {
+        let facts = OomFacts {
+            footprint: footprint.map(|g| g * G),
+            demand: demand.map(|g| g * G),
+            peak: Some(2 * G),
+            total: Some(24 * G),
+            headroom: G,
+            bound: bound * G,
+            guess: 7 * G,
+        };
+        let alone = alone.then(|| "out of memory while alone on the device".to_owned());
+        let v = oom_verdict(alone, &facts);
+        match (infeasible, &v.infeasible) {
+            (None, None) => {}
+            (Some(want), Some(got)) => assert!(got.starts_with(want), "{got}"),
+            (want, got) => panic!("infeasible: wanted {want:?}, got {got:?}"),
+        }
+        assert!(v.notes.contains(notes), "{}", v.notes);
+        if notes.is_empty() {
+            assert_eq!(v.notes, "");
+        }
+        let reached = demand.map_or(2 * G, |d| (d * G).max(2 * G));
+        assert_eq!(v.reached, learns.then_some(reached));
     }
 
     #[rstest::rstest]
