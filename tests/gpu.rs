@@ -612,9 +612,9 @@ fn infeasible_by_message_on_the_first_oom_with_others_running() {
 /// A lone trial of 4 GiB in a fresh worker, admitted with `trial_memory`: while it waits 3 s
 /// to allocate, someone else's job takes 20 GiB of the 24 GiB card (this test's own pid, so it
 /// stays "alive"): 3.75 GiB left beside the worker's context, enough for 4 of the trial's 5
-/// steps of 0.8 GiB. The job goes once the trial has failed. Returns the study, the failed
-/// trial's reason and the daemon's log.
-fn lone_trial_oom_beside_a_foreign_job(trial_memory: &str) -> (Sweep, String, String) {
+/// steps of 0.8 GiB. The job goes once the trial has failed. Returns the failed trial's reason
+/// and the daemon's log.
+fn lone_trial_oom_beside_a_foreign_job(trial_memory: &str) -> (String, String) {
     let env = [
         ("SIM_MEM", "4G"),
         ("SIM_CONTEXT", "256M"),
@@ -644,7 +644,7 @@ fn lone_trial_oom_beside_a_foreign_job(trial_memory: &str) -> (Sweep, String, St
     let constraints =
         sweep.sql("SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'constraints'");
     assert_eq!(constraints, vec!["0"], "{err}");
-    (sweep, reason, err)
+    (reason, err)
 }
 
 /// Someone else's job takes the card's memory while our trial, alone on it in a fresh worker,
@@ -655,7 +655,7 @@ fn lone_trial_oom_beside_a_foreign_job(trial_memory: &str) -> (Sweep, String, St
 /// memory another process took.
 #[test]
 fn a_trial_whose_memory_another_process_took_is_retried_not_marked_infeasible() {
-    let (_sweep, reason, err) = lone_trial_oom_beside_a_foreign_job("4GiB");
+    let (reason, err) = lone_trial_oom_beside_a_foreign_job("4GiB");
     assert!(
         reason.contains("other processes held the rest of the card"),
         "{reason}"
@@ -667,12 +667,12 @@ fn a_trial_whose_memory_another_process_took_is_retried_not_marked_infeasible() 
 
 /// The same, admitted with 2.3 GiB (2 GiB x 1.15): it failed needing more than it was admitted
 /// with, alone in a fresh worker, and was marked infeasible for good ("out of memory while
-/// alone on the device"), though its message showed it needed 4.6 GiB of a 24 GiB card. In a
+/// alone on the device"), though its message showed it needed 4.2 GiB of a 24 GiB card. In a
 /// first wave on a low guess, the last of the trials to fail was judged so: the others' workers
 /// still held the card, but no other trial of ours was running any more.
 #[test]
 fn a_lone_trial_that_outgrew_its_estimate_beside_a_foreign_job_is_not_marked_infeasible() {
-    let (_sweep, reason, _err) = lone_trial_oom_beside_a_foreign_job("2GiB");
+    let (reason, _err) = lone_trial_oom_beside_a_foreign_job("2GiB");
     assert!(
         reason.contains("(not infeasible: it needed at least"),
         "{reason}"
