@@ -6,8 +6,9 @@
 //! CUDA context), so the model is a ridge regression of `ln(peak − base)`, `base` half the
 //! smallest peak measured, on the params (numeric ones on a log scale where their range is positive, also on a
 //! linear one; categoricals one-hot; a param a trial does not have is a feature of its own): a
-//! param that does not drive memory gets a coefficient near 0 and no say, and a size larger than
-//! any seen yet is extrapolated rather than capped at the largest neighbour.
+//! param that does not drive memory gets a coefficient near 0 and no say (once enough trials are
+//! measured, none at all: it is left out when the trials are predicted no worse without it), and
+//! a size larger than any seen yet is extrapolated rather than capped at the largest neighbour.
 //!
 //! The estimate admission uses is an upper bound: the prediction raised by a margin calibrated
 //! from the model's own errors (each recently measured trial predicted by the current model
@@ -24,6 +25,7 @@
 use super::fmt_gib;
 use crate::study::{Distribution, ParamValue, Params, SearchSpace};
 use std::collections::VecDeque;
+use std::ops::Range;
 
 /// Measured trials before the regression is trusted; until then the prior (or the largest peak
 /// measured, if larger) with [`PRIOR_MARGIN`].
@@ -78,6 +80,20 @@ pub const RIDGE: f64 = 1e-3;
 /// Half: on the unit tests' width × depth workload the bound is then closer to the peak than
 /// with none, and no less often above it; past about 0.7 the few smallest trials dominate.
 pub const BASE_SHARE: f64 = 0.5;
+/// Measured trials per param before the fit leaves out params that do not earn their place
+/// ([`select`]). Selecting from 3 trials on, 5 of 200 estimates with 3 to 7 trials measured fell
+/// below the peak on the unit tests' width × depth workload (a param that drives memory dropped
+/// for want of trials that show it; none without selection), and from 8 trials on, 16 of 240
+/// with 8 to 11 measured on their 7-param one (7 without); from 4 per param, no more than
+/// without selection on either.
+pub const MIN_SELECT: usize = 4;
+/// The least change in log-peak across a param's own range for the admission line to call it
+/// a driver of memory; a param whose coefficients stay below it may be left out of the fit
+/// ([`select`]), one above it never is. Dropping any param that predicts the trials no worse
+/// without it tightened the bound on the unit tests' 7-param workload (1.41 → 1.37 times the
+/// peak at the median from 20 trials on, 300 seeds) only as far as it let more estimates fall
+/// below the peak (82 → 97 of 12000); with this gate, 88 at 1.41.
+pub const DRIVES: f64 = 0.05;
 /// Two trials whose predicted log-peaks differ by less than this, param by param, count as the
 /// same config: the larger of their measured peaks bounds the estimate.
 pub const SAME_CONFIG: f64 = 0.01;
@@ -185,6 +201,9 @@ struct Fit {
     mean: Vec<f64>,
     chol: Vec<f64>,
     lambda: f64,
+    /// The columns of the params that earn their place in the fit ([`ridge`]); the others
+    /// are 0 in every trial's features as the fit sees them.
+    keep: Vec<bool>,
 }
 
 impl Fit {
@@ -277,6 +296,10 @@ pub struct MemoryModel {
     floors: VecDeque<OomFloor>,
 
     fit: Option<Fit>,
+    /// Trials recorded so far (ended and measured), and the columns the last selection kept
+    /// with the count it was made at ([`MemoryModel::refit`]).
+    recorded: usize,
+    selection: Option<(usize, Vec<bool>)>,
 }
 
 /// An estimate, with the words that explain it.
@@ -301,6 +324,8 @@ impl MemoryModel {
             measured: VecDeque::new(),
             floors: VecDeque::new(),
             fit: None,
+            recorded: 0,
+            selection: None,
         };
         for p in &space.params {
             m.learn_param(&p.name, &p.dist);
@@ -377,6 +402,7 @@ impl MemoryModel {
             peak,
             running: None,
         });
+        self.recorded += 1;
         if self.measured.len() > MAX_SAMPLES {
             self.measured.pop_front();
         }
@@ -629,9 +655,9 @@ impl MemoryModel {
         for (name, enc) in self.names.iter().zip(&self.encodings) {
             let cols = col..col + enc.width();
             col += enc.width();
-            let unseen = cols
-                .into_iter()
-                .any(|j| fit.hi[j] - fit.lo[j] < 1e-9 && (x[j] - fit.lo[j]).abs() > 1e-9);
+            let unseen = cols.into_iter().any(|j| {
+                fit.keep[j] && fit.hi[j] - fit.lo[j] < 1e-9 && (x[j] - fit.lo[j]).abs() > 1e-9
+            });
             if unseen {
                 out.push(name.as_str());
             }
@@ -667,7 +693,7 @@ impl MemoryModel {
                 .iter()
                 .fold(0.0f64, |a, b| a.max(b.abs()));
             col += w;
-            if effect >= 0.05 {
+            if effect >= DRIVES {
                 drive.push((effect, name.as_str()));
             } else {
                 idle.push(name.as_str());
@@ -690,9 +716,31 @@ impl MemoryModel {
     /// Fits the regression on the measured trials, unless it is fitted already (until the next
     /// record) or too few are measured.
     fn refit(&mut self) {
-        if self.fit.is_none() && self.measured.len() >= MIN_MEASURED {
-            self.fit = Some(ridge(&self.measured));
+        if self.fit.is_some() || self.measured.len() < MIN_MEASURED {
+            return;
         }
+        let mut groups = Vec::new();
+        let mut col = 0;
+        for enc in &self.encodings {
+            groups.push(col..col + enc.width());
+            col += enc.width();
+        }
+        // Which params earn their place changes slowly as trials come, and choosing them costs
+        // a fit per param and round (a tenth of a second with 30 params and 2000 trials): it is
+        // chosen again once a tenth more trials are recorded, not at every record or settled
+        // level.
+        let normal = Normal::new(&self.measured);
+        let keep = match &self.selection {
+            Some((at, keep)) if keep.len() == col && self.recorded < at + (at / 10).max(1) => {
+                keep.clone()
+            }
+            _ => {
+                let keep = select(&normal, &groups);
+                self.selection = Some((self.recorded, keep.clone()));
+                keep
+            }
+        };
+        self.fit = Some(ridge(&self.measured, &normal, keep));
     }
 }
 
@@ -720,51 +768,26 @@ fn margin_words(fit: &Fit) -> String {
     }
 }
 
-/// Ridge regression of `log_peak` on the features, the intercept unpenalized (features and
-/// target centred), solved by Cholesky on the normal equations.
-fn ridge(data: &VecDeque<Measured>) -> Fit {
+/// Ridge regression of `ln(peak − base)` on the `keep` columns (those of the params that earn
+/// their place, [`select`]), the intercept unpenalized (features and target centred), solved by
+/// Cholesky on the normal equations; then each recently measured trial's leave-one-out error.
+fn ridge(data: &VecDeque<Measured>, normal: &Normal, keep: Vec<bool>) -> Fit {
+    let (beta, chol) = normal.solve(&keep);
     let n = data.len() as f64;
-    let d = data[0].x.len();
-    let base = BASE_SHARE * data.iter().map(|m| m.peak).min().unwrap_or(0) as f64;
-    let target = |m: &Measured| (m.peak as f64 - base).max(1.0).ln();
-    let mut mean = vec![0.0; d];
-    let mut ymean = 0.0;
-    for m in data {
-        for (a, x) in mean.iter_mut().zip(&m.x) {
-            *a += x / n;
-        }
-        ymean += target(m) / n;
-    }
-    let mut a = vec![0.0; d * d];
-    let mut b = vec![0.0; d];
-    for m in data {
-        let xc: Vec<f64> = m.x.iter().zip(&mean).map(|(x, mu)| x - mu).collect();
-        let yc = target(m) - ymean;
-        for i in 0..d {
-            b[i] += xc[i] * yc;
-            for j in 0..=i {
-                a[i * d + j] += xc[i] * xc[j];
-            }
-        }
-    }
-    for i in 0..d {
-        for j in 0..i {
-            a[j * d + i] = a[i * d + j];
-        }
-        a[i * d + i] += RIDGE_FIXED + RIDGE * n;
-    }
-    let beta = cholesky_solve(&mut a, &b, d);
-    let intercept = ymean - beta.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
+    let d = normal.mean.len();
+    let xs: Vec<Features> = data.iter().map(|m| mask(&m.x, &keep)).collect();
+    let mean = mask(&normal.mean, &keep);
+    let intercept = normal.ymean - beta.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
     let mut lo = vec![f64::INFINITY; d];
     let mut hi = vec![f64::NEG_INFINITY; d];
-    for m in data {
-        for (j, x) in m.x.iter().enumerate() {
-            lo[j] = lo[j].min(*x);
-            hi[j] = hi[j].max(*x);
+    for x in &xs {
+        for (j, v) in x.iter().enumerate() {
+            lo[j] = lo[j].min(*v);
+            hi[j] = hi[j].max(*v);
         }
     }
     let mut fit = Fit {
-        base,
+        base: normal.base,
         beta,
         intercept,
         residuals: Vec::new(),
@@ -773,12 +796,17 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         loo: Vec::new(),
         scores: Vec::new(),
         mean,
-        chol: a,
-        lambda: RIDGE_FIXED + RIDGE * n,
+        chol,
+        lambda: normal.lambda,
+        keep,
     };
-    fit.residuals = data
-        .iter()
-        .map(|m| (m.x.clone(), target(m) - fit.linear(&m.x)))
+    fit.residuals = xs
+        .into_iter()
+        .zip(&normal.y)
+        .map(|(x, y)| {
+            let r = y - fit.linear(&x);
+            (x, r)
+        })
         .collect();
     let first = data.len().saturating_sub(MAX_ERRORS);
     let lone = lone(data);
@@ -800,6 +828,166 @@ fn ridge(data: &VecDeque<Measured>) -> Fit {
         .collect();
     fit.scores.sort_by(f64::total_cmp);
     fit
+}
+
+/// The normal equations of the measured trials, centred, on every feature: what each fit on
+/// some of the params solves, built once for all of them ([`select`] tries many).
+struct Normal {
+    base: f64,
+    /// Each trial's features, centred.
+    xc: Vec<Features>,
+    /// Each trial's target, `ln(peak − base)`, and their mean.
+    y: Vec<f64>,
+    ymean: f64,
+    mean: Features,
+    /// `XcᵀXc` (d × d, row-major) and `Xcᵀyc`.
+    gram: Vec<f64>,
+    xty: Vec<f64>,
+    lambda: f64,
+}
+
+impl Normal {
+    fn new(data: &VecDeque<Measured>) -> Normal {
+        let n = data.len() as f64;
+        let d = data[0].x.len();
+        let base = BASE_SHARE * data.iter().map(|m| m.peak).min().unwrap_or(0) as f64;
+        let y: Vec<f64> = data
+            .iter()
+            .map(|m| (m.peak as f64 - base).max(1.0).ln())
+            .collect();
+        let ymean = y.iter().sum::<f64>() / n;
+        let mut mean = vec![0.0; d];
+        for m in data {
+            for (a, x) in mean.iter_mut().zip(&m.x) {
+                *a += x / n;
+            }
+        }
+        let xc: Vec<Features> = data
+            .iter()
+            .map(|m| m.x.iter().zip(&mean).map(|(x, mu)| x - mu).collect())
+            .collect();
+        let mut gram = vec![0.0; d * d];
+        let mut xty = vec![0.0; d];
+        for (x, y) in xc.iter().zip(&y) {
+            let yc = y - ymean;
+            for i in 0..d {
+                xty[i] += x[i] * yc;
+                for j in 0..=i {
+                    gram[i * d + j] += x[i] * x[j];
+                }
+            }
+        }
+        for i in 0..d {
+            for j in 0..i {
+                gram[j * d + i] = gram[i * d + j];
+            }
+        }
+        Normal {
+            base,
+            xc,
+            y,
+            ymean,
+            mean,
+            gram,
+            xty,
+            lambda: RIDGE_FIXED + RIDGE * n,
+        }
+    }
+
+    /// The coefficients of the fit on the `keep` columns (0 on the others), and the Cholesky
+    /// factor of its `XᵀX + λI`.
+    fn solve(&self, keep: &[bool]) -> (Vec<f64>, Vec<f64>) {
+        let d = keep.len();
+        let mut a = vec![0.0; d * d];
+        for i in 0..d {
+            for j in 0..d {
+                if keep[i] && keep[j] {
+                    a[i * d + j] = self.gram[i * d + j];
+                }
+            }
+            a[i * d + i] += self.lambda;
+        }
+        let b = mask(&self.xty, keep);
+        let beta = cholesky_solve(&mut a, &b, d);
+        (beta, a)
+    }
+
+    /// The fit's error on the recently measured trials, each left out (PRESS: the sum of their
+    /// squared leave-one-out residuals), for the fit on the `keep` columns.
+    fn press(&self, keep: &[bool]) -> f64 {
+        let (beta, chol) = self.solve(keep);
+        let n = self.y.len();
+        let d = keep.len();
+        (n.saturating_sub(MAX_ERRORS)..n)
+            .map(|i| {
+                let x = mask(&self.xc[i], keep);
+                let r =
+                    self.y[i] - self.ymean - x.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>();
+                let h = (forward_norm(&chol, &x, d) + 1.0 / n as f64).min(0.99);
+                (r / (1.0 - h)).powi(2)
+            })
+            .sum()
+    }
+}
+
+/// The params that earn their place in the fit, as the columns kept: backward elimination on
+/// the leave-one-out error, from every param, dropping while some param whose coefficients are
+/// below [`DRIVES`] predicts the recently measured trials no worse without it, the one whose
+/// removal predicts them best first. Not before [`MIN_SELECT`] trials per param are measured.
+///
+/// A param of no effect on memory then has no coefficient at all, rather than the small one a
+/// dozen noisy trials give it, which made trials of the same config that differ only in it look
+/// apart (the peaks of one did not bound the others) and left its unexplored directions in the
+/// margin ([`Fit::unexplored`]). A param that drives memory predicts the trials better with it,
+/// and stays.
+fn select(normal: &Normal, groups: &[Range<usize>]) -> Vec<bool> {
+    let mut keep = vec![true; normal.mean.len()];
+    if normal.y.len() < MIN_SELECT.saturating_mul(groups.len()) {
+        return keep;
+    }
+    let mut error = normal.press(&keep);
+    let mut kept: Vec<&Range<usize>> = groups.iter().collect();
+    while kept.len() > 1 {
+        let (beta, _) = normal.solve(&keep);
+        let mut best: Option<(usize, f64, Vec<bool>)> = None;
+        for (k, cols) in kept.iter().enumerate() {
+            let effect = beta[(*cols).clone()]
+                .iter()
+                .fold(0.0f64, |a, b| a.max(b.abs()));
+            if effect >= DRIVES {
+                continue;
+            }
+            let mut without = keep.clone();
+            without[(*cols).clone()].fill(false);
+            let e = normal.press(&without);
+            if e <= error && best.as_ref().is_none_or(|b| e < b.1) {
+                best = Some((k, e, without));
+            }
+        }
+        let Some((k, e, without)) = best else { break };
+        kept.remove(k);
+        keep = without;
+        error = e;
+    }
+    keep
+}
+
+/// `|L⁻¹ x|²` for the Cholesky factor `L` (d × d, row-major, lower).
+fn forward_norm(chol: &[f64], x: &[f64], d: usize) -> f64 {
+    let mut z = vec![0.0; d];
+    for i in 0..d {
+        let s = x[i] - (0..i).map(|k| chol[i * d + k] * z[k]).sum::<f64>();
+        z[i] = s / chol[i * d + i];
+    }
+    z.iter().map(|v| v * v).sum()
+}
+
+/// `x` with the columns not kept at 0.
+fn mask(x: &[f64], keep: &[bool]) -> Features {
+    x.iter()
+        .zip(keep)
+        .map(|(v, k)| if *k { *v } else { 0.0 })
+        .collect()
 }
 
 /// The trials that alone have their value of some feature (the one trial of a categorical
@@ -1074,6 +1262,111 @@ mod tests {
         assert!(low * 100 < n, "{low} of {n} estimates below the peak");
     }
 
+    /// A richer space than the bench's: 7 params, of which width, depth, batch and the optimizer
+    /// drive memory in two terms (weights and optimizer state ∝ width² × depth, 3 times as much
+    /// with Adam; activations ∝ batch × width × depth) and lr, dropout and weight decay do not;
+    /// peaks of 0.8 to 16 GiB. A sum of two products is not log-linear, so the fit leans on its
+    /// local correction and its margins. Run with `--nocapture` for the figures
+    /// (`docs/gpu-memory-model.md` quotes them): the aim of fewer than 1 in 100 estimates below
+    /// the peak holds from 20 trials measured on; before that it does not (2 to 3 in 100, large
+    /// Adam trials with small batches, down to half their peak).
+    #[test]
+    fn two_memory_terms_over_seven_params_are_covered_from_20_trials_on() {
+        let int = |name: &str, low: i64, high: i64, log: bool| ParamSpec {
+            name: name.into(),
+            dist: Distribution::Int {
+                low,
+                high,
+                step: 1,
+                log,
+            },
+        };
+        let float = |name: &str, low: f64, high: f64, log: bool| ParamSpec {
+            name: name.into(),
+            dist: Distribution::Float {
+                low,
+                high,
+                step: None,
+                log,
+            },
+        };
+        let space = SearchSpace {
+            params: vec![
+                int("width", 64, 1024, true),
+                int("depth", 1, 12, false),
+                int("batch", 16, 256, true),
+                float("lr", 1e-5, 1e-1, true),
+                float("dropout", 0.0, 0.5, false),
+                float("wd", 1e-6, 1e-2, true),
+                ParamSpec {
+                    name: "opt".into(),
+                    dist: Distribution::Categorical {
+                        choices: vec![serde_json::json!("sgd"), serde_json::json!("adam")],
+                    },
+                },
+            ],
+        };
+        let mut ratios: Vec<(usize, f64)> = Vec::new();
+        for seed in 0..60 {
+            let mut m = MemoryModel::new(&space, 6 << 30);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            for i in 0..60 {
+                let w = (64.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
+                let d = rng.gen_range(1..=12);
+                let b = (16.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
+                let opt = rng.gen_range(0..2usize);
+                let weights = (w * w * d) as f64 * 256.0 * if opt == 1 { 3.0 } else { 1.0 };
+                let activations = (b * w * d) as f64 * 2048.0;
+                let noise = 1.0 + 0.02 * rng.gen_range(-1.0..1.0);
+                let peak = (500.0 * MIB as f64
+                    + (300.0 * MIB as f64 + weights + activations) * noise)
+                    as u64;
+                let p: Params = [
+                    ("width", ParamValue::Int(w)),
+                    ("depth", ParamValue::Int(d)),
+                    ("batch", ParamValue::Int(b)),
+                    (
+                        "lr",
+                        ParamValue::Float(10f64.powf(rng.gen_range(-5.0..-1.0))),
+                    ),
+                    ("dropout", ParamValue::Float(rng.gen_range(0.0..0.5))),
+                    (
+                        "wd",
+                        ParamValue::Float(10f64.powf(rng.gen_range(-6.0..-2.0))),
+                    ),
+                    ("opt", ParamValue::Choice(opt)),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+                ratios.push((i, m.expected(&p) as f64 / peak as f64));
+                m.record(&p, peak);
+            }
+        }
+        let under = |from: usize, to: usize| {
+            let mut r: Vec<f64> = ratios
+                .iter()
+                .filter(|(i, _)| (from..to).contains(i))
+                .map(|r| r.1)
+                .collect();
+            r.sort_by(f64::total_cmp);
+            let low = r.iter().filter(|x| **x < 1.0).count();
+            eprintln!(
+                "trials {from}-{}: {low} of {} estimates below the peak, the lowest at {:.2}; \
+                 estimate/peak median {:.2}",
+                to - 1,
+                r.len(),
+                r[0],
+                r[r.len() / 2]
+            );
+            (low, r.len())
+        };
+        under(MIN_MEASURED, 8);
+        under(8, 20);
+        let (low, n) = under(20, 60);
+        assert!(low * 100 < n, "{low} of {n} estimates below the peak");
+    }
+
     /// Asserts that the estimate `e` is at least `peak` and says `words` in its explanation.
     fn covers(e: &Estimate, peak: u64, words: &str) {
         eprintln!("peak {}; {}", fmt_gib(peak), e.why);
@@ -1227,6 +1520,36 @@ mod tests {
         );
         let small = m.expected(&p(0, lr()));
         assert!(small < 3 << 30, "small {}", fmt_gib(small));
+    }
+
+    /// Regression (the bench's bimodal workload): with 10 trials measured, a fit that gave the
+    /// learning rate a small slope (noise) expected large trials at 7.3 to 7.9 GiB for a
+    /// 6.5 GiB peak, "(mem, lr drive memory) + 22% margin", since trials of the large mode with
+    /// other learning rates neither counted as the same config nor left lr's directions
+    /// explored (here: 11.0 GiB, "+65% margin (wide where these params lie beyond what the
+    /// measured trials varied)"). Left out of the fit, lr makes them the same config.
+    #[test]
+    fn trials_that_differ_only_in_a_param_of_no_effect_bound_each_other() {
+        let (space, p) = (mode_space(), mode_params);
+        let mut m = MemoryModel::new(&space, 6 << 30);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut lr = || 10f64.powf(rng.gen_range(-5.0..-1.0));
+        let noise = [0, 20, 40, 0, 20, 60, 0, 40];
+        for (i, n) in noise.iter().enumerate() {
+            let (mode, truth) = if i % 2 == 0 {
+                (0, 2540 * MIB + n * MIB)
+            } else {
+                (1, 6640 * MIB + n * MIB)
+            };
+            m.record(&p(mode, lr()), truth);
+        }
+        let large = m.estimate(&p(1, lr()));
+        assert!(
+            large.why.contains("measured trials of the same config"),
+            "{}",
+            large.why
+        );
+        assert!(large.bytes < 6900 * MIB, "{}", large.why);
     }
 
     #[test]
