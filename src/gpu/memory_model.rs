@@ -1207,6 +1207,28 @@ mod tests {
         500 * MIB + alloc.div_ceil(segment) * segment
     }
 
+    /// Of the estimates made with `from` to `to − 1` trials measured (`ratios`: trials measured,
+    /// estimate / peak), how many fell below the peak, and of how many; printed with the lowest
+    /// and the median (`--nocapture`).
+    fn shortfalls(ratios: &[(usize, f64)], from: usize, to: usize) -> (usize, usize) {
+        let mut r: Vec<f64> = ratios
+            .iter()
+            .filter(|(i, _)| (from..to).contains(i))
+            .map(|r| r.1)
+            .collect();
+        r.sort_by(f64::total_cmp);
+        let low = r.iter().filter(|x| **x < 1.0).count();
+        eprintln!(
+            "trials {from}-{}: {low} of {} estimates below the peak, the lowest at {:.2}; \
+             estimate/peak median {:.2}",
+            to - 1,
+            r.len(),
+            r[0],
+            r[r.len() / 2]
+        );
+        (low, r.len())
+    }
+
     /// The continuous workload, ±2% from trial to trial: peaks of 1 to 17 GiB, with the default
     /// prior. What `docs/gpu-memory-model.md` says of the learning phase comes from here (run
     /// with `--nocapture` for the figures): the prior falls short now and then (it is a guess);
@@ -1229,25 +1251,7 @@ mod tests {
                 m.record(&p, peak);
             }
         }
-        let under = |from: usize, to: usize| {
-            let r: Vec<f64> = ratios
-                .iter()
-                .filter(|(i, _)| (from..to).contains(i))
-                .map(|r| r.1)
-                .collect();
-            let low = r.iter().filter(|x| **x < 1.0).count();
-            let least = r.iter().copied().fold(f64::INFINITY, f64::min);
-            let mut sorted = r.clone();
-            sorted.sort_by(f64::total_cmp);
-            eprintln!(
-                "trials {from}-{}: {low} of {} estimates below the peak, the lowest at {least:.2}; \
-                 estimate/peak median {:.2}",
-                to - 1,
-                r.len(),
-                sorted[sorted.len() / 2]
-            );
-            (low, r.len())
-        };
+        let under = |from: usize, to: usize| shortfalls(&ratios, from, to);
         under(0, MIN_MEASURED);
         let (early, n_early) = under(MIN_MEASURED, 8);
         let (middle, n_middle) = under(8, 12);
@@ -1343,24 +1347,7 @@ mod tests {
                 m.record(&p, peak);
             }
         }
-        let under = |from: usize, to: usize| {
-            let mut r: Vec<f64> = ratios
-                .iter()
-                .filter(|(i, _)| (from..to).contains(i))
-                .map(|r| r.1)
-                .collect();
-            r.sort_by(f64::total_cmp);
-            let low = r.iter().filter(|x| **x < 1.0).count();
-            eprintln!(
-                "trials {from}-{}: {low} of {} estimates below the peak, the lowest at {:.2}; \
-                 estimate/peak median {:.2}",
-                to - 1,
-                r.len(),
-                r[0],
-                r[r.len() / 2]
-            );
-            (low, r.len())
-        };
+        let under = |from: usize, to: usize| shortfalls(&ratios, from, to);
         under(MIN_MEASURED, 8);
         under(8, 20);
         let (low, n) = under(20, 60);
