@@ -248,21 +248,18 @@ impl Fit {
     /// rest where they did not (a depth of 8 when every measured trial had 1 or 2), in feature
     /// units; the ridge's own word for how little its coefficients there are known.
     fn unexplored(&self, x: &[f64]) -> f64 {
-        let d = self.mean.len();
-        let mut z = vec![0.0; d];
-        for i in 0..d {
-            // A feature they never varied is a value never measured: `MemoryModel::novel`
-            // meets it with the prior.
-            let xc = if self.hi[i] - self.lo[i] < 1e-9 {
-                0.0
-            } else {
-                x[i] - self.mean[i]
-            };
-            let row = &self.chol[i * d..i * d + i];
-            let s = xc - row.iter().zip(&z).map(|(l, v)| l * v).sum::<f64>();
-            z[i] = s / self.chol[i * d + i];
-        }
-        self.lambda * z.iter().map(|v| v * v).sum::<f64>()
+        // A feature they never varied is a value never measured: `MemoryModel::novel` meets it
+        // with the prior.
+        let xc: Features = (0..self.mean.len())
+            .map(|i| {
+                if self.hi[i] - self.lo[i] < 1e-9 {
+                    0.0
+                } else {
+                    x[i] - self.mean[i]
+                }
+            })
+            .collect();
+        self.lambda * forward_norm(&self.chol, &xc, xc.len())
     }
 
     /// How far `x` is from the nearest measured trial (infinite with none).
@@ -650,11 +647,8 @@ impl MemoryModel {
     /// measured, a param measured trials did not have, a number where every measured trial had
     /// the same): the fit gives them no weight for want of data, not for want of effect.
     fn novel(&self, fit: &Fit, x: &[f64]) -> Vec<&str> {
-        let mut col = 0;
         let mut out = Vec::new();
-        for (name, enc) in self.names.iter().zip(&self.encodings) {
-            let cols = col..col + enc.width();
-            col += enc.width();
+        for (name, cols) in self.names.iter().zip(self.columns()) {
             let unseen = cols.into_iter().any(|j| {
                 fit.keep[j] && fit.hi[j] - fit.lo[j] < 1e-9 && (x[j] - fit.lo[j]).abs() > 1e-9
             });
@@ -683,16 +677,12 @@ impl MemoryModel {
 
     /// Which params drive memory and which do not, by the size of their coefficients.
     fn drivers(&self, fit: &Fit) -> String {
-        let mut col = 0;
         let mut drive = Vec::new();
         let mut idle = Vec::new();
-        for (name, enc) in self.names.iter().zip(&self.encodings) {
-            let w = enc.width();
-            // The largest change in log-peak across the param's own range.
-            let effect = fit.beta[col..col + w - 1]
-                .iter()
-                .fold(0.0f64, |a, b| a.max(b.abs()));
-            col += w;
+        for (name, cols) in self.names.iter().zip(self.columns()) {
+            // The largest change in log-peak across the param's own range (its last column
+            // says only whether a trial has it).
+            let effect = largest(&fit.beta[cols.start..cols.end - 1]);
             if effect >= DRIVES {
                 drive.push((effect, name.as_str()));
             } else {
@@ -713,25 +703,33 @@ impl MemoryModel {
         }
     }
 
+    /// Each param's feature columns, in the order of `names`.
+    fn columns(&self) -> Vec<Range<usize>> {
+        let mut col = 0;
+        self.encodings
+            .iter()
+            .map(|enc| {
+                col += enc.width();
+                col - enc.width()..col
+            })
+            .collect()
+    }
+
     /// Fits the regression on the measured trials, unless it is fitted already (until the next
     /// record) or too few are measured.
     fn refit(&mut self) {
         if self.fit.is_some() || self.measured.len() < MIN_MEASURED {
             return;
         }
-        let mut groups = Vec::new();
-        let mut col = 0;
-        for enc in &self.encodings {
-            groups.push(col..col + enc.width());
-            col += enc.width();
-        }
+        let groups = self.columns();
+        let width = groups.last().map_or(0, |g| g.end);
         // Which params earn their place changes slowly as trials come, and choosing them costs
         // a fit per param and round (a tenth of a second with 30 params and 2000 trials): it is
         // chosen again once a tenth more trials are recorded, not at every record or settled
         // level.
         let normal = Normal::new(&self.measured);
         let keep = match &self.selection {
-            Some((at, keep)) if keep.len() == col && self.recorded < at + (at / 10).max(1) => {
+            Some((at, keep)) if keep.len() == width && self.recorded < at + (at / 10).max(1) => {
                 keep.clone()
             }
             _ => {
@@ -951,10 +949,7 @@ fn select(normal: &Normal, groups: &[Range<usize>]) -> Vec<bool> {
         let (beta, _) = normal.solve(&keep);
         let mut best: Option<(usize, f64, Vec<bool>)> = None;
         for (k, cols) in kept.iter().enumerate() {
-            let effect = beta[(*cols).clone()]
-                .iter()
-                .fold(0.0f64, |a, b| a.max(b.abs()));
-            if effect >= DRIVES {
+            if largest(&beta[(*cols).clone()]) >= DRIVES {
                 continue;
             }
             let mut without = keep.clone();
@@ -970,6 +965,12 @@ fn select(normal: &Normal, groups: &[Range<usize>]) -> Vec<bool> {
         error = e;
     }
     keep
+}
+
+/// The largest of `beta` in absolute value: a param's effect on log-peak across its range, from
+/// its coefficients.
+fn largest(beta: &[f64]) -> f64 {
+    beta.iter().fold(0.0f64, |a, b| a.max(b.abs()))
 }
 
 /// `|L⁻¹ x|²` for the Cholesky factor `L` (d × d, row-major, lower).
