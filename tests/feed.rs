@@ -642,8 +642,18 @@ fn host_a_learns_host_b_trials_while_both_run_on_postgresql() {
 
 /// Runs `cfg` as hosts a and b on the study at `url` at once, both to their end.
 fn two_hosts(cfg: &Cfg, url: &str) -> (Sweep, Sweep) {
-    let a = host(cfg, url, "a");
-    let b = host(cfg, url, "b");
+    run_both(host(cfg, url, "a"), host(cfg, url, "b"))
+}
+
+/// Runs hosts `a` and `b` at once, both to their end, each running trials: a's trials wait
+/// (`tests/workers/gate.py`) until b has started one. Without the gate, a on its own could
+/// take the whole budget while b was still starting: CI saw it on 2 cores.
+fn run_both(mut a: Sweep, mut b: Sweep) -> (Sweep, Sweep) {
+    let gate = b.path("b-started");
+    a.env
+        .push(("SWEEPD_TEST_GATE".into(), gate.to_str().unwrap().into()));
+    b.env
+        .push(("SWEEPD_TEST_OPEN".into(), gate.to_str().unwrap().into()));
     let mut daemon_a = a.spawn_run();
     let out = b.run(&[], LIMIT);
     assert!(out.status.success(), "host b: {}", stderr(&out));
@@ -789,19 +799,13 @@ fn several_objectives_on_postgresql_with_two_hosts_are_what_optuna_reads() {
         "direction = \"minimize\"\n",
         "directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"loss\", \"accuracy\"]\n",
     );
-    let hosts: Vec<Sweep> = ["a", "b"]
-        .iter()
-        .map(|h| {
-            let mut s = Sweep::with_toml(&text);
-            s.env.push(("SWEEPD_HOST_ID".into(), (*h).into()));
-            s
-        })
-        .collect();
-    let mut daemon_a = hosts[0].spawn_run();
-    let out = hosts[1].run(&[], LIMIT);
-    assert!(out.status.success(), "host b: {}", stderr(&out));
-    let status = wait_exit(&mut daemon_a, "host a");
-    assert!(status.success(), "host a: {}", hosts[0].daemon_stderr());
+    let [a, b] = ["a", "b"].map(|h| {
+        let mut s = Sweep::with_toml(&text);
+        s.env.push(("SWEEPD_HOST_ID".into(), h.into()));
+        s
+    });
+    let (a, b) = run_both(a, b);
+    let hosts = [a, b];
 
     let d = optuna_dump(&url, "mo");
     assert_eq!(d["directions"], serde_json::json!(["MINIMIZE", "MAXIMIZE"]));

@@ -2,7 +2,8 @@
 """Objectives written exactly as for Optuna, for sweepd's define-by-run tests.
 
 Run as a sweepd worker (persistent or oneshot), it serves the objective named by
-SWEEPD_TEST_OBJECTIVE (default "models") with ``sweepd_worker.serve``; imported,
+SWEEPD_TEST_OBJECTIVE (default "models") with ``sweepd_worker.serve``, each trial
+first passing the files of SWEEPD_TEST_OPEN / SWEEPD_TEST_GATE (see gate.py); imported,
 it is what tests/py/optuna_replay.py hands to Optuna's own ``study.optimize``
 with the same params enqueued. Every value is a function of the params alone, so
 the two runs must record the same trials.
@@ -81,6 +82,14 @@ OBJECTIVES = {"models": models, "conflict": conflict}
 
 
 if __name__ == "__main__":
+    import gate
     import sweepd_worker
 
-    sweepd_worker.serve(OBJECTIVES[os.environ.get("SWEEPD_TEST_OBJECTIVE", "models")])
+    objective = OBJECTIVES[os.environ.get("SWEEPD_TEST_OBJECTIVE", "models")]
+
+    def gated(trial):
+        # Only as a worker: Optuna's replay of the same objective has no gate to pass.
+        gate.pass_gate()
+        return objective(trial)
+
+    sweepd_worker.serve(gated)

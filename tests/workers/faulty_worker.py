@@ -20,6 +20,7 @@ SWEEPD_TEST_RECORD=PATH   append "pid trial_number" to PATH for every trial
 SWEEPD_TEST_TARGET_X=T    the term of param x is (x - T)^2 instead of x^2
 SWEEPD_TEST_OFFSET=V      V is added to every value (and so to every report)
 SWEEPD_TEST_GATE=PATH     every trial waits until PATH exists, then runs
+SWEEPD_TEST_OPEN=PATH     every trial creates PATH as it starts (see gate.py)
 
 The value is the sum of squares of the numeric params plus len(str(p)) for
 every other param; the trial reports 3 steps (the last one is the value).
@@ -33,6 +34,8 @@ import time
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 import sweepd_worker  # noqa: E402
+
+import gate  # noqa: E402
 
 # Read before serve(), which removes SWEEPD_FD from the environment.
 CHANNEL_FD = os.environ.get("SWEEPD_FD")
@@ -59,7 +62,6 @@ RAISE_ON = _env_number("SWEEPD_TEST_RAISE_ON")
 NAN_ON = _env_number("SWEEPD_TEST_NAN_ON")
 TARGET_X = float(os.environ.get("SWEEPD_TEST_TARGET_X") or 0.0)
 OFFSET = float(os.environ.get("SWEEPD_TEST_OFFSET") or 0.0)
-GATE = os.environ.get("SWEEPD_TEST_GATE")
 
 
 def value_of(params):
@@ -108,8 +110,7 @@ def objective(trial):
             os.write(fd, ("%d %s\n" % (os.getpid(), number)).encode())
         finally:
             os.close(fd)
-    while GATE and not os.path.exists(GATE):
-        time.sleep(0.02)
+    gate.pass_gate()
     if FORK:
         fork_sleeper()
     if CHATTY:

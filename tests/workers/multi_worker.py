@@ -9,12 +9,14 @@ SWEEPD_TEST_MULTI picks what some trials do instead, as `NUMBER:WHAT,...`:
   nan      NaN as the accuracy (bad_value)
   text     a value that is not a number (bad_value)
   report   calls trial.report, which a study with several objectives refuses
+SWEEPD_TEST_OPEN / SWEEPD_TEST_GATE: files each trial creates / waits for first (gate.py).
 """
 
 import math
 import os
 import time
 
+import gate
 import sweepd_worker
 
 
@@ -33,6 +35,7 @@ def objective(trial):
     n = trial.suggest_int("n", 0, 10, step=2)
     opt = trial.suggest_categorical("opt", ["adam", "sgd", "rmsprop"])
     what = plan().get(trial.number)
+    gate.pass_gate()
     time.sleep(float(os.environ.get("SWEEPD_TEST_SLEEP", "0")))
     if what == "report":
         trial.report(1.0, 0)
