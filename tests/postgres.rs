@@ -823,7 +823,9 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
         "ALTER DATABASE deadlock SET deadlock_timeout = '200ms'",
     );
     const N: u64 = 40;
-    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.05");
+    // Trials of 0.2 s leave the 8 rounds below more of the daemon's run: with 0.05 s, one
+    // full-suite run counted 2 deadlocks of the 3 asserted.
+    let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.2");
     let h = host(&cfg, "a");
     let mut daemon = h.spawn_run();
     let deadlocks = || -> i64 {
