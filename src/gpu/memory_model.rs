@@ -218,8 +218,6 @@ struct Fit {
     keep: Vec<bool>,
     /// The pairs of columns whose products follow a trial's own features ([`pair_drivers`]).
     pairs: Vec<(usize, usize)>,
-    /// `chol` of the fit without them.
-    chol_own: Vec<f64>,
 }
 
 impl Fit {
@@ -269,13 +267,22 @@ impl Fit {
     /// rest where they did not (a depth of 8 when every measured trial had 1 or 2), in feature
     /// units; the ridge's own word for how little its coefficients there are known.
     fn unexplored(&self, x: &[f64]) -> f64 {
-        self.unexplored_by(&self.chol, x)
+        self.unexplored_in(x, self.mean.len())
     }
 
-    fn unexplored_by(&self, chol: &[f64], x: &[f64]) -> f64 {
+    /// [`Fit::unexplored`] in the directions of the trial's own features only: its pairs are
+    /// functions of them.
+    fn unexplored_own(&self, x: &[f64]) -> f64 {
+        self.unexplored_in(x, self.mean.len() - self.pairs.len())
+    }
+
+    /// [`Fit::unexplored`] in the first `cols` features, as if the fit had no others: the pairs
+    /// come last, and the leading rows of a Cholesky factor are the factor of the leading block
+    /// alone.
+    fn unexplored_in(&self, x: &[f64], cols: usize) -> f64 {
         // A feature they never varied is a value never measured: `MemoryModel::novel` meets it
         // with the prior.
-        let xc: Features = (0..self.mean.len())
+        let xc: Features = (0..cols)
             .map(|i| {
                 if self.hi[i] - self.lo[i] < 1e-9 {
                     0.0
@@ -284,16 +291,7 @@ impl Fit {
                 }
             })
             .collect();
-        self.lambda * forward_norm(chol, &xc, xc.len())
-    }
-
-    /// [`Fit::unexplored`] in the directions of the trial's own features only: its pairs are
-    /// functions of them.
-    fn unexplored_own(&self, x: &[f64]) -> f64 {
-        let own = x.len() - self.pairs.len();
-        let mut x = x.to_vec();
-        x[own..].copy_from_slice(&self.mean[own..]);
-        self.unexplored_by(&self.chol_own, &x)
+        self.lambda * forward_norm(&self.chol, &xc, self.mean.len())
     }
 
     /// How far `x` is from the nearest measured trial (infinite with none).
@@ -630,10 +628,12 @@ impl MemoryModel {
             // often enough, they are the bound; once or twice, they raise it. Not where a
             // param takes a value never measured: the fit cannot tell it apart from the rest.
             let same: Vec<u64> = if novel.is_empty() {
+                // `residuals` holds each measured trial's features as the fit sees them, in order.
                 self.measured
                     .iter()
-                    .filter(|m| fit.distance(&fit.expand(&m.x), x) < SAME_CONFIG)
-                    .map(|m| m.peak)
+                    .zip(&fit.residuals)
+                    .filter(|(_, (xi, _))| fit.distance(xi, x) < SAME_CONFIG)
+                    .map(|(m, _)| m.peak)
                     .collect()
             } else {
                 Vec::new()
@@ -737,7 +737,7 @@ impl MemoryModel {
                 .filter(|(_, (a, b))| cols.contains(a) || cols.contains(b))
                 .map(|(k, _)| fit.beta[base + k].abs())
                 .sum();
-            let effect = largest(&fit.beta[cols.start..cols.end - 1]) + paired;
+            let effect = own_effect(&fit.beta, &cols) + paired;
             if effect >= DRIVES {
                 drive.push((effect, name.as_str()));
             } else {
@@ -865,13 +865,6 @@ fn ridge(
     pairs: Vec<(usize, usize)>,
 ) -> Fit {
     let (beta, chol) = normal.solve(&keep);
-    let chol_own = if pairs.is_empty() {
-        chol.clone()
-    } else {
-        let mut own = keep.clone();
-        own[keep.len() - pairs.len()..].fill(false);
-        normal.solve(&own).1
-    };
     let n = data.len() as f64;
     let d = normal.mean.len();
     let xs: Vec<Features> = data
@@ -902,7 +895,6 @@ fn ridge(
         lambda: normal.lambda,
         keep,
         pairs,
-        chol_own,
     };
     fit.residuals = xs
         .into_iter()
@@ -1100,7 +1092,7 @@ fn pair_drivers(
     let mut drivers: Vec<(f64, usize)> = groups
         .iter()
         .enumerate()
-        .map(|(p, cols)| (largest(&beta[cols.start..cols.end - 1]), p))
+        .map(|(p, cols)| (own_effect(&beta, cols), p))
         .filter(|(effect, _)| *effect >= DRIVES)
         .collect();
     drivers.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -1151,10 +1143,17 @@ fn largest(beta: &[f64]) -> f64 {
     beta.iter().fold(0.0f64, |a, b| a.max(b.abs()))
 }
 
-/// `|L⁻¹ x|²` for the Cholesky factor `L` (d × d, row-major, lower).
+/// A param's effect from the coefficients of its columns `cols`, leaving out the last, which
+/// says only whether a trial has the param.
+fn own_effect(beta: &[f64], cols: &Range<usize>) -> f64 {
+    largest(&beta[cols.start..cols.end - 1])
+}
+
+/// `|L⁻¹ x|²` for the Cholesky factor `L` (d × d, row-major, lower), or for its leading
+/// `x.len()` rows and columns where `x` is shorter.
 fn forward_norm(chol: &[f64], x: &[f64], d: usize) -> f64 {
-    let mut z = vec![0.0; d];
-    for i in 0..d {
+    let mut z = vec![0.0; x.len()];
+    for i in 0..x.len() {
         let s = x[i] - (0..i).map(|k| chol[i * d + k] * z[k]).sum::<f64>();
         z[i] = s / chol[i * d + i];
     }
