@@ -718,6 +718,59 @@ fn two_daemons_on_one_fake_card_never_over_admit() {
     assert!(most <= 3, "{most} trials held memory at once");
 }
 
+/// The admission line of `sweep`'s trial `n`, from its daemon's log.
+fn admitted_line(sweep: &Sweep, n: i64) -> String {
+    let log = sweep.daemon_stderr();
+    log.lines()
+        .find(|l| l.contains("admitted: expected peak") && l.contains(&format!(" trial={n} ")))
+        .unwrap_or_else(|| panic!("no admission of trial {n}:\n{log}"))
+        .to_owned()
+}
+
+#[test]
+fn a_study_of_a_memory_group_learns_from_the_peaks_another_study_of_the_group_measured() {
+    // Study a (group "resnet") measures 4 trials of 2 GiB on the card. Study b of the same group,
+    // started after it, expects its first trial from a's peaks; study c, of no group, from
+    // `trial_memory` (6 GiB x 1.15) as a study that has measured nothing does.
+    let env = [
+        ("SIM_MEM", "2G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.3"),
+    ];
+    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 4, 2, group, &env);
+    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env);
+    let c = gpu_sweep_beside(&gpus, 1, 1, "trial_memory = \"6GiB\"", &env);
+    for sweep in [&a, &b, &c] {
+        let out = wait_output(sweep.spawn_run(), LIMIT);
+        assert!(out.status.success(), "{}", sweep.daemon_stderr());
+        assert!(fails(sweep).is_empty(), "{:?}", fails(sweep));
+    }
+    assert!(
+        b.daemon_stderr()
+            .lines()
+            .any(|l| l.contains("memory learnt from the other studies") && l.contains("trials=4")),
+        "{}",
+        b.daemon_stderr()
+    );
+    let first_b = admitted_line(&b, 0);
+    // x drives no memory: a's 4 trials are b's trial's config, and their peaks (2.2 GiB) bound
+    // it, where the guess would be 6.9 GiB.
+    assert!(
+        first_b.contains("of 4 measured trials of the same config"),
+        "{first_b}"
+    );
+    let gib: f64 = first_b
+        .split("admitted: expected peak ")
+        .nth(1)
+        .and_then(|r| r.split(" GiB").next())
+        .and_then(|g| g.parse().ok())
+        .unwrap();
+    assert!(gib < 4.0, "{first_b}");
+    let first_c = admitted_line(&c, 0);
+    assert!(first_c.contains("0 of 3 trials measured"), "{first_c}");
+}
+
 #[test]
 fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
     // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0

@@ -230,6 +230,9 @@ pub struct GpuConfig {
     /// A persistent worker left idle this long is retired, giving its device memory back;
     /// default 60s, at most a day.
     pub idle_worker_timeout: Duration,
+    /// Studies on this host of the same group (and worker command and params) learn their
+    /// trials' memory from each other's measured peaks (`gpu::peak_log`); default none.
+    pub memory_group: Option<String>,
 }
 
 impl Default for GpuConfig {
@@ -243,6 +246,7 @@ impl Default for GpuConfig {
             poll_interval: Duration::from_secs(1),
             nvml_lib: None,
             idle_worker_timeout: Duration::from_secs(60),
+            memory_group: None,
         }
     }
 }
@@ -514,6 +518,19 @@ impl Config {
             v.several_objectives(study, &pruner, raw.pruner.as_ref().map(|t| &t.0));
         }
         let metrics = v.metrics(raw.metrics.as_ref().map(|t| &t.0));
+        if let (Some(g), Some(space)) = (
+            raw.gpu.as_ref().and_then(|t| t.0.memory_group.as_ref()),
+            &space,
+        ) {
+            if space.params.is_empty() {
+                v.at(
+                    g,
+                    "gpu.memory_group",
+                    "studies share peaks by the params declared in [params.NAME] tables: the \
+                     params an objective suggests as it runs are not known before it runs",
+                );
+            }
+        }
         if let (Some(study), Some(space)) = (&study, &space) {
             if study.sampler == SamplerKind::Grid {
                 v.grid(raw.params.as_ref(), raw_study, space);

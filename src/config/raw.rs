@@ -94,6 +94,7 @@ pub(crate) struct RawGpu {
     pub(crate) poll_interval: Option<Spanned<String>>,
     pub(crate) nvml_lib: Option<Spanned<String>>,
     pub(crate) idle_worker_timeout: Option<Spanned<String>>,
+    pub(crate) memory_group: Option<Spanned<String>>,
 }
 
 #[derive(serde::Deserialize)]

@@ -561,6 +561,7 @@ fn defaults_when_new_tables_are_absent() {
             poll_interval: Duration::from_secs(1),
             nvml_lib: None,
             idle_worker_timeout: Duration::from_secs(60),
+            memory_group: None,
         }
     );
     assert_eq!(
@@ -654,6 +655,7 @@ fn parses_every_new_setting() {
              [gpu]\ndevices = [0, 2]\nheadroom = \"1.5 GiB\"\ntrial_memory = \"8G\"\n\
              max_par_per_device = 4\ngpus_per_trial = 1\npoll_interval = \"250ms\"\n\
              nvml_lib = \"libnvidia-ml.so.1\"\nidle_worker_timeout = \"90s\"\n\
+             memory_group = \"resnet\"\n\
              [retry]\noom = 0\ncuda_fatal = 3\ncrash = 4\nbreaker_threshold = 2\n\
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\n\
              oom_admission_factor = 0.5\noom_recovery = \"20m\"\n\
@@ -691,6 +693,7 @@ fn parses_every_new_setting() {
             poll_interval: Duration::from_millis(250),
             nvml_lib: Some(dir.path().join("libnvidia-ml.so.1")),
             idle_worker_timeout: Duration::from_secs(90),
+            memory_group: Some("resnet".into()),
         }
     );
     assert_eq!(
@@ -1029,6 +1032,8 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::empty_nvml_lib(with("", "[gpu]\nnvml_lib = \"\"\n"), "gpu.nvml_lib", &[])]
 #[case::zero_idle_worker_timeout(with("", "[gpu]\nidle_worker_timeout = \"0s\"\n"), "gpu.idle_worker_timeout", &["greater than zero"])]
 #[case::idle_worker_timeout_over_a_day(with("", "[gpu]\nidle_worker_timeout = \"2d\"\n"), "gpu.idle_worker_timeout", &["too long"])]
+#[case::empty_memory_group(with("", "[gpu]\nmemory_group = \" \"\n"), "gpu.memory_group", &["must not be empty"])]
+#[case::memory_group_without_declared_params(cfg("", "", "[gpu]\nmemory_group = \"resnet\"\n"), "gpu.memory_group", &["[params.NAME]"])]
 // [retry]
 #[case::negative_oom_retries(with("", "[retry]\noom = -1\n"), "retry.oom", &[])]
 #[case::negative_cuda_fatal_retries(with("", "[retry]\ncuda_fatal = -1\n"), "retry.cuda_fatal", &[])]

@@ -12,7 +12,9 @@
 //!   finished ones (a regression that learns which params drive memory, with a bound calibrated
 //!   from its own errors). Users' view of both: `docs/gpu-memory-model.md`;
 //! - [`ledger`]: the file that daemons on one host share, so that each counts what the others'
-//!   trials have yet to allocate.
+//!   trials have yet to allocate;
+//! - [`peak_log`]: the file that daemons on one host running the same program share their
+//!   measured peaks through, so that each memory model learns from the trials of all.
 //!
 //! The supervisor drives them all: it polls the monitor, hands its readings to admission with
 //! the memory model's estimate and the other daemons' claims, and feeds each finished trial's
@@ -23,12 +25,14 @@ pub mod ledger;
 pub mod memory_model;
 pub mod monitor;
 pub mod nvml;
+pub mod peak_log;
 
 pub use admission::{Capacity, Decision, IdleWorker, Reclaim};
 pub use ledger::Ledger;
 pub use memory_model::{Estimate, MemoryModel};
 pub use monitor::Monitor;
 pub use nvml::Gpu;
+pub use peak_log::PeakLog;
 
 /// Bytes as GiB with one decimal ("6.0 GiB"), the unit every capacity message uses.
 pub fn fmt_gib(bytes: u64) -> String {

@@ -13,8 +13,10 @@
 use super::core::Core;
 use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::{self, Claims, Held, Request};
-use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, Reclaim};
-use crate::study::Params;
+use crate::gpu::{
+    Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, PeakLog, Reclaim,
+};
+use crate::study::{Params, SearchSpace};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,6 +37,10 @@ pub(super) struct GpuCtl {
     pub(super) ledger: Option<Ledger>,
     /// The ledger failed (said once, until it works again).
     pub(super) ledger_failing: bool,
+    /// The peaks measured by the other studies on this host of our `[gpu] memory_group`
+    /// (`gpu::peak_log`): our measured trials go out through it, theirs come in before each
+    /// round. `None`: not shared (no group, no ledger, or it failed, said once).
+    pub(super) peak_log: Option<PeakLog>,
     /// What our waiting trial asks the other daemons' idle workers for (written to the ledger).
     pub(super) asking: Option<Request>,
     /// What the other daemons ask of our idle workers, per device: the bytes still to free as
@@ -51,6 +57,50 @@ pub(super) struct GpuCtl {
     pub(super) hold: Option<Holding>,
     /// The other daemons' holds we honour (pid, since), each said once in the log.
     pub(super) honoured: BTreeSet<(u32, u64)>,
+}
+
+impl GpuCtl {
+    /// Takes in the peaks the other studies of our group measured since the last call.
+    pub(super) fn learn_from_neighbours(&mut self, space: &SearchSpace) {
+        let Some(log) = &mut self.peak_log else {
+            return;
+        };
+        match log.read_new(space) {
+            Ok(read) => {
+                if read.bad > 0 {
+                    warn!(
+                        file = %log.path().display(),
+                        "{} lines of the shared peaks did not read back through this study's params; skipped",
+                        read.bad
+                    );
+                }
+                for (params, peak) in &read.peaks {
+                    self.model.record(params, *peak);
+                }
+            }
+            Err(e) => self.peak_log_failed(&e),
+        }
+    }
+
+    /// Shares one of our trials' measured peak with the other studies of our group.
+    pub(super) fn share_peak(&mut self, space: &SearchSpace, params: &Params, peak: u64) {
+        if let Some(Err(e)) = self
+            .peak_log
+            .as_ref()
+            .map(|l| l.append(space, params, peak))
+        {
+            self.peak_log_failed(&e);
+        }
+    }
+
+    fn peak_log_failed(&mut self, e: &std::io::Error) {
+        if let Some(log) = self.peak_log.take() {
+            warn!(
+                file = %log.path().display(),
+                "peaks no longer shared with the other studies of this memory_group on this host: {e}"
+            );
+        }
+    }
 }
 
 /// Our head's hold on a device: the bytes it needs there, since when (milliseconds since the
@@ -88,6 +138,7 @@ impl Core {
     /// memory and the other daemons' claims; the ledger stays locked until `write_claims`.
     pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
         let g = self.gpu.as_mut()?;
+        g.learn_from_neighbours(&self.config.space);
         let (mut views, running, errors, groups) = g.monitor.views_and_groups();
         // Trials admitted before the model could predict them settle once it can.
         let (live, model) = (&self.live, &mut g.model);

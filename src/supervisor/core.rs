@@ -1046,6 +1046,7 @@ impl Core {
             g.model.ended(trial_id);
             if let Some(p) = peak.filter(|_| state != TrialState::Fail) {
                 g.model.record(params, p);
+                g.share_peak(&self.config.space, params, p);
             }
         }
         // Its memory is no longer ours to claim: the other daemons may use it now.

@@ -431,6 +431,10 @@ async fn run_locked(
     );
     let metrics = Arc::new(Metrics::new(&me.host));
     metrics.set_counts(&counts);
+    let ledger = monitor.as_ref().and_then(|_| open_ledger());
+    let peak_log = ledger
+        .as_ref()
+        .and_then(|l| open_peak_log(&config, &study.name, l.path(), &mut model));
     let gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
         capacity: Capacity::new(
@@ -442,8 +446,9 @@ async fn run_locked(
         model,
         next_expected: None,
         failing: Default::default(),
-        ledger: open_ledger(),
+        ledger,
         ledger_failing: false,
+        peak_log,
         asking: None,
         asked: Default::default(),
         started: Default::default(),
@@ -691,6 +696,67 @@ fn open_ledger() -> Option<crate::gpu::Ledger> {
     }
 }
 
+/// The file through which the studies on this host of our `[gpu] memory_group` that run our
+/// command over our params share their measured peaks (`gpu::peak_log`), read whole into
+/// `model`; `None` without a group or where it cannot be opened or read (said once).
+fn open_peak_log(
+    config: &Config,
+    study: &str,
+    ledger: &std::path::Path,
+    model: &mut MemoryModel,
+) -> Option<crate::gpu::PeakLog> {
+    use crate::gpu::peak_log::fingerprint;
+    let program = program_of(config)?;
+    let key = format!("{}\n{study}", config.storage.path.display());
+    let mut log = match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&key))
+    {
+        Ok(log) => log,
+        Err(e) => {
+            warn!("cannot open the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
+            return None;
+        }
+    };
+    match log.read_new(&config.space) {
+        Ok(read) => {
+            for (params, peak) in &read.peaks {
+                model.record(params, *peak);
+            }
+            info!(
+                file = %log.path().display(),
+                trials = read.peaks.len(),
+                "memory learnt from the other studies on this host that run this program over these params too"
+            );
+            Some(log)
+        }
+        Err(e) => {
+            warn!(file = %log.path().display(), "cannot read the peaks shared by the other studies of this memory_group ({e}): this study learns memory from its own trials only");
+            None
+        }
+    }
+}
+
+/// What names the file a study's peaks are shared through (`None` without `[gpu] memory_group`):
+/// the group, which says what sweepd cannot check (that a trial's memory is a function of its
+/// params alone, whatever the study's directory, environment or data: the same `train.py` may
+/// be another file in each study's directory, or read another dataset), and what it can: the
+/// command, how workers run and use the GPU, and the params. (`check` refuses a group without
+/// declared params.)
+fn program_of(config: &Config) -> Option<String> {
+    let group = config.gpu.memory_group.as_ref()?;
+    let w = &config.worker;
+    Some(format!(
+        "{:?}",
+        (
+            group,
+            &w.command,
+            &w.allocator,
+            w.mode,
+            config.gpu.gpus_per_trial,
+            &config.space
+        )
+    ))
+}
+
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the
 /// daemon), identified by pid *and* start time so that a reused pid is never touched.
 async fn reap_previous_instance(
@@ -756,5 +822,50 @@ mod tests {
             e.to_string(),
             "a slot task panicked (a bug in sweepd; please report it): index out of bounds"
         );
+    }
+
+    /// A config in `dir` with `worker` (`python train.py` unless it sets the command) and `gpu`
+    /// spliced in.
+    fn config(dir: &std::path::Path, worker: &str, gpu: &str) -> Config {
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let worker = if worker.starts_with("command") {
+            worker.to_owned()
+        } else {
+            format!("command = [\"python\", \"train.py\"]\n{worker}")
+        };
+        let text = format!(
+            "[study]\nname = \"s\"\n[worker]\n{worker}\n\
+             [params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n[gpu]\n{gpu}\n"
+        );
+        Config::parse(&text, &dir.join("supervisor.toml")).unwrap()
+    }
+
+    #[test]
+    fn studies_of_one_memory_group_share_whatever_their_directory_and_environment_but_not_their_command(
+    ) {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let group = "memory_group = \"resnet\"";
+        let program = |dir: &tempfile::TempDir, worker: &str, gpu: &str| {
+            program_of(&config(dir.path(), worker, gpu))
+        };
+        let base = program(&a, "", group).unwrap();
+        // Another study's directory, its own working directory and environment: one program.
+        assert_eq!(
+            program(&b, "cwd = \"sub\"\n[worker.env]\nOUT = \"/tmp/b\"", group).unwrap(),
+            base
+        );
+        // What sweepd can check, and the group itself, set them apart.
+        for (worker, gpu) in [
+            ("command = [\"python\", \"other.py\"]", group),
+            ("mode = \"oneshot\"", group),
+            ("[worker.allocator]\npreset = \"none\"", group),
+            ("", "memory_group = \"bert\""),
+        ] {
+            let text = config(b.path(), worker, gpu);
+            assert_ne!(program_of(&text), Some(base.clone()), "{worker} {gpu}");
+        }
+        // No group, no sharing.
+        assert_eq!(program(&a, "", ""), None);
     }
 }

@@ -103,6 +103,13 @@ impl Validator<'_> {
                 MAX_IDLE_WORKER_TIMEOUT,
             )
             .unwrap_or(defaults.idle_worker_timeout);
+        let memory_group = raw.memory_group.as_ref().and_then(|g| {
+            if g.get_ref().trim().is_empty() {
+                self.at(g, "gpu.memory_group", "must not be empty");
+                return None;
+            }
+            Some(g.get_ref().clone())
+        });
         GpuConfig {
             devices,
             headroom,
@@ -112,6 +119,7 @@ impl Validator<'_> {
             poll_interval,
             nvml_lib,
             idle_worker_timeout,
+            memory_group,
         }
     }
 

@@ -1,0 +1,263 @@
+//! Peaks measured by the daemons of this host whose studies run one program over the same
+//! params: what the memory model learns from besides its own study.
+//!
+//! Two studies on one card (two `sweepd@` units) that run one program over the same search
+//! space have one memory function: a trial's peak is a function of its params, whichever study
+//! drew them. Learnt apart, each study's model goes through its own learning phase (the prior,
+//! then wide bounds while few trials are measured), and with two studies sharing a card that
+//! phase was most of a run of a few dozen trials (`docs/benchmarks.md`, the two-daemon
+//! workload). Pooled, each learns from the trials of both. Only the user can say that two
+//! studies run one program (the same `train.py` may read another dataset in each), so the
+//! studies of one `[gpu] memory_group` share, and the supervisor adds to the group what it can
+//! check (the command, the space) in the fingerprint it hands here.
+//!
+//! Each daemon appends a line per measured trial to a file named after that fingerprint, next
+//! to the host's ledger, and before each admission round reads what was appended since its
+//! last read. A line is written whole with one `write` on a file opened for appending, and a reader takes
+//! only complete lines, so no lock is needed. Lines of its own study (its own, or an earlier
+//! instance's, whose trials it reads from its database) are skipped: they would count twice.
+//! Params travel in Optuna's internal representation (numbers; a categorical's choice index),
+//! which the same space reads back; a line that does not read back is counted and skipped.
+//! The file is not trimmed: a line per trial, and it lives in the runtime directory (a tmpfs
+//! emptied at boot).
+
+use crate::study::{Params, SearchSpace};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A 64-bit FNV-1a hash: stable across builds and platforms (the standard library's hasher is
+/// not), so two daemons of one host name the same program's file alike.
+pub fn fingerprint(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// One measured trial, as a line of the file.
+#[derive(Serialize, Deserialize)]
+struct Line {
+    /// The study's key ([`fingerprint`] of where it is stored and its name), in hex.
+    study: String,
+    peak: u64,
+    params: BTreeMap<String, f64>,
+}
+
+/// What a read brought: the other studies' measured trials, and the lines that did not read
+/// back (not JSON, or a param the space cannot hold).
+#[derive(Debug, Default, PartialEq)]
+pub struct Appended {
+    pub peaks: Vec<(Params, u64)>,
+    pub bad: usize,
+}
+
+/// This daemon's view of its program's file.
+#[derive(Debug)]
+pub struct PeakLog {
+    path: PathBuf,
+    study: String,
+    /// Bytes read so far (up to the end of the last complete line).
+    offset: u64,
+}
+
+impl PeakLog {
+    /// The file for the program of fingerprint `program`, next to the ledger at `ledger`
+    /// (`gpu-ledger.peaks-<hex>`), for the study of key `study`; created if missing.
+    pub fn open(ledger: &Path, program: u64, study: u64) -> std::io::Result<PeakLog> {
+        let mut name = ledger
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "gpu-ledger".into());
+        name.push(format!(".peaks-{program:016x}"));
+        let log = PeakLog {
+            path: ledger.with_file_name(name),
+            study: format!("{study:016x}"),
+            offset: 0,
+        };
+        drop(log.file()?);
+        Ok(log)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn file(&self) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o660)
+            .open(&self.path)
+    }
+
+    /// Appends one of our trials' measured peak.
+    pub fn append(&self, space: &SearchSpace, params: &Params, peak: u64) -> std::io::Result<()> {
+        let params = space
+            .params
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.dist.to_internal(params.get(&p.name)?))))
+            .collect();
+        let line = Line {
+            study: self.study.clone(),
+            peak,
+            params,
+        };
+        let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
+        text.push('\n');
+        // One write: appends of whole lines do not interleave.
+        self.file()?.write_all(text.as_bytes())
+    }
+
+    /// The other studies' trials appended since the last read, read back through `space`.
+    pub fn read_new(&mut self, space: &SearchSpace) -> std::io::Result<Appended> {
+        let mut file = self.file()?;
+        if file.metadata()?.len() <= self.offset {
+            return Ok(Appended::default());
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        // A line still being written is read next time.
+        let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        self.offset += whole as u64;
+        let mut out = Appended::default();
+        for line in bytes[..whole].split(|b| *b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            match parse(line, space) {
+                Some((study, _, _)) if study == self.study => {}
+                Some((_, params, peak)) => out.peaks.push((params, peak)),
+                None => out.bad += 1,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A line's study key, params (those of `space` it has) and peak; `None` where it does not
+/// read back.
+fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Params, u64)> {
+    let line: Line = serde_json::from_slice(line).ok()?;
+    let mut params = Params::new();
+    for p in &space.params {
+        if let Some(x) = line.params.get(&p.name) {
+            params.insert(p.name.clone(), p.dist.from_internal(*x)?);
+        }
+    }
+    if line.peak == 0 || params.len() != line.params.len() {
+        return None;
+    }
+    Some((line.study, params, line.peak))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::{Distribution, ParamSpec, ParamValue};
+
+    fn space() -> SearchSpace {
+        SearchSpace {
+            params: vec![
+                ParamSpec {
+                    name: "width".into(),
+                    dist: Distribution::Int {
+                        low: 64,
+                        high: 1024,
+                        step: 1,
+                        log: true,
+                    },
+                },
+                ParamSpec {
+                    name: "opt".into(),
+                    dist: Distribution::Categorical {
+                        choices: vec![serde_json::json!("sgd"), serde_json::json!("adam")],
+                    },
+                },
+                ParamSpec {
+                    name: "lr".into(),
+                    dist: Distribution::Float {
+                        low: 1e-5,
+                        high: 1e-1,
+                        step: None,
+                        log: true,
+                    },
+                },
+            ],
+        }
+    }
+
+    fn params(w: i64, opt: usize, lr: f64) -> Params {
+        [
+            ("width".to_owned(), ParamValue::Int(w)),
+            ("opt".to_owned(), ParamValue::Choice(opt)),
+            ("lr".to_owned(), ParamValue::Float(lr)),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    #[test]
+    fn another_study_reads_what_one_appends_bit_for_bit_and_its_own_lines_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("gpu-ledger");
+        let program = fingerprint("python train.py");
+        let mut a = PeakLog::open(&ledger, program, 1).unwrap();
+        let mut b = PeakLog::open(&ledger, program, 2).unwrap();
+        assert_eq!(a.path(), b.path());
+        let p = params(663, 1, 7.942474088347347e-5);
+        a.append(&space(), &p, 10_800_332_800).unwrap();
+        b.append(&space(), &params(64, 0, 0.1), 1 << 30).unwrap();
+        assert_eq!(
+            b.read_new(&space()).unwrap(),
+            Appended {
+                peaks: vec![(p, 10_800_332_800)],
+                bad: 0
+            }
+        );
+        // Read once: nothing new until more is appended.
+        assert_eq!(b.read_new(&space()).unwrap(), Appended::default());
+        assert_eq!(a.read_new(&space()).unwrap().peaks.len(), 1);
+        // Another program, another file.
+        let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3).unwrap();
+        assert_ne!(c.path(), a.path());
+        assert_eq!(c.read_new(&space()).unwrap(), Appended::default());
+    }
+
+    #[test]
+    fn a_partial_line_waits_and_lines_that_do_not_read_back_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("gpu-ledger");
+        let mut log = PeakLog::open(&ledger, 7, 1).unwrap();
+        let mut raw = std::fs::OpenOptions::new()
+            .append(true)
+            .open(log.path())
+            .unwrap();
+        raw.write_all(
+            b"not json\n\
+              {\"study\":\"x\",\"peak\":5,\"params\":{\"opt\":9}}\n\
+              {\"study\":\"x\",\"peak\":5,\"params\":{\"depth\":1}}\n\
+              {\"study\":\"x\",\"peak\":0,\"params\":{\"opt\":1}}\n\
+              {\"study\":\"x\",\"peak\":5,\"params\":{\"opt\"",
+        )
+        .unwrap();
+        let first = log.read_new(&space()).unwrap();
+        assert_eq!((first.peaks.len(), first.bad), (0, 4));
+        raw.write_all(b":1}}\n").unwrap();
+        let second = log.read_new(&space()).unwrap();
+        let opt: Params = [("opt".to_owned(), ParamValue::Choice(1))]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            second,
+            Appended {
+                peaks: vec![(opt, 5)],
+                bad: 0
+            }
+        );
+    }
+}
