@@ -823,8 +823,9 @@ def packing_story(splits, long_checks=()):
     if group and two:
         out.append(
             "With `[gpu] memory_group` set in both (the two studies run one program), each "
-            "learns from the other's measured peaks too, and so leaves the learning phase about "
-            "twice as fast: %s of the oracle, where learning apart reached %s"
+            "learns from the other's measured peaks too: %s of the oracle, where learning "
+            "apart reached %s (one run each, and single runs vary by about 0.05; both studies "
+            "start together, so each still admits its first trials at `trial_memory`)"
             % (", ".join("%.2f (%s)" % (x[3], x[1]) for x in group),
                ", ".join("%.2f (%s)" % (x[3], x[1]) for x in two)))
     foreign = [x for x in splits if x[0] == "foreign"]
