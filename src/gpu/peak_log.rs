@@ -115,7 +115,12 @@ impl PeakLog {
     /// The other studies' trials appended since the last read, read back through `space`.
     pub fn read_new(&mut self, space: &SearchSpace) -> std::io::Result<Appended> {
         let mut file = self.file()?;
-        if file.metadata()?.len() <= self.offset {
+        let len = file.metadata()?.len();
+        if len < self.offset {
+            // Removed and made again (by hand, or a runtime directory emptied): read it anew.
+            self.offset = 0;
+        }
+        if len <= self.offset {
             return Ok(Appended::default());
         }
         file.seek(SeekFrom::Start(self.offset))?;
@@ -158,35 +163,15 @@ fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Params, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::{Distribution, ParamSpec, ParamValue};
+    use crate::study::space::test_util::{cat, float, int, spec};
+    use crate::study::ParamValue;
 
     fn space() -> SearchSpace {
         SearchSpace {
             params: vec![
-                ParamSpec {
-                    name: "width".into(),
-                    dist: Distribution::Int {
-                        low: 64,
-                        high: 1024,
-                        step: 1,
-                        log: true,
-                    },
-                },
-                ParamSpec {
-                    name: "opt".into(),
-                    dist: Distribution::Categorical {
-                        choices: vec![serde_json::json!("sgd"), serde_json::json!("adam")],
-                    },
-                },
-                ParamSpec {
-                    name: "lr".into(),
-                    dist: Distribution::Float {
-                        low: 1e-5,
-                        high: 1e-1,
-                        step: None,
-                        log: true,
-                    },
-                },
+                spec("width", int(64, 1024, 1, true)),
+                spec("opt", cat(2)),
+                spec("lr", float(1e-5, 1e-1, None, true)),
             ],
         }
     }
@@ -222,6 +207,13 @@ mod tests {
         // Read once: nothing new until more is appended.
         assert_eq!(b.read_new(&space()).unwrap(), Appended::default());
         assert_eq!(a.read_new(&space()).unwrap().peaks.len(), 1);
+        // A file removed and made again is read from its start.
+        std::fs::remove_file(b.path()).unwrap();
+        a.append(&space(), &params(64, 0, 0.1), 2 << 30).unwrap();
+        assert_eq!(
+            b.read_new(&space()).unwrap().peaks,
+            vec![(params(64, 0, 0.1), 2 << 30)]
+        );
         // Another program, another file.
         let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3).unwrap();
         assert_ne!(c.path(), a.path());
