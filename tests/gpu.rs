@@ -772,6 +772,71 @@ fn a_study_of_a_memory_group_learns_from_the_peaks_another_study_of_the_group_me
 }
 
 #[test]
+fn a_study_of_a_memory_group_learns_from_the_levels_of_another_study_of_the_groups_running_trials()
+{
+    // Study a measures 3 short trials of 2 GiB, then runs 3 of 8 s (they settle at their level
+    // once the model can predict them). Once those have settled (their lines in the group's
+    // file), study b starts: it takes in their levels as running trials, and its first trial is
+    // bounded by them while they still run.
+    let by_number = r#"{"3": {"hold": 8}, "4": {"hold": 8}, "5": {"hold": 8}}"#;
+    let env = [
+        ("SIM_MEM", "2G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+        ("SIM_BY_NUMBER", by_number),
+    ];
+    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 3, group, &env);
+    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env[..3]);
+    let ca = a.spawn_run();
+    let dir = gpus.state.parent().unwrap().to_owned();
+    let lines = |kind: &str| -> usize {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gpu-ledger.peaks-")
+            })
+            .map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .matches(&format!("\"kind\":\"{kind}\""))
+                    .count()
+            })
+            .sum()
+    };
+    wait_until(LIMIT, "study a's long trials settle", || {
+        lines("level") == 3
+    });
+    let out = wait_output(b.spawn_run(), LIMIT);
+    assert!(out.status.success(), "{}", b.daemon_stderr());
+    let start = b.daemon_stderr();
+    assert!(
+        start
+            .lines()
+            .any(|l| l.contains("memory learnt from the other studies")
+                && l.contains("trials=3")
+                && l.contains("running=3")),
+        "{start}"
+    );
+    let first_b = admitted_line(&b, 0);
+    assert!(
+        first_b.contains("of 6 measured trials of the same config"),
+        "{first_b}"
+    );
+    let oa = wait_output(ca, LIMIT);
+    assert!(oa.status.success(), "{}", a.daemon_stderr());
+    assert_eq!(lines("peak"), 7);
+    // a's long trials were still running when b's was admitted.
+    let a_long_end = (3..6)
+        .map(|n| stamp(&a, n, "datetime_complete"))
+        .fold(f64::INFINITY, f64::min);
+    assert!(stamp(&b, 0, "datetime_start") < a_long_end);
+}
+
+#[test]
 fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
     // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
     // ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs 40 s

@@ -13,8 +13,9 @@
 //!   from its own errors). Users' view of both: `docs/gpu-memory-model.md`;
 //! - [`ledger`]: the file that daemons on one host share, so that each counts what the others'
 //!   trials have yet to allocate;
-//! - [`peak_log`]: the file that daemons on one host running the same program share their
-//!   measured peaks through, so that each memory model learns from the trials of all.
+//! - [`peak_log`]: the file that the daemons of one `[gpu] memory_group` on a host share their
+//!   measured peaks and their running trials' levels through, so that each memory model learns
+//!   from the trials of all.
 //!
 //! The supervisor drives them all: it polls the monitor, hands its readings to admission with
 //! the memory model's estimate and the other daemons' claims, and feeds each finished trial's

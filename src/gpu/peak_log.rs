@@ -11,9 +11,10 @@
 //! studies of one `[gpu] memory_group` share, and the supervisor adds to the group what it can
 //! check (the command, the space) in the fingerprint it hands here.
 //!
-//! Each daemon appends a line per measured trial to a file named after that fingerprint, next
-//! to the host's ledger, and before each admission round reads what was appended since its
-//! last read. A line is written whole with one `write` on a file opened for appending, and a reader takes
+//! Each daemon appends to a file named after that fingerprint, next to the host's ledger, a line
+//! when one of its trials settles at its level (what the model learns from while a trial runs)
+//! and one when it ends (its peak, or that it failed), and before each admission round reads
+//! what was appended since its last read. A line is written whole with one `write` on a file opened for appending, and a reader takes
 //! only complete lines, so no lock is needed. Lines of its own study (its own, or an earlier
 //! instance's, whose trials it reads from its database) are skipped: they would count twice.
 //! Params travel in Optuna's internal representation (numbers; a categorical's choice index),
@@ -37,20 +38,60 @@ pub fn fingerprint(text: &str) -> u64 {
     })
 }
 
-/// One measured trial, as a line of the file.
+/// What a line says of a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    /// It ended, measured at `peak`.
+    #[default]
+    Peak,
+    /// It runs, settled at `peak` (`gpu::monitor::settled`).
+    Level,
+    /// It ended without a measured peak (it failed): its level no longer counts.
+    Ended,
+}
+
+/// One line of the file.
 #[derive(Serialize, Deserialize)]
 struct Line {
     /// The study's key ([`fingerprint`] of where it is stored and its name), in hex.
     study: String,
+    #[serde(default)]
+    kind: Kind,
+    /// The trial's id in its study's database, which a level's later peak or end names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trial: Option<i64>,
+    #[serde(default)]
     peak: u64,
+    #[serde(default)]
     params: BTreeMap<String, f64>,
 }
 
-/// What a read brought: the other studies' measured trials, and the lines that did not read
-/// back (not JSON, or a param the space cannot hold).
+/// A trial of another study, as a line tells it. `key` names the trial among every study's
+/// (negative, so never one of our own trial ids).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shared {
+    /// It ended, measured at `peak`: it no longer runs at a level, if it did.
+    Peak {
+        key: Option<i64>,
+        params: Params,
+        peak: u64,
+    },
+    /// It runs, settled at `level`: it counts as measured at that level until it ends.
+    Level {
+        key: i64,
+        params: Params,
+        level: u64,
+    },
+    /// It ended without a measured peak.
+    Ended { key: i64 },
+}
+
+/// What a read brought: the other studies' trials, and the lines that did not read back (not
+/// JSON, a param the space cannot hold, a level or end that names no trial).
 #[derive(Debug, Default, PartialEq)]
 pub struct Appended {
-    pub peaks: Vec<(Params, u64)>,
+    pub trials: Vec<Shared>,
     pub bad: usize,
 }
 
@@ -95,14 +136,43 @@ impl PeakLog {
     }
 
     /// Appends one of our trials' measured peak.
-    pub fn append(&self, space: &SearchSpace, params: &Params, peak: u64) -> std::io::Result<()> {
-        let params = space
-            .params
-            .iter()
-            .filter_map(|p| Some((p.name.clone(), p.dist.to_internal(params.get(&p.name)?))))
-            .collect();
+    pub fn peak(
+        &self,
+        space: &SearchSpace,
+        trial: i64,
+        params: &Params,
+        peak: u64,
+    ) -> std::io::Result<()> {
+        self.append(Kind::Peak, trial, internal(space, params), peak)
+    }
+
+    /// Appends the level one of our running trials has settled at.
+    pub fn level(
+        &self,
+        space: &SearchSpace,
+        trial: i64,
+        params: &Params,
+        level: u64,
+    ) -> std::io::Result<()> {
+        self.append(Kind::Level, trial, internal(space, params), level)
+    }
+
+    /// Appends that one of our trials whose level went out ended without a peak.
+    pub fn ended(&self, trial: i64) -> std::io::Result<()> {
+        self.append(Kind::Ended, trial, BTreeMap::new(), 0)
+    }
+
+    fn append(
+        &self,
+        kind: Kind,
+        trial: i64,
+        params: BTreeMap<String, f64>,
+        peak: u64,
+    ) -> std::io::Result<()> {
         let line = Line {
             study: self.study.clone(),
+            kind,
+            trial: Some(trial),
             peak,
             params,
         };
@@ -135,8 +205,8 @@ impl PeakLog {
                 continue;
             }
             match parse(line, space) {
-                Some((study, _, _)) if study == self.study => {}
-                Some((_, params, peak)) => out.peaks.push((params, peak)),
+                Some((study, _)) if study == self.study => {}
+                Some((_, shared)) => out.trials.push(shared),
                 None => out.bad += 1,
             }
         }
@@ -144,20 +214,46 @@ impl PeakLog {
     }
 }
 
-/// A line's study key, params (those of `space` it has) and peak; `None` where it does not
-/// read back.
-fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Params, u64)> {
+/// `params` as Optuna stores them internally, by name.
+fn internal(space: &SearchSpace, params: &Params) -> BTreeMap<String, f64> {
+    space
+        .params
+        .iter()
+        .filter_map(|p| Some((p.name.clone(), p.dist.to_internal(params.get(&p.name)?))))
+        .collect()
+}
+
+/// A line's study key and what it says; `None` where it does not read back.
+fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Shared)> {
     let line: Line = serde_json::from_slice(line).ok()?;
+    let key = line.trial.map(|t| {
+        // Negative: never one of our own trial ids, which the model's running set also holds.
+        -((fingerprint(&format!("{}\n{t}", line.study)) >> 1) as i64) - 1
+    });
     let mut params = Params::new();
     for p in &space.params {
         if let Some(x) = line.params.get(&p.name) {
             params.insert(p.name.clone(), p.dist.from_internal(*x)?);
         }
     }
-    if line.peak == 0 || params.len() != line.params.len() {
+    if params.len() != line.params.len() {
         return None;
     }
-    Some((line.study, params, line.peak))
+    let shared = match line.kind {
+        Kind::Peak if line.peak > 0 => Shared::Peak {
+            key,
+            params,
+            peak: line.peak,
+        },
+        Kind::Level if line.peak > 0 => Shared::Level {
+            key: key?,
+            params,
+            level: line.peak,
+        },
+        Kind::Ended => Shared::Ended { key: key? },
+        _ => return None,
+    };
+    Some((line.study, shared))
 }
 
 #[cfg(test)]
@@ -186,6 +282,17 @@ mod tests {
         .collect()
     }
 
+    /// The peaks of a read, without their keys.
+    fn peaks(read: &Appended) -> Vec<(Params, u64)> {
+        read.trials
+            .iter()
+            .filter_map(|t| match t {
+                Shared::Peak { params, peak, .. } => Some((params.clone(), *peak)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn another_study_reads_what_one_appends_bit_for_bit_and_its_own_lines_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
@@ -195,29 +302,48 @@ mod tests {
         let mut b = PeakLog::open(&ledger, program, 2).unwrap();
         assert_eq!(a.path(), b.path());
         let p = params(663, 1, 7.942474088347347e-5);
-        a.append(&space(), &p, 10_800_332_800).unwrap();
-        b.append(&space(), &params(64, 0, 0.1), 1 << 30).unwrap();
-        assert_eq!(
-            b.read_new(&space()).unwrap(),
-            Appended {
-                peaks: vec![(p, 10_800_332_800)],
-                bad: 0
-            }
-        );
+        a.peak(&space(), 1, &p, 10_800_332_800).unwrap();
+        b.peak(&space(), 1, &params(64, 0, 0.1), 1 << 30).unwrap();
+        let read = b.read_new(&space()).unwrap();
+        assert_eq!((peaks(&read), read.bad), (vec![(p, 10_800_332_800)], 0));
         // Read once: nothing new until more is appended.
         assert_eq!(b.read_new(&space()).unwrap(), Appended::default());
-        assert_eq!(a.read_new(&space()).unwrap().peaks.len(), 1);
+        assert_eq!(a.read_new(&space()).unwrap().trials.len(), 1);
         // A file removed and made again is read from its start.
         std::fs::remove_file(b.path()).unwrap();
-        a.append(&space(), &params(64, 0, 0.1), 2 << 30).unwrap();
+        a.peak(&space(), 2, &params(64, 0, 0.1), 2 << 30).unwrap();
         assert_eq!(
-            b.read_new(&space()).unwrap().peaks,
+            peaks(&b.read_new(&space()).unwrap()),
             vec![(params(64, 0, 0.1), 2 << 30)]
         );
         // Another program, another file.
         let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3).unwrap();
         assert_ne!(c.path(), a.path());
         assert_eq!(c.read_new(&space()).unwrap(), Appended::default());
+    }
+
+    #[test]
+    fn a_running_trials_level_then_its_peak_or_its_end_name_it_by_one_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("gpu-ledger");
+        let a = PeakLog::open(&ledger, 7, 1).unwrap();
+        let mut b = PeakLog::open(&ledger, 7, 2).unwrap();
+        let p = params(256, 0, 0.01);
+        a.level(&space(), 7, &p, 3 << 30).unwrap();
+        a.peak(&space(), 7, &p, 4 << 30).unwrap();
+        a.level(&space(), 8, &p, 5 << 30).unwrap();
+        a.ended(8).unwrap();
+        let t = b.read_new(&space()).unwrap().trials;
+        let key = |i: usize| match &t[i] {
+            Shared::Level { key, .. } | Shared::Ended { key } => *key,
+            Shared::Peak { key, .. } => key.unwrap(),
+        };
+        assert!(matches!(&t[0], Shared::Level { level, .. } if *level == 3 << 30));
+        assert!(matches!(&t[1], Shared::Peak { peak, .. } if *peak == 4 << 30));
+        assert!(matches!(&t[3], Shared::Ended { .. }));
+        assert_eq!((key(0), key(2)), (key(1), key(3)));
+        // Negative, never one of our own ids; one per trial.
+        assert!(key(0) < 0 && key(2) < 0 && key(0) != key(2), "{t:?}");
     }
 
     #[test]
@@ -234,22 +360,17 @@ mod tests {
               {\"study\":\"x\",\"peak\":5,\"params\":{\"opt\":9}}\n\
               {\"study\":\"x\",\"peak\":5,\"params\":{\"depth\":1}}\n\
               {\"study\":\"x\",\"peak\":0,\"params\":{\"opt\":1}}\n\
+              {\"study\":\"x\",\"kind\":\"level\",\"peak\":5,\"params\":{\"opt\":1}}\n\
               {\"study\":\"x\",\"peak\":5,\"params\":{\"opt\"",
         )
         .unwrap();
         let first = log.read_new(&space()).unwrap();
-        assert_eq!((first.peaks.len(), first.bad), (0, 4));
+        assert_eq!((first.trials.len(), first.bad), (0, 5));
         raw.write_all(b":1}}\n").unwrap();
         let second = log.read_new(&space()).unwrap();
         let opt: Params = [("opt".to_owned(), ParamValue::Choice(1))]
             .into_iter()
             .collect();
-        assert_eq!(
-            second,
-            Appended {
-                peaks: vec![(opt, 5)],
-                bad: 0
-            }
-        );
+        assert_eq!((peaks(&second), second.bad), (vec![(opt, 5)], 0));
     }
 }

@@ -13,6 +13,7 @@
 use super::core::Core;
 use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::{self, Claims, Held, Request};
+use crate::gpu::peak_log::Shared;
 use crate::gpu::{
     Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, PeakLog, Reclaim,
 };
@@ -41,6 +42,12 @@ pub(super) struct GpuCtl {
     /// (`gpu::peak_log`): our measured trials go out through it, theirs come in before each
     /// round. `None`: not shared (no group, no ledger, or it failed, said once).
     pub(super) peak_log: Option<PeakLog>,
+    /// Our running trials whose settled level went out through `peak_log` (their end then
+    /// goes out too, peak or not).
+    pub(super) levels_shared: BTreeSet<i64>,
+    /// The other studies' running trials settled at a level, by `peak_log`'s key: measured at
+    /// that level, as our own settled trials are, until their peak or their end comes in.
+    pub(super) neighbour_levels: BTreeMap<i64, (Params, u64)>,
     /// What our waiting trial asks the other daemons' idle workers for (written to the ledger).
     pub(super) asking: Option<Request>,
     /// What the other daemons ask of our idle workers, per device: the bytes still to free as
@@ -60,35 +67,81 @@ pub(super) struct GpuCtl {
 }
 
 impl GpuCtl {
-    /// Takes in the peaks the other studies of our group measured since the last call.
-    pub(super) fn learn_from_neighbours(&mut self, space: &SearchSpace) {
+    /// Takes in what the other studies of our group appended since the last call: their
+    /// measured peaks, and their running trials' settled levels until those end. Returns how
+    /// many of their trials ended with a peak in what came in, and how many now run at a level.
+    pub(super) fn learn_from_neighbours(&mut self, space: &SearchSpace) -> (usize, usize) {
         let Some(log) = &mut self.peak_log else {
-            return;
+            return (0, 0);
         };
-        match log.read_new(space) {
-            Ok(read) => {
-                if read.bad > 0 {
-                    warn!(
-                        file = %log.path().display(),
-                        "{} lines of the shared peaks did not read back through this study's params; skipped",
-                        read.bad
-                    );
+        let read = match log.read_new(space) {
+            Ok(read) => read,
+            Err(e) => {
+                self.peak_log_failed(&e);
+                return (0, 0);
+            }
+        };
+        if read.bad > 0 {
+            warn!(
+                file = %log.path().display(),
+                "{} lines of the shared peaks did not read back through this study's params; skipped",
+                read.bad
+            );
+        }
+        let mut ended = 0;
+        for trial in read.trials {
+            match trial {
+                Shared::Peak { key, params, peak } => {
+                    if let Some(key) = key {
+                        self.neighbour_levels.remove(&key);
+                    }
+                    self.model.record(&params, peak);
+                    ended += 1;
                 }
-                for (params, peak) in &read.peaks {
-                    self.model.record(params, *peak);
+                Shared::Level { key, params, level } => {
+                    self.neighbour_levels.insert(key, (params, level));
+                }
+                Shared::Ended { key } => {
+                    self.neighbour_levels.remove(&key);
                 }
             }
-            Err(e) => self.peak_log_failed(&e),
+        }
+        (ended, self.neighbour_levels.len())
+    }
+
+    /// Shares the level our running trial `trial` has settled at, once.
+    pub(super) fn share_level(
+        &mut self,
+        space: &SearchSpace,
+        trial: i64,
+        params: &Params,
+        level: u64,
+    ) {
+        let Some(log) = &self.peak_log else { return };
+        if self.levels_shared.insert(trial) {
+            if let Err(e) = log.level(space, trial, params, level) {
+                self.peak_log_failed(&e);
+            }
         }
     }
 
-    /// Shares one of our trials' measured peak with the other studies of our group.
-    pub(super) fn share_peak(&mut self, space: &SearchSpace, params: &Params, peak: u64) {
-        if let Some(Err(e)) = self
-            .peak_log
-            .as_ref()
-            .map(|l| l.append(space, params, peak))
-        {
+    /// Shares how our trial `trial` ended: its measured peak, or (where its level went out)
+    /// that it ended without one.
+    pub(super) fn share_end(
+        &mut self,
+        space: &SearchSpace,
+        trial: i64,
+        params: &Params,
+        peak: Option<u64>,
+    ) {
+        let leveled = self.levels_shared.remove(&trial);
+        let Some(log) = &self.peak_log else { return };
+        let written = match peak {
+            Some(peak) => log.peak(space, trial, params, peak),
+            None if leveled => log.ended(trial),
+            None => Ok(()),
+        };
+        if let Err(e) = written {
             self.peak_log_failed(&e);
         }
     }
@@ -147,11 +200,26 @@ impl Core {
                 .map_or(0, |l| model.estimate(&l.params).predicted)
         });
         // And the model learns from those that have settled before they end (none once the
-        // study's trials are no longer taken at their level).
-        model.running(running.iter().filter(|t| t.settled).filter_map(|t| {
-            live.get(&t.trial_id)
-                .map(|l| (t.trial_id, &l.params, t.used_now))
-        }));
+        // study's trials are no longer taken at their level), and from the other studies' of
+        // our memory group.
+        let settled: Vec<(i64, &Params, u64)> = running
+            .iter()
+            .filter(|t| t.settled)
+            .filter_map(|t| {
+                live.get(&t.trial_id)
+                    .map(|l| (t.trial_id, &l.params, t.used_now))
+            })
+            .collect();
+        model.running(
+            settled.iter().copied().chain(
+                g.neighbour_levels
+                    .iter()
+                    .map(|(key, (params, level))| (*key, params, *level)),
+            ),
+        );
+        for (trial, params, level) in settled {
+            g.share_level(&self.config.space, trial, params, level);
+        }
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
             if g.failing.insert(*device) {

@@ -1044,10 +1044,11 @@ impl Core {
         }
         if let Some(g) = &mut self.gpu {
             g.model.ended(trial_id);
-            if let Some(p) = peak.filter(|_| state != TrialState::Fail) {
+            let measured = peak.filter(|_| state != TrialState::Fail);
+            if let Some(p) = measured {
                 g.model.record(params, p);
-                g.share_peak(&self.config.space, params, p);
             }
+            g.share_end(&self.config.space, trial_id, params, measured);
         }
         // Its memory is no longer ours to claim: the other daemons may use it now.
         self.refresh_claims();

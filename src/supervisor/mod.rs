@@ -434,8 +434,8 @@ async fn run_locked(
     let ledger = monitor.as_ref().and_then(|_| open_ledger());
     let peak_log = ledger
         .as_ref()
-        .and_then(|l| open_peak_log(&config, &study.name, l.path(), &mut model));
-    let gpu = monitor.as_ref().map(|m| GpuCtl {
+        .and_then(|l| open_peak_log(&config, &study.name, l.path()));
+    let mut gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
         capacity: Capacity::new(
             config.gpu.headroom,
@@ -455,7 +455,21 @@ async fn run_locked(
         head_watch: None,
         hold: None,
         honoured: Default::default(),
+        levels_shared: Default::default(),
+        neighbour_levels: Default::default(),
     });
+    // What the other studies of our memory group measured so far.
+    if let Some(g) = gpu.as_mut().filter(|g| g.peak_log.is_some()) {
+        let (ended, running) = g.learn_from_neighbours(&config.space);
+        if let Some(log) = &g.peak_log {
+            info!(
+                file = %log.path().display(),
+                trials = ended,
+                running,
+                "memory learnt from the other studies of this memory_group on this host"
+            );
+        }
+    }
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
             store: store.clone(),
@@ -697,42 +711,24 @@ fn open_ledger() -> Option<crate::gpu::Ledger> {
 }
 
 /// The file through which the studies on this host of our `[gpu] memory_group` that run our
-/// command over our params share their measured peaks (`gpu::peak_log`), read whole into
-/// `model`; `None` without a group or where it cannot be opened or read (said once).
+/// command over our params share their measured peaks (`gpu::peak_log`); `None` without a
+/// group or where it cannot be opened (said once).
 fn open_peak_log(
     config: &Config,
     study: &str,
     ledger: &std::path::Path,
-    model: &mut MemoryModel,
 ) -> Option<crate::gpu::PeakLog> {
     use crate::gpu::peak_log::fingerprint;
     let program = program_of(config)?;
     let key = format!("{}\n{study}", config.storage.path.display());
-    let mut log = match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&key))
-    {
+    let log = match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&key)) {
         Ok(log) => log,
         Err(e) => {
             warn!("cannot open the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
             return None;
         }
     };
-    match log.read_new(&config.space) {
-        Ok(read) => {
-            for (params, peak) in &read.peaks {
-                model.record(params, *peak);
-            }
-            info!(
-                file = %log.path().display(),
-                trials = read.peaks.len(),
-                "memory learnt from the other studies on this host that run this program over these params too"
-            );
-            Some(log)
-        }
-        Err(e) => {
-            warn!(file = %log.path().display(), "cannot read the peaks shared by the other studies of this memory_group ({e}): this study learns memory from its own trials only");
-            None
-        }
-    }
+    Some(log)
 }
 
 /// What names the file a study's peaks are shared through (`None` without `[gpu] memory_group`):
