@@ -434,7 +434,7 @@ async fn run_locked(
     let ledger = monitor.as_ref().and_then(|_| open_ledger());
     let peak_log = ledger
         .as_ref()
-        .and_then(|l| open_peak_log(&config, &study.name, l.path()));
+        .and_then(|l| open_peak_log(&config, l.path()));
     let mut gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
         capacity: Capacity::new(
@@ -713,22 +713,17 @@ fn open_ledger() -> Option<crate::gpu::Ledger> {
 /// The file through which the studies on this host of our `[gpu] memory_group` that run our
 /// command over our params share their measured peaks (`gpu::peak_log`); `None` without a
 /// group or where it cannot be opened (said once).
-fn open_peak_log(
-    config: &Config,
-    study: &str,
-    ledger: &std::path::Path,
-) -> Option<crate::gpu::PeakLog> {
+fn open_peak_log(config: &Config, ledger: &std::path::Path) -> Option<crate::gpu::PeakLog> {
     use crate::gpu::peak_log::fingerprint;
     let program = program_of(config)?;
-    let key = format!("{}\n{study}", config.storage.path.display());
-    let log = match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&key)) {
-        Ok(log) => log,
+    let study = format!("{}\n{}", config.storage.path.display(), config.study.name);
+    match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&study)) {
+        Ok(log) => Some(log),
         Err(e) => {
             warn!("cannot open the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
-            return None;
+            None
         }
-    };
-    Some(log)
+    }
 }
 
 /// What names the file a study's peaks are shared through (`None` without `[gpu] memory_group`):

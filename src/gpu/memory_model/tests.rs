@@ -2,7 +2,7 @@
 //! it falls short.
 
 use super::*;
-use crate::study::ParamSpec;
+use crate::study::space::test_util::{float, int, spec};
 use rand::{Rng, SeedableRng};
 
 const MIB: u64 = 1 << 20;
@@ -10,33 +10,9 @@ const MIB: u64 = 1 << 20;
 fn space() -> SearchSpace {
     SearchSpace {
         params: vec![
-            ParamSpec {
-                name: "width".into(),
-                dist: Distribution::Int {
-                    low: 64,
-                    high: 2048,
-                    step: 1,
-                    log: false,
-                },
-            },
-            ParamSpec {
-                name: "depth".into(),
-                dist: Distribution::Int {
-                    low: 1,
-                    high: 16,
-                    step: 1,
-                    log: false,
-                },
-            },
-            ParamSpec {
-                name: "lr".into(),
-                dist: Distribution::Float {
-                    low: 1e-5,
-                    high: 1e-1,
-                    step: None,
-                    log: true,
-                },
-            },
+            spec("width", int(64, 2048, 1, false)),
+            spec("depth", int(1, 16, 1, false)),
+            spec("lr", float(1e-5, 1e-1, None, true)),
         ],
     }
 }
@@ -116,24 +92,8 @@ fn the_bound_covers_the_true_peak_and_stays_close_to_it() {
 fn continuous_space() -> SearchSpace {
     SearchSpace {
         params: vec![
-            ParamSpec {
-                name: "width".into(),
-                dist: Distribution::Int {
-                    low: 64,
-                    high: 1024,
-                    step: 1,
-                    log: true,
-                },
-            },
-            ParamSpec {
-                name: "depth".into(),
-                dist: Distribution::Int {
-                    low: 1,
-                    high: 8,
-                    step: 1,
-                    log: false,
-                },
-            },
+            spec("width", int(64, 1024, 1, true)),
+            spec("depth", int(1, 8, 1, false)),
             space().params[2].clone(),
         ],
     }
@@ -229,38 +189,20 @@ fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
 /// large Adam trials with small batches, down to half their peak).
 #[test]
 fn two_memory_terms_over_seven_params_are_covered_from_20_trials_on() {
-    let int = |name: &str, low: i64, high: i64, log: bool| ParamSpec {
-        name: name.into(),
-        dist: Distribution::Int {
-            low,
-            high,
-            step: 1,
-            log,
-        },
-    };
-    let float = |name: &str, low: f64, high: f64, log: bool| ParamSpec {
-        name: name.into(),
-        dist: Distribution::Float {
-            low,
-            high,
-            step: None,
-            log,
-        },
-    };
     let space = SearchSpace {
         params: vec![
-            int("width", 64, 1024, true),
-            int("depth", 1, 12, false),
-            int("batch", 16, 256, true),
-            float("lr", 1e-5, 1e-1, true),
-            float("dropout", 0.0, 0.5, false),
-            float("wd", 1e-6, 1e-2, true),
-            ParamSpec {
-                name: "opt".into(),
-                dist: Distribution::Categorical {
+            spec("width", int(64, 1024, 1, true)),
+            spec("depth", int(1, 12, 1, false)),
+            spec("batch", int(16, 256, 1, true)),
+            spec("lr", float(1e-5, 1e-1, None, true)),
+            spec("dropout", float(0.0, 0.5, None, false)),
+            spec("wd", float(1e-6, 1e-2, None, true)),
+            spec(
+                "opt",
+                Distribution::Categorical {
                     choices: vec![serde_json::json!("sgd"), serde_json::json!("adam")],
                 },
-            },
+            ),
         ],
     };
     let mut ratios: Vec<(usize, f64)> = Vec::new();
@@ -385,21 +327,13 @@ fn the_largest_config_after_small_ones_is_not_expected_at_their_slope() {
 fn mode_space() -> SearchSpace {
     SearchSpace {
         params: vec![
-            ParamSpec {
-                name: "mem".into(),
-                dist: Distribution::Categorical {
+            spec(
+                "mem",
+                Distribution::Categorical {
                     choices: vec![serde_json::json!("small"), serde_json::json!("large")],
                 },
-            },
-            ParamSpec {
-                name: "lr".into(),
-                dist: Distribution::Float {
-                    low: 1e-5,
-                    high: 1e-1,
-                    step: None,
-                    log: true,
-                },
-            },
+            ),
+            spec("lr", float(1e-5, 1e-1, None, true)),
         ],
     }
 }
@@ -657,24 +591,14 @@ fn an_oom_raises_the_estimate_near_the_failed_params_only() {
 #[test]
 fn params_a_trial_does_not_have_are_a_feature_of_their_own() {
     let mut m = MemoryModel::new(&SearchSpace::default(), 0);
-    let width = Distribution::Int {
-        low: 64,
-        high: 2048,
-        step: 1,
-        log: false,
-    };
+    let width = int(64, 2048, 1, false);
     m.param("width", &width);
     let only = |w: i64| -> Params { [("width".to_owned(), ParamValue::Int(w))].into() };
     for w in [64, 128, 256, 512, 1024, 2048] {
         m.record(&only(w), peak(w, 4));
     }
     // A new param appears (another branch of a define-by-run space).
-    let heads = Distribution::Int {
-        low: 1,
-        high: 16,
-        step: 1,
-        log: false,
-    };
+    let heads = int(1, 16, 1, false);
     m.param("heads", &heads);
     let e = m.expected(&only(1024));
     assert!(
