@@ -514,6 +514,64 @@ fn a_waiting_trial_starts_soon_after_a_trial_ends_even_with_a_long_poll_interval
     assert!(gap < 4.0, "trial 2 waited {gap:.1}s after trial 0 ended");
 }
 
+#[test]
+fn a_slots_next_trial_sees_memory_freed_since_the_last_reading_in_its_finish_commit() {
+    // Another job holds 12.5 GiB of 24 GiB: two trials of 5 GiB fit beside it, a third would
+    // not. NVML is read every 30 s, and while trials ramp up. The job exits while trials 0 and
+    // 1 hold their level, after the last reading; when trial 1 ends its slot's next trial,
+    // expected at ~6 GiB, fits only in what the job freed. The slot reads NVML before it
+    // writes the finish, so that trial starts in the finish's own commit. It once waited:
+    // the admission counted the card from the last reading (the job still there), and the
+    // next trial started only after the finish, when NVML was read again. Meanwhile another
+    // daemon on the host saw room this study had only stepped away from (CI once saw a large
+    // trial of another daemon start there without the hold that
+    // `a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones` checks).
+    let (sweep, gpus) = gpu_sweep(
+        &["24G Fake A10"],
+        3,
+        2,
+        "trial_memory = \"4.5GiB\"\npoll_interval = \"30s\"",
+        &[
+            ("SIM_MEM", "5G"),
+            ("SIM_CONTEXT", "256M"),
+            (
+                "SIM_BY_NUMBER",
+                r#"{"0": {"hold": 7}, "1": {"hold": 4}, "2": {"hold": 0.5}}"#,
+            ),
+        ],
+    );
+    drop_fast_polling(&sweep);
+    let mut job = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    gpus.append(&format!("proc 0 {} 12.5G", job.id()));
+    let run = sweep.spawn_run();
+    wait_until(LIMIT, "trials 0 and 1 running", || {
+        sweep.db.exists() && sweep.count("RUNNING") == 2
+    });
+    // Past their ramps, and the readings that see them settle.
+    std::thread::sleep(Duration::from_secs(2));
+    job.kill().unwrap();
+    job.wait().unwrap();
+    let out = wait_output(run, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+    assert!(fails(&sweep).is_empty());
+    let log = sweep.daemon_stderr();
+    let line_of = |what: &str, n: i64| {
+        log.lines()
+            .position(|l| l.contains(what) && l.contains(&format!(" trial={n} ")))
+            .unwrap_or_else(|| panic!("no line with {what:?} for trial {n}:\n{log}"))
+    };
+    // The finish is logged once durable, after the commit that started the next trial.
+    assert!(
+        line_of("admitted: expected peak", 2) < line_of("COMPLETE", 1),
+        "trial 2 started after trial 1's finish was written, not in its commit:\n{log}"
+    );
+    // And not before trial 1 ended: nothing fitted beside the job and two trials.
+    assert!(stamp(&sweep, 2, "datetime_start") >= stamp(&sweep, 1, "datetime_complete") - 0.5);
+}
+
 /// Trials of 14 GiB with `trial_memory` left at its default (6 GiB): nothing is measured yet,
 /// so the first three start at once at 6.9 GiB each on a 24 GiB card, and those that reach
 /// 14 GiB beside the others run out of memory. No rule sees that coming (NVML shows nothing of
@@ -892,7 +950,11 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     // a must not find room by chance: in CI (two cores, the whole suite at once) b's daemon
     // once fell behind its trials for long enough that a saw room for 16 GiB, beside one trial
     // of b's, and started without asking. So a's trial needs all four of b's gone at once, and
-    // b's trials hold their peak for a second, so that their ends rarely meet.
+    // b's trials hold their peak for a second, so that their ends rarely meet. CI saw it once
+    // more: b's slots each refilled only after their finish, as their admission counted the
+    // card from a reading taken before the trial ended, and with all four of b's trials ended
+    // at once the card looked empty (now each slot reads NVML before its finish:
+    // `a_slots_next_trial_sees_memory_freed_since_the_last_reading_in_its_finish_commit`).
     let b_env = [
         ("SIM_MEM", "5G"),
         ("SIM_CONTEXT", "256M"),
@@ -940,7 +1002,12 @@ fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     let passed = stderr
         .split("the trial at the head of the line, passed by ")
         .nth(1)
-        .unwrap_or_else(|| panic!("a never asked b to leave memory free\n{stderr}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "a never asked b to leave memory free\n{stderr}\n{}",
+                b.daemon_stderr()
+            )
+        });
     let (n, rest) = passed.split_once(' ').unwrap();
     let n: u32 = n.parse().unwrap();
     assert!(

@@ -510,21 +510,12 @@ impl Monitor {
         self.lock().readings.clone()
     }
 
-    /// Memory NVML lists for processes of group `pgid` on `device` (fresh reading).
-    pub async fn group_usage(&self, pgid: i32, device: u32) -> Option<u64> {
-        let gpu = self.gpu.clone();
-        let reading = tokio::task::spawn_blocking(move || gpu.read(device))
-            .await
-            .ok()?
-            .ok()?;
-        Some(
-            reading
-                .processes
-                .iter()
-                .filter(|p| process::proc_stat(p.pid as i32).is_some_and(|s| s.pgrp == pgid))
-                .map(|p| p.used)
-                .sum(),
-        )
+    /// Memory NVML lists for processes of group `pgid` on `device` in the latest reading
+    /// (`None`: that device could not be read).
+    pub fn group_used(&self, pgid: i32, device: u32) -> Option<u64> {
+        let st = self.lock();
+        let read = st.readings.iter().any(|(d, r)| *d == device && r.is_ok());
+        read.then(|| st.groups.get(&(device, pgid)).copied().unwrap_or(0))
     }
 
     /// Pids NVML lists on `device` among `pids` (fresh reading): memory not yet released.

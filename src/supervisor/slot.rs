@@ -248,9 +248,16 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                     c.health.successes += 1;
                 }
                 if let (Some(m), Some(d), Fate::Keep) = (&sh.monitor, c.device, &fate) {
+                    // A fresh reading of every device, taken before the finish: the trial's
+                    // memory is free now (its worker emptied its caches before reporting), and
+                    // the slot's next trial, admitted in the finish's own commit, must see it
+                    // free. From an older reading it saw the trial still at its peak, waited
+                    // for the next one, and meanwhile the card showed another daemon room this
+                    // study had only stepped away from.
+                    super::housekeeping::read_gpus(&sh).await;
                     // What the process holds between trials: the growth baseline, and how clean
                     // it is when the next trial starts.
-                    c.health.idle = m.group_usage(c.worker.pid as i32, d).await;
+                    c.health.idle = m.group_used(c.worker.pid as i32, d);
                     if let (Some(held), Some(fw)) = (c.health.idle, framework) {
                         if let Some(peak) =
                             m.raise_peak(claimed.trial_id, held, fw.reserved, fw.peak_reserved)
