@@ -417,6 +417,8 @@ pub(super) async fn finish_and_next(
     done_by: Option<i64>,
     runner: Option<Runner>,
 ) -> Result<(Finish, Option<Next>), RunError> {
+    // A worker kept on a GPU: the slot read every device after its trial, before this finish.
+    let read_before = idle.as_ref().is_some_and(|c| c.device.is_some());
     let (finished, fatal, mut report) = {
         let mut core = sh.core.lock().await;
         if let Some(c) = idle {
@@ -453,8 +455,11 @@ pub(super) async fn finish_and_next(
     sh.store.sync().await?;
     // The trial's memory is free now (its worker emptied its caches before reporting): read
     // the devices at once, so that a trial waiting for that memory is admitted now rather
-    // than at the next poll.
-    super::housekeeping::read_gpus(sh).await;
+    // than at the next poll. Where the slot read them just before the finish, that reading
+    // is the one the waiting slots woken below count from.
+    if !read_before {
+        super::housekeeping::read_gpus(sh).await;
+    }
     let Finished {
         how,
         peak,
