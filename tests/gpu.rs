@@ -895,6 +895,59 @@ fn a_study_of_a_memory_group_learns_from_the_levels_of_another_study_of_the_grou
 }
 
 #[test]
+fn the_levels_of_a_killed_daemons_trials_no_longer_count_for_the_other_studies_of_its_group() {
+    // Study a measures 3 short trials, then runs 3 long ones, which settle at their level and
+    // go out through the group's file. Then a is killed with -9: it never writes their ends.
+    // Study b, started after, takes in a's measured peaks but not those levels: the trials
+    // they belong to no longer run. They once counted as running in b's model until b
+    // restarted, lower bounds of peaks no trial would ever reach.
+    let by_number = r#"{"3": {"hold": 30}, "4": {"hold": 30}, "5": {"hold": 30}}"#;
+    let env = [
+        ("SIM_MEM", "2G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+        ("SIM_BY_NUMBER", by_number),
+    ];
+    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 3, group, &env);
+    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env[..3]);
+    let mut ca = a.spawn_run();
+    let file = || {
+        std::fs::read_dir(gpus.state.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gpu-ledger.peaks-")
+            })
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .unwrap_or_default()
+    };
+    wait_until(LIMIT, "study a's long trials settle", || {
+        file().matches("\"kind\":\"level\"").count() == 3
+    });
+    ca.kill().unwrap(); // SIGKILL: no cleanup of any kind
+    ca.wait().unwrap();
+    let out = wait_output(b.spawn_run(), LIMIT);
+    assert!(out.status.success(), "{}", b.daemon_stderr());
+    let log = b.daemon_stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("memory learnt from the other studies")
+                && l.contains("trials=3")
+                && l.contains("running=0")),
+        "{log}"
+    );
+    assert!(
+        log.contains("3 running trials of the other studies of this memory_group no longer count"),
+        "{log}"
+    );
+    // The lines b read were a's: nothing of them was ended since.
+    assert_eq!(file().matches("\"kind\":\"ended\"").count(), 0);
+}
+
+#[test]
 fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
     // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
     // ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs 40 s

@@ -21,7 +21,12 @@
 //! which the same space reads back; a line that does not read back is counted and skipped.
 //! The file is not trimmed: a line per trial, and it lives in the runtime directory (a tmpfs
 //! emptied at boot).
+//!
+//! A line also names the daemon that wrote it (pid and start time, as the ledger keys it): a
+//! daemon killed or crashed never writes its running trials' ends, and their levels would count
+//! in the others' models until those restarted. A reader drops the levels of a daemon gone.
 
+use super::ledger::Owner;
 use crate::study::{Params, SearchSpace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -65,6 +70,11 @@ struct Line {
     peak: u64,
     #[serde(default)]
     params: BTreeMap<String, f64>,
+    /// The daemon that wrote the line (absent where /proc could not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
 }
 
 /// A trial of another study, as a line tells it. `key` names the trial among every study's
@@ -77,11 +87,13 @@ pub enum Shared {
         params: Params,
         peak: u64,
     },
-    /// It runs, settled at `level`: it counts as measured at that level until it ends.
+    /// It runs, settled at `level`: it counts as measured at that level until it ends, or
+    /// until `by`, the daemon that runs it, is gone.
     Level {
         key: i64,
         params: Params,
         level: u64,
+        by: Option<Owner>,
     },
     /// It ended without a measured peak.
     Ended { key: i64 },
@@ -100,6 +112,8 @@ pub struct Appended {
 pub struct PeakLog {
     path: PathBuf,
     study: String,
+    /// This daemon, named on every line it appends.
+    me: Option<Owner>,
     /// Bytes read so far (up to the end of the last complete line).
     offset: u64,
 }
@@ -107,7 +121,13 @@ pub struct PeakLog {
 impl PeakLog {
     /// The file for the program of fingerprint `program`, next to the ledger at `ledger`
     /// (`gpu-ledger.peaks-<hex>`), for the study of key `study`; created if missing.
-    pub fn open(ledger: &Path, program: u64, study: u64) -> std::io::Result<PeakLog> {
+    /// `me`: this daemon, named on its lines.
+    pub fn open(
+        ledger: &Path,
+        program: u64,
+        study: u64,
+        me: Option<Owner>,
+    ) -> std::io::Result<PeakLog> {
         let mut name = ledger
             .file_name()
             .map(|n| n.to_os_string())
@@ -116,6 +136,7 @@ impl PeakLog {
         let log = PeakLog {
             path: ledger.with_file_name(name),
             study: format!("{study:016x}"),
+            me,
             offset: 0,
         };
         drop(log.file()?);
@@ -175,6 +196,8 @@ impl PeakLog {
             trial: Some(trial),
             peak,
             params,
+            pid: self.me.map(|o| o.pid),
+            start: self.me.map(|o| o.start),
         };
         let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
         text.push('\n');
@@ -249,6 +272,10 @@ fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Shared)> {
             key: key?,
             params,
             level: line.peak,
+            by: line
+                .pid
+                .zip(line.start)
+                .map(|(pid, start)| Owner { pid, start }),
         },
         Kind::Ended => Shared::Ended { key: key? },
         _ => return None,
@@ -298,8 +325,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = dir.path().join("gpu-ledger");
         let program = fingerprint("python train.py");
-        let mut a = PeakLog::open(&ledger, program, 1).unwrap();
-        let mut b = PeakLog::open(&ledger, program, 2).unwrap();
+        let mut a = PeakLog::open(&ledger, program, 1, None).unwrap();
+        let mut b = PeakLog::open(&ledger, program, 2, None).unwrap();
         assert_eq!(a.path(), b.path());
         let p = params(663, 1, 7.942474088347347e-5);
         a.peak(&space(), 1, &p, 10_800_332_800).unwrap();
@@ -317,7 +344,7 @@ mod tests {
             vec![(params(64, 0, 0.1), 2 << 30)]
         );
         // Another program, another file.
-        let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3).unwrap();
+        let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3, None).unwrap();
         assert_ne!(c.path(), a.path());
         assert_eq!(c.read_new(&space()).unwrap(), Appended::default());
     }
@@ -326,8 +353,8 @@ mod tests {
     fn a_running_trials_level_then_its_peak_or_its_end_name_it_by_one_key() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = dir.path().join("gpu-ledger");
-        let a = PeakLog::open(&ledger, 7, 1).unwrap();
-        let mut b = PeakLog::open(&ledger, 7, 2).unwrap();
+        let a = PeakLog::open(&ledger, 7, 1, Owner::me()).unwrap();
+        let mut b = PeakLog::open(&ledger, 7, 2, None).unwrap();
         let p = params(256, 0, 0.01);
         a.level(&space(), 7, &p, 3 << 30).unwrap();
         a.peak(&space(), 7, &p, 4 << 30).unwrap();
@@ -339,6 +366,8 @@ mod tests {
             Shared::Peak { key, .. } => key.unwrap(),
         };
         assert!(matches!(&t[0], Shared::Level { level, .. } if *level == 3 << 30));
+        // A level names the daemon that runs the trial, which is this test's process here.
+        assert!(matches!(&t[0], Shared::Level { by: Some(o), .. } if o.alive()));
         assert!(matches!(&t[1], Shared::Peak { peak, .. } if *peak == 4 << 30));
         assert!(matches!(&t[3], Shared::Ended { .. }));
         assert_eq!((key(0), key(2)), (key(1), key(3)));
@@ -350,7 +379,7 @@ mod tests {
     fn a_partial_line_waits_and_lines_that_do_not_read_back_are_counted() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = dir.path().join("gpu-ledger");
-        let mut log = PeakLog::open(&ledger, 7, 1).unwrap();
+        let mut log = PeakLog::open(&ledger, 7, 1, None).unwrap();
         let mut raw = std::fs::OpenOptions::new()
             .append(true)
             .open(log.path())

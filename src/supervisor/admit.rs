@@ -12,7 +12,7 @@
 
 use super::core::Core;
 use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
-use crate::gpu::ledger::{self, Claims, Held, Request};
+use crate::gpu::ledger::{self, Claims, Held, Owner, Request};
 use crate::gpu::peak_log::Shared;
 use crate::gpu::{
     Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, PeakLog, Reclaim,
@@ -46,8 +46,9 @@ pub(super) struct GpuCtl {
     /// goes out too, peak or not).
     pub(super) levels_shared: BTreeSet<i64>,
     /// The other studies' running trials settled at a level, by `peak_log`'s key: measured at
-    /// that level, as our own settled trials are, until their peak or their end comes in.
-    pub(super) neighbour_levels: BTreeMap<i64, (Params, u64)>,
+    /// that level, as our own settled trials are, until their peak or their end comes in, or
+    /// the daemon that runs them (the third field, where its line names it) is gone.
+    pub(super) neighbour_levels: BTreeMap<i64, (Params, u64, Option<Owner>)>,
     /// What our waiting trial asks the other daemons' idle workers for (written to the ledger).
     pub(super) asking: Option<Request>,
     /// What the other daemons ask of our idle workers, per device: the bytes still to free as
@@ -98,13 +99,29 @@ impl GpuCtl {
                     self.model.record(&params, peak);
                     ended += 1;
                 }
-                Shared::Level { key, params, level } => {
-                    self.neighbour_levels.insert(key, (params, level));
+                Shared::Level {
+                    key,
+                    params,
+                    level,
+                    by,
+                } => {
+                    self.neighbour_levels.insert(key, (params, level, by));
                 }
                 Shared::Ended { key } => {
                     self.neighbour_levels.remove(&key);
                 }
             }
+        }
+        // A daemon killed or crashed never wrote its trials' ends.
+        let before = self.neighbour_levels.len();
+        self.neighbour_levels
+            .retain(|_, (_, _, by)| by.is_none_or(|o| o.alive()));
+        let gone = before - self.neighbour_levels.len();
+        if gone > 0 {
+            info!(
+                "{gone} running trials of the other studies of this memory_group no longer count \
+                 at their level: the daemon that ran them is gone"
+            );
         }
         (ended, self.neighbour_levels.len())
     }
@@ -214,7 +231,7 @@ impl Core {
             settled.iter().copied().chain(
                 g.neighbour_levels
                     .iter()
-                    .map(|(key, (params, level))| (*key, params, *level)),
+                    .map(|(key, (params, level, _))| (*key, params, *level)),
             ),
         );
         for (trial, params, level) in settled {

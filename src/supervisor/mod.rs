@@ -717,7 +717,8 @@ fn open_peak_log(config: &Config, ledger: &std::path::Path) -> Option<crate::gpu
     use crate::gpu::peak_log::fingerprint;
     let program = program_of(config)?;
     let study = format!("{}\n{}", config.storage.path.display(), config.study.name);
-    match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&study)) {
+    let me = crate::gpu::ledger::Owner::me();
+    match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&study), me) {
         Ok(log) => Some(log),
         Err(e) => {
             warn!("cannot open the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
