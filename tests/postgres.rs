@@ -822,9 +822,12 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
         &url,
         "ALTER DATABASE deadlock SET deadlock_timeout = '200ms'",
     );
-    const N: u64 = 40;
-    // Trials of 0.2 s leave the 8 rounds below more of the daemon's run: with 0.05 s, one
-    // full-suite run counted 2 deadlocks of the 3 asserted.
+    const N: u64 = 60;
+    // Trials of 0.2 s leave the rounds below more of the daemon's run: with 0.05 s, one
+    // full-suite run counted 2 deadlocks of the 3 asserted. Not every round makes one (the
+    // step may hold no RUNNING trial's row when the failover's lock comes), and with a fixed
+    // 8 rounds another run counted 1: the rounds go on until the server has broken 3, or the
+    // daemon is done.
     let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.2");
     let h = host(&cfg, "a");
     let mut daemon = h.spawn_run();
@@ -849,7 +852,16 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
             .await
             .unwrap();
         let mut rounds = 0;
-        while rounds < 8 && daemon.try_wait().unwrap().is_none() {
+        loop {
+            let broken: i64 = sqlx::query_scalar(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = 'deadlock'",
+            )
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
+            if broken >= 3 || rounds >= 40 || daemon.try_wait().unwrap().is_some() {
+                break;
+            }
             sqlx::raw_sql("BEGIN; SELECT study_id FROM studies FOR UPDATE")
                 .execute(&mut holder)
                 .await
