@@ -829,6 +829,44 @@ fn a_study_of_a_memory_group_learns_from_the_peaks_another_study_of_the_group_me
     assert!(first_c.contains("0 of 3 trials measured"), "{first_c}");
 }
 
+/// Two studies of memory group "resnet" on one card: a measures 3 short trials of 2 GiB, then
+/// runs 3 of `hold_s` seconds (they settle at their level once the model can predict them); b
+/// runs one trial. Neither is started.
+fn group_of_two_with_long_trials(hold_s: u32) -> (Sweep, Sweep, FakeGpus) {
+    let by_number = format!(
+        r#"{{"3": {{"hold": {hold_s}}}, "4": {{"hold": {hold_s}}}, "5": {{"hold": {hold_s}}}}}"#
+    );
+    let env = [
+        ("SIM_MEM", "2G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+        ("SIM_BY_NUMBER", by_number.as_str()),
+    ];
+    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 3, group, &env);
+    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env[..3]);
+    (a, b, gpus)
+}
+
+/// Lines of `kind` ("peak", "level", "ended") in the memory groups' files beside `gpus`' ledger.
+fn peak_lines(gpus: &FakeGpus, kind: &str) -> usize {
+    std::fs::read_dir(gpus.state.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("gpu-ledger.peaks-")
+        })
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .matches(&format!("\"kind\":\"{kind}\""))
+                .count()
+        })
+        .sum()
+}
+
 #[test]
 fn a_study_of_a_memory_group_learns_from_the_levels_of_another_study_of_the_groups_running_trials()
 {
@@ -836,35 +874,9 @@ fn a_study_of_a_memory_group_learns_from_the_levels_of_another_study_of_the_grou
     // once the model can predict them). Once those have settled (their lines in the group's
     // file), study b starts: it takes in their levels as running trials, and its first trial is
     // bounded by them while they still run.
-    let by_number = r#"{"3": {"hold": 8}, "4": {"hold": 8}, "5": {"hold": 8}}"#;
-    let env = [
-        ("SIM_MEM", "2G"),
-        ("SIM_CONTEXT", "256M"),
-        ("SIM_HOLD_S", "0.2"),
-        ("SIM_BY_NUMBER", by_number),
-    ];
-    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
-    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 3, group, &env);
-    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env[..3]);
+    let (a, b, gpus) = group_of_two_with_long_trials(8);
     let ca = a.spawn_run();
-    let dir = gpus.state.parent().unwrap().to_owned();
-    let lines = |kind: &str| -> usize {
-        std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("gpu-ledger.peaks-")
-            })
-            .map(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .matches(&format!("\"kind\":\"{kind}\""))
-                    .count()
-            })
-            .sum()
-    };
+    let lines = |kind: &str| peak_lines(&gpus, kind);
     wait_until(LIMIT, "study a's long trials settle", || {
         lines("level") == 3
     });
@@ -901,31 +913,10 @@ fn the_levels_of_a_killed_daemons_trials_no_longer_count_for_the_other_studies_o
     // Study b, started after, takes in a's measured peaks but not those levels: the trials
     // they belong to no longer run. They once counted as running in b's model until b
     // restarted, lower bounds of peaks no trial would ever reach.
-    let by_number = r#"{"3": {"hold": 30}, "4": {"hold": 30}, "5": {"hold": 30}}"#;
-    let env = [
-        ("SIM_MEM", "2G"),
-        ("SIM_CONTEXT", "256M"),
-        ("SIM_HOLD_S", "0.2"),
-        ("SIM_BY_NUMBER", by_number),
-    ];
-    let group = "trial_memory = \"6GiB\"\nmemory_group = \"resnet\"";
-    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 3, group, &env);
-    let b = gpu_sweep_beside(&gpus, 1, 1, group, &env[..3]);
+    let (a, b, gpus) = group_of_two_with_long_trials(30);
     let mut ca = a.spawn_run();
-    let file = || {
-        std::fs::read_dir(gpus.state.parent().unwrap())
-            .unwrap()
-            .flatten()
-            .find(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("gpu-ledger.peaks-")
-            })
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .unwrap_or_default()
-    };
     wait_until(LIMIT, "study a's long trials settle", || {
-        file().matches("\"kind\":\"level\"").count() == 3
+        peak_lines(&gpus, "level") == 3
     });
     ca.kill().unwrap(); // SIGKILL: no cleanup of any kind
     ca.wait().unwrap();
@@ -944,7 +935,7 @@ fn the_levels_of_a_killed_daemons_trials_no_longer_count_for_the_other_studies_o
         "{log}"
     );
     // The lines b read were a's: nothing of them was ended since.
-    assert_eq!(file().matches("\"kind\":\"ended\"").count(), 0);
+    assert_eq!(peak_lines(&gpus, "ended"), 0);
 }
 
 #[test]
