@@ -831,14 +831,9 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
     let cfg = pg_cfg(&url, N, "60s").env("SWEEPD_TEST_SLEEP", "0.2");
     let h = host(&cfg, "a");
     let mut daemon = h.spawn_run();
-    let deadlocks = || -> i64 {
-        pg_column(
-            &url,
-            "SELECT deadlocks FROM pg_stat_database WHERE datname = 'deadlock'",
-        )[0]
-        .parse()
-        .unwrap()
-    };
+    // The deadlocks the server has broken in this database so far.
+    const DEADLOCKS: &str = "SELECT deadlocks FROM pg_stat_database WHERE datname = 'deadlock'";
+    let deadlocks = || -> i64 { pg_column(&url, DEADLOCKS)[0].parse().unwrap() };
     wait_until(LIMIT, "the first trial done", || {
         pg_try_column(&url, "SELECT count(*) FROM trials WHERE state = 'COMPLETE'")
             .and_then(|c| c[0].parse::<u64>().ok())
@@ -853,12 +848,11 @@ fn a_step_rolled_back_to_break_a_deadlock_is_run_again() {
             .unwrap();
         let mut rounds = 0;
         loop {
-            let broken: i64 = sqlx::query_scalar(
-                "SELECT deadlocks FROM pg_stat_database WHERE datname = 'deadlock'",
-            )
-            .fetch_one(&mut watcher)
-            .await
-            .unwrap();
+            // On the watcher: `deadlocks` blocks on a runtime of its own.
+            let broken: i64 = sqlx::query_scalar(DEADLOCKS)
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap();
             if broken >= 3 || rounds >= 40 || daemon.try_wait().unwrap().is_some() {
                 break;
             }
