@@ -167,7 +167,7 @@ FAKE_NVML := $(TARGET_DIR)/fake-nvml/libnvidia-ml.so.1
 
 bench: venv
 bench: build fake-nvml
-	$(PYTHON) bench/gpu_bench.py
+	$(VENV)/bin/python bench/gpu_bench.py
 	$(VENV)/bin/python bench/search_bench.py all
 	$(VENV)/bin/python bench/multi_bench.py
 	$(VENV)/bin/python bench/conditional_bench.py

@@ -16,15 +16,17 @@ table to stdout):
 * fragmentation: one persistent worker whose reserved-but-unallocated memory
                  grows every trial, with and without recycling.
 
-Usage: python3 bench/gpu_bench.py [--only packing|fragmentation] [--no-docs]
-Stdlib only.
+Usage: .venv/bin/python bench/gpu_bench.py [--only packing|fragmentation] [--no-docs]
+The packing benchmark enqueues its trials through Optuna (the venv's); the rest is stdlib.
 """
 
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
+import random
 import shutil
 import sqlite3
 import statistics
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # SWEEPD_BIN: another build to measure side by side with this one (A/B on the same machine).
@@ -290,7 +293,7 @@ def header_lines(started, load_start, load_end):
         "- sweepd: %s (release build)" % (STARTED_REVISION or revision()),
         "- Load average (1/5/15 min) at start %s, at end %s: other work on the machine "
         "slows the wall-clock figures" % (load_start, load_end),
-        "- Command: `make bench` (runs `python3 bench/gpu_bench.py`)",
+        "- Command: `make bench` (runs `.venv/bin/python bench/gpu_bench.py`)",
         "- Setup: the release `sweepd` binary, the fake `libnvidia-ml.so.1` (`fake-nvml/`) and the "
         "simulated worker `tests/workers/gpu_sim_worker.py`; no real GPU. All memory figures are "
         "simulated.",
@@ -300,12 +303,14 @@ def header_lines(started, load_start, load_end):
 # ------------------------------------------------------------------------------------------------
 # Benchmark 1: packing, against an oracle
 # ------------------------------------------------------------------------------------------------
-# The same trials (a seeded sampler proposes the same params for the same trial number) run by
+# The same trials (drawn with a seed and enqueued before each run, `Daemon.enqueue`) run by
 # sweepd with its default [gpu] settings, by fixed PAR=3 and PAR=4, and scheduled by an oracle
 # that knows every trial's peak and duration in advance. Trial lengths are scaled down from the
 # issue's 1.5-5 s and 5-15 s so that the whole `make bench` stays well inside 15 minutes on a
 # 2-core machine.
 PACK_CARD = 24 * GIB
+# The first study's seed (a second study's is the next): which trials every run of a workload runs.
+PACK_SEED = 7
 PACK_CONTEXT = "500M"
 PACK_MAX_PAR = 8
 PACK_LENGTHS = [
@@ -351,8 +356,38 @@ FOREIGN_SIZE = 6 * GIB
 NO_BREAKER = {"oom": "0", "breaker_threshold": "1000"}
 
 
+def drawn_params(space, n, seed):
+    """`n` param sets drawn from `space` (a config's `[params]` table) with a generator seeded
+    by `seed`: the trials of every run of a workload, whatever the scheduler."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        trial = {}
+        for name, spec in space.items():
+            kind = spec["type"]
+            if kind == "categorical":
+                trial[name] = rng.choice(spec["choices"])
+            elif kind == "int" and spec.get("log"):
+                lo, hi = math.log(spec["low"] - 0.5), math.log(spec["high"] + 0.5)
+                trial[name] = min(spec["high"], max(spec["low"],
+                                                    round(math.exp(rng.uniform(lo, hi)))))
+            elif kind == "int":
+                trial[name] = rng.randint(spec["low"], spec["high"])
+            elif spec.get("log"):
+                trial[name] = math.exp(rng.uniform(math.log(spec["low"]), math.log(spec["high"])))
+            else:
+                trial[name] = rng.uniform(spec["low"], spec["high"])
+        out.append(trial)
+    return out
+
+
 class Daemon(object):
-    """One study directory, config and `sweepd run` of a packing run."""
+    """One study directory, config and `sweepd run` of a packing run. Its trials are enqueued
+    before the run (Optuna's `enqueue_trial`, read by sweepd as a user's enqueued trials), so
+    that every run of a workload, sweepd's and fixed PAR's, of any build, runs the same trials
+    under the same numbers. Left to the sampler, the set was not the same: sweepd's admission
+    line draws candidates ahead and leaves those it has not started when the budget is spent,
+    so its trials, and which number each had, depended on when admissions asked."""
 
     def __init__(self, root, name, toml):
         self.name = name
@@ -364,6 +399,21 @@ class Daemon(object):
         with open(self.config, "w") as f:
             f.write(toml.replace("@RECORD@", self.record))
         self.trials = []
+        self.enqueue(tomllib.loads(toml))
+
+    def enqueue(self, config):
+        import optuna  # only here: the fragmentation benchmark needs none of it
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = config["study"]
+        created = optuna.create_study(storage="sqlite:///" + self.db, study_name=study["name"],
+                                      direction=study["direction"])
+        for params in drawn_params(config["params"], study["n_trials"], study["seed"]):
+            created.enqueue_trial(params)
+        # Created under the default umask; sweepd (rightly) warns of a database others can read.
+        for path in (self.db, self.db + "-wal", self.db + "-shm"):
+            if os.path.exists(path):
+                os.chmod(path, 0o640)
 
     def sql(self, query):
         conn = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True)
@@ -613,7 +663,7 @@ def measure_packing(only_workload, only_length, trials, baselines):
             foreign_after = (n * (ramp + (lo + hi) / 2) / 4.5 / 3 + 1.5) if foreign else None
             configs = []
             tomls = [pack_toml("pack-%s-%d" % (key, i), per, PACK_MAX_PAR, env, params,
-                               dict({"devices": '"all"'}, **gextra), seed=7 + i)
+                               dict({"devices": '"all"'}, **gextra), seed=PACK_SEED + i)
                      for i in range(studies)]
             configs.append(("sweepd", tomls))
             for par in ((3, 4) if baselines else ()):
@@ -623,7 +673,7 @@ def measure_packing(only_workload, only_length, trials, baselines):
                 penv = dict(env, CUDA_VISIBLE_DEVICES="0")
                 configs.append(("PAR=%d" % par, [
                     pack_toml("pack-%s-%d" % (key, i), per, split[i], penv, params,
-                              {"devices": '"none"'}, seed=7 + i) for i in range(studies)]))
+                              {"devices": '"none"'}, seed=PACK_SEED + i) for i in range(studies)]))
             runs = []
             for label, tomls in configs:
                 print("packing %s/%s: %s ..." % (key, length, label), flush=True)
@@ -713,8 +763,10 @@ def packing_text(started, load_start, elapsed, tbl, notes, checks, splits, long_
            PACK_LENGTHS[1][1]),
         "- Workloads: " + "; ".join(w[1] for w in packing_workloads()) + ". "
         "Continuous peaks are 500 MiB context + 512 MiB + 2 MiB x `width` x `depth` "
-        "(`width` 64-1024 log, `depth` 1-8): 1 to 17 GiB. Random sampler, seed 7 (the second "
-        "study of a two-daemon run: seed 8), so every run of a workload runs the same trials.",
+        "(`width` 64-1024 log, `depth` 1-8): 1 to 17 GiB. The trials are drawn at random (seed "
+        "%d; the second study of a two-daemon run: seed %d) and enqueued before each run "
+        "(Optuna's `enqueue_trial`), so every run of a workload, sweepd's and fixed PAR's, of "
+        "any build, runs the same trials under the same numbers." % (PACK_SEED, PACK_SEED + 1),
         "- sweepd: `[gpu] devices = \"all\"` and every other `[gpu]` key at its default "
         "(headroom 1 GiB, trial_memory 6 GiB, poll_interval 1 s, idle_worker_timeout 60 s, "
         "max_par_per_device 8), `[worker] max_par = %d` per daemon." % PACK_MAX_PAR,
@@ -1053,6 +1105,7 @@ def write_section(name, text):
 
 
 def main():
+    global PACK_SEED
     global STARTED_REVISION
     STARTED_REVISION = revision()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1066,13 +1119,18 @@ def main():
                     "lengths' own (40 short, 30 long); implies --no-docs")
     ap.add_argument("--no-baselines", action="store_true",
                     help="packing: sweepd only, no fixed PAR=3/PAR=4 runs; implies --no-docs")
+    ap.add_argument("--seed", type=int,
+                    help="packing: draw the trials with this seed instead of %d (another set of "
+                    "trials to compare builds on); implies --no-docs" % PACK_SEED)
     args = ap.parse_args()
+    if args.seed is not None:
+        PACK_SEED = args.seed
     for path, how in ((SWEEPD, "cargo build --release"), (FAKE_NVML, "make fake-nvml")):
         if not os.path.exists(path):
             sys.exit("gpu_bench: %s is missing: run `%s` (or `make bench`)" % (path, how))
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
-    if args.workload or args.length or args.trials or args.no_baselines:
+    if args.workload or args.length or args.trials or args.no_baselines or args.seed is not None:
         args.no_docs = True
     benches = [("packing", lambda: packing(started, args.workload, args.length, args.trials,
                                            not args.no_baselines)),
