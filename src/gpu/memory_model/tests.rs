@@ -295,9 +295,16 @@ fn a_trial_deeper_than_any_measured_is_not_expected_at_their_size() {
 /// trials of its second study measured, none larger than 4.1 GiB (width × depth at most
 /// 1576), then its largest config (834 × 8, 14.0 GiB). The fit's slopes, right among the
 /// measured trials, were short of the product's: it predicted 8.5 GiB, and its errors' margin
-/// made that 12.0 GiB, admitted beside other trials on a full card.
-#[test]
-fn the_largest_config_after_small_ones_is_not_expected_at_their_slope() {
+/// made that 12.0 GiB, admitted beside other trials on a full card. A linear fit (the first
+/// 8 of those trials) is widened beyond the largest peak measured; the fit on all 13 has the
+/// products of width and depth, which reach the peak themselves.
+#[rstest::rstest]
+#[case::linear(8, "beyond the largest peak measured")]
+#[case::with_products(13, "with products of them")]
+fn the_largest_config_after_small_ones_is_not_expected_at_their_slope(
+    #[case] measured: usize,
+    #[case] words: &str,
+) {
     let mut m = MemoryModel::new(&continuous_space(), 6 << 30);
     for (w, d, lr, mib) in [
         (788, 2, 1.06e-05, 4220),
@@ -313,11 +320,14 @@ fn the_largest_config_after_small_ones_is_not_expected_at_their_slope() {
         (81, 6, 2.60e-03, 2000),
         (210, 4, 1.15e-05, 2700),
         (95, 3, 4.84e-05, 1600),
-    ] {
+    ]
+    .into_iter()
+    .take(measured)
+    {
         m.record(&params(w, d, lr), mib * MIB);
     }
     let largest = m.estimate(&params(834, 8, 2.44e-02));
-    covers(&largest, 14300 * MIB, "beyond the largest peak measured");
+    covers(&largest, 14300 * MIB, words);
     // A trial among the measured ones pays nothing for it.
     let among = m.estimate(&params(200, 3, 1e-3));
     assert!(!among.why.contains("largest peak"), "{}", among.why);
