@@ -876,8 +876,9 @@ def packing_story(splits, long_checks=()):
         out.append(
             "With `[gpu] memory_group` set in both (the two studies run one program), each "
             "learns from the other's measured peaks too: %s of the oracle, where learning "
-            "apart reached %s (one run each, and single runs vary by about 0.05; both studies "
-            "start together, so each still admits its first trials at `trial_memory`)"
+            "apart reached %s (one run each; runs of one build on the same trials vary by "
+            "about 0.02; both studies start together, so each still admits its first trials at "
+            "`trial_memory`)"
             % (", ".join("%.2f (%s)" % (x[3], x[1]) for x in group),
                ", ".join("%.2f (%s)" % (x[3], x[1]) for x in two)))
     foreign = [x for x in splits if x[0] == "foreign"]
