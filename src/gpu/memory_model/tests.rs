@@ -297,13 +297,14 @@ fn a_trial_deeper_than_any_measured_is_not_expected_at_their_size() {
 /// measured trials, were short of the product's: it predicted 8.5 GiB, and its errors' margin
 /// made that 12.0 GiB, admitted beside other trials on a full card. A linear fit (the first
 /// 8 of those trials) is widened beyond the largest peak measured; the fit on all 13 has the
-/// products of width and depth, which reach the peak themselves.
+/// products of width and depth, which reach the peak themselves, and is not widened.
 #[rstest::rstest]
-#[case::linear(8, "beyond the largest peak measured")]
-#[case::with_products(13, "with products of them")]
+#[case::linear(8, "beyond the largest peak measured", true)]
+#[case::with_products(13, "with products of them", false)]
 fn the_largest_config_after_small_ones_is_not_expected_at_their_slope(
     #[case] measured: usize,
     #[case] words: &str,
+    #[case] widened: bool,
 ) {
     let mut m = MemoryModel::new(&continuous_space(), 6 << 30);
     for (w, d, lr, mib) in [
@@ -328,6 +329,14 @@ fn the_largest_config_after_small_ones_is_not_expected_at_their_slope(
     }
     let largest = m.estimate(&params(834, 8, 2.44e-02));
     covers(&largest, 14300 * MIB, words);
+    assert_eq!(
+        largest
+            .why
+            .contains("wider beyond the largest peak measured"),
+        widened,
+        "{}",
+        largest.why
+    );
     // A trial among the measured ones pays nothing for it.
     let among = m.estimate(&params(200, 3, 1e-3));
     assert!(!among.why.contains("largest peak"), "{}", among.why);
