@@ -379,6 +379,85 @@ fn retired_because(sweep: &Sweep, what: &str) -> Vec<(i32, String)> {
 }
 
 #[test]
+fn small_trials_run_beside_a_large_one_waiting_for_the_card_to_drain() {
+    // Trial 3 (10 GiB) runs for 10 s; trial 4 (14 GiB) fits only once it ends (24 − 1 GiB
+    // headroom). 24 small trials (1 GiB) pass trial 4 in line. After 16 of them it has
+    // priority: before, nothing else started until trial 3 ended, and most of the card stood
+    // idle for the seconds left; now the small ones go on within what trial 4 leaves of the
+    // card once trial 3 is gone, and trial 4 still starts when trial 3 ends. The first three
+    // teach the memory model each size (at the prior, one at a time).
+    let params =
+        format!("[params.mem]\ntype = \"categorical\"\nchoices = [1024, 10240, 14336]\n{X_PARAM}");
+    let (small, n_small): (u64, u32) = (1024, 24);
+    let cfg = Cfg {
+        n_trials: Some(5 + u64::from(n_small)),
+        max_par: 8,
+        command: gpu_sim_worker(),
+        params,
+        ..Cfg::default()
+    }
+    .env("SIM_CONTEXT", "256M")
+    .env("SIM_STEPS", "2")
+    .env("SIM_RAMP_S", "0.1")
+    .env("SIM_HOLD_S", "0.3")
+    .env("SIM_BY_NUMBER", r#"{"3": {"hold": 10}}"#);
+    let (sweep, _gpus) = gpu_study(
+        &cfg,
+        &["24G Fake A10"],
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"14GiB\"\npoll_interval = \"100ms\"\n",
+    );
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
+    let mut enqueue = vec![
+        trial(small, 0.1),
+        trial(10240, 0.2),
+        trial(14336, 0.3),
+        trial(10240, 0.4),
+        trial(14336, 0.5),
+    ];
+    enqueue.extend((0..n_small).map(|k| trial(small, 0.6 + f64::from(k) / 100.0)));
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    let (long_end, large_start) = (
+        stamp(&sweep, 3, "datetime_complete"),
+        stamp(&sweep, 4, "datetime_start"),
+    );
+    // Small trials that started after the 16th passed trial 4 and before trial 3 ended.
+    let mut starts: Vec<f64> = (5..5 + i64::from(n_small))
+        .map(|n| stamp(&sweep, n, "datetime_start"))
+        .collect();
+    starts.sort_by(f64::total_cmp);
+    let beside: Vec<f64> = starts[16..]
+        .iter()
+        .filter(|&&t| t < long_end)
+        .copied()
+        .collect();
+    eprintln!(
+        "{} of the last {} small trials started before trial 3 ended; trial 4 started {:.2} s after it",
+        beside.len(),
+        n_small - 16,
+        large_start - long_end
+    );
+    assert!(
+        !beside.is_empty() && err.contains("beside the trial at the head of the line"),
+        "the card drained for trial 4 with nothing beside it\n{err}"
+    );
+    // Not at trial 4's expense: it started once trial 3 ended (a generous margin against the
+    // seconds the small ones' room would otherwise have kept it waiting).
+    assert!(large_start >= long_end - 0.5, "{err}");
+    assert!(
+        large_start - long_end < 3.0,
+        "trial 4 started {:.1} s after trial 3 ended\n{err}",
+        large_start - long_end
+    );
+}
+
+#[test]
 fn idle_workers_are_retired_when_a_waiting_trial_needs_their_memory() {
     // Every worker holds a 3 GiB context. Small trials (1 GiB + context) run three at a time,
     // each on a worker of its own; a large one (16 GiB + context) fits in 24 GiB only once the

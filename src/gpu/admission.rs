@@ -56,6 +56,9 @@ pub struct DeviceView {
     /// What another daemon's trial, passed too often, waits for here (counted in `others`
     /// too): while it waits, the card is drained for it, so "always one" is its, not ours.
     pub held: u64,
+    /// What the other daemons' trials on it use now (each at most its bound): free again once
+    /// they end ([`Capacity::backfill_room`]).
+    pub others_used: u64,
 }
 
 /// One of our idle workers: a persistent worker waiting on `device` for its next trial.
@@ -449,6 +452,44 @@ impl Capacity {
 }
 
 impl Capacity {
+    /// What a trial may take on `device` beside a waiting trial of `head` bytes that has been
+    /// passed too often (`super::super::supervisor`'s admission line): the device as it will
+    /// be once every trial running there now has ended (what they use and have yet to claim
+    /// free again, ours and the other daemons'), less `head`, less what `backfilled(trial)`
+    /// trials of ours started beside the head already count at (their use and what they have
+    /// yet to claim). A trial within it still leaves the head room once the trials before it
+    /// end, so the head waits no longer than it would with the card drained for it; the room
+    /// is 0 where the head would not fit even then.
+    pub fn backfill_room(
+        &self,
+        device: &DeviceView,
+        running: &[RunningTrial],
+        head: u64,
+        backfilled: impl Fn(i64) -> bool,
+        now: Instant,
+    ) -> u64 {
+        let mut ours_used: u64 = 0;
+        let mut beside: u64 = 0;
+        for t in running.iter().filter(|t| t.device == device.index) {
+            ours_used = ours_used.saturating_add(t.used_now);
+            if backfilled(t.trial_id) {
+                beside = beside.saturating_add(t.used_now.saturating_add(t.unclaimed()));
+            }
+        }
+        // What the others have yet to claim goes with their trials; what they hold free for
+        // their own waiting trial stays.
+        let drained = device
+            .free
+            .saturating_add(device.idle)
+            .saturating_add(ours_used)
+            .saturating_add(device.others_used)
+            .saturating_sub(self.headroom)
+            .saturating_sub(device.held);
+        scale_down(drained, self.admission_factor(device.index, now))
+            .saturating_sub(head)
+            .saturating_sub(beside)
+    }
+
     /// What a trial of `expected_peak` bytes admitted on `device` does with our idle workers
     /// there (`idle`; those on other devices are ignored): it runs on the one used most recently
     /// (its context and caches become the trial's), and the least recently used others are
@@ -1124,6 +1165,49 @@ mod tests {
             .unclaimed(),
             0
         );
+    }
+
+    /// A 24 GiB card (1 GiB headroom) runs our trial 1, settled at 14 GiB of its 15 GiB
+    /// bound; the head of the line waits for 15.5 GiB. What may start beside it: the card
+    /// once trial 1 and the others' trials end, less the head, less the trials already started
+    /// beside it (trial 2: 2 GiB used of its 3 GiB bound).
+    #[rstest::rstest]
+    #[case::alone(&[1], 0, 0, 15.5, 7.5)]
+    #[case::beside_one_already(&[1, 2], 0, 0, 15.5, 4.5)]
+    #[case::the_others_trial_ends_too(&[1], 3, 0, 15.5, 7.5)]
+    #[case::the_others_hold_stays(&[1], 0, 4, 15.5, 3.5)]
+    #[case::the_head_never_fits(&[1], 0, 0, 24.0, 0.0)]
+    fn backfill_room_leaves_the_head_room_once_the_trials_before_it_end(
+        #[case] ours: &[i64],
+        #[case] others_used: u64,
+        #[case] held: u64,
+        #[case] head: f64,
+        #[case] room: f64,
+    ) {
+        let now = Instant::now();
+        let mut running = vec![RunningTrial {
+            settled: true,
+            ..trial(1, 0, 15 * G, 14 * G)
+        }];
+        if ours.contains(&2) {
+            running.push(trial(2, 0, 3 * G, 2 * G));
+        }
+        running.push(trial(3, 1, 9 * G, 0)); // on another device: no part of it
+        let used: u64 = running
+            .iter()
+            .filter(|t| t.device == 0)
+            .map(|t| t.used_now)
+            .sum();
+        let dev = DeviceView {
+            free: 24 * G - used - others_used * G,
+            others_used: others_used * G,
+            held: held * G,
+            others: held * G,
+            ..card(0, 0)
+        };
+        let backfilled = |id: i64| id == 2;
+        let got = cap().backfill_room(&dev, &running, gib(head), backfilled, now);
+        assert_eq!(got, gib(room), "{} GiB", got as f64 / GIB);
     }
 
     #[test]

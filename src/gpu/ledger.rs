@@ -137,6 +137,17 @@ impl Claim {
         });
         trials.fold(self.unclaimed, u64::saturating_add)
     }
+
+    /// What these trials use against the same reading, each at most its bound: memory that is
+    /// free again once they end (what one uses past its bound is not taken to go with it).
+    /// Entries that write no `trials` add nothing: what they use cannot be told apart.
+    pub fn used_by(&self, used: impl Fn(i32) -> u64) -> u64 {
+        let trials = self.trials.iter().flatten().map(|t| {
+            let used = if t.pgid > 0 { used(t.pgid) } else { 0 };
+            used.min(t.bound)
+        });
+        trials.fold(0, u64::saturating_add)
+    }
 }
 
 /// Another daemon asks for memory held by idle workers on `device`.
@@ -783,6 +794,11 @@ mod tests {
         assert_eq!(seen.against(|_| 0), 6 * G + 3 * G + G);
         // Using more than its bound leaves nothing to claim, and takes nothing from the others.
         assert_eq!(seen.against(|g| if g == 40 { 9 * G } else { 0 }), 3 * G + G);
+        // What they use, free once they end: group 40's 5 GiB, at most its 6 GiB bound; the
+        // trial without a worker and the old-format entry add nothing.
+        assert_eq!(seen.used_by(ours), 5 * G);
+        assert_eq!(seen.used_by(|g| if g == 40 { 9 * G } else { 0 }), 6 * G);
+        assert_eq!(seen.used_by(|_| 0), 0);
         // A daemon with nothing running writes an empty list, which reads back as one.
         let idle = Claim {
             idle: G,

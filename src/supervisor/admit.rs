@@ -65,6 +65,10 @@ pub(super) struct GpuCtl {
     pub(super) hold: Option<Holding>,
     /// The other daemons' holds we honour (pid, since), each said once in the log.
     pub(super) honoured: BTreeSet<(u32, u64)>,
+    /// The head of our line, passed too often, and our trials started beside it since
+    /// (`Capacity::backfill_room`): they count against the room it leaves until it starts, and
+    /// it keeps its priority until then (`Core::started_beside_head`).
+    pub(super) beside_head: Option<(Params, BTreeSet<i64>)>,
 }
 
 impl GpuCtl {
@@ -278,6 +282,7 @@ impl Core {
                     // Against the reading `free` comes from, not the one each daemon wrote by.
                     let used = |g: i32| groups.get(&(v.index, g)).copied().unwrap_or(0);
                     v.others = c.against(used);
+                    v.others_used = c.used_by(used);
                     v.others_running = c.running;
                     v.others_idle = c.idle;
                 }
@@ -327,12 +332,15 @@ impl Core {
     }
 
     /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some(placement))`
-    /// when a device has room, or why each device waits.
+    /// when a device has room, or why each device waits. `beside_head`: the trial would start
+    /// past the head of the line after the head has been passed too often, so a device takes
+    /// it only within the room the head leaves there (`Capacity::backfill_room`).
     pub(super) fn admit(
         &mut self,
         round: Option<&Round>,
         params: &Params,
         hint: Option<u32>,
+        beside_head: bool,
         now: Instant,
     ) -> Result<Option<Placement>, Vec<Decision>> {
         let (Some(g), Some(round)) = (&mut self.gpu, round) else {
@@ -340,18 +348,28 @@ impl Core {
         };
         let estimate = g.model.estimate(params);
         let e = estimate.bytes;
-        if self
-            .pending
-            .front()
-            .is_some_and(|(head, _)| head.params() == params)
-        {
+        let head = self.pending.front().map(|(head, _)| head.params());
+        if head == Some(params) {
             g.next_expected = Some(estimate.clone());
         }
-        let decisions: Vec<Decision> = round
+        let mut decisions: Vec<Decision> = round
             .views
             .iter()
             .map(|v| g.capacity.decide(v, &round.running, e, now))
             .collect();
+        if let Some(head) = head.filter(|_| beside_head) {
+            let needs = g.model.estimate(head).bytes;
+            let beside = match &g.beside_head {
+                Some((p, trials)) if p == head => Some(trials),
+                _ => None,
+            };
+            for (d, v) in decisions.iter_mut().zip(&round.views) {
+                let backfilled = |id| beside.is_some_and(|t| t.contains(&id));
+                d.admitted &= e
+                    <= g.capacity
+                        .backfill_room(v, &round.running, needs, backfilled, now);
+            }
+        }
         // The slot's own device first (its worker waits idle there), then one with an idle
         // worker (no worker to start), then the most room left.
         let Some(pick) = decisions.iter().filter(|d| d.admitted).max_by_key(|d| {
@@ -421,15 +439,28 @@ impl Core {
         }
     }
 
-    /// Our hold after a round: the head waited for memory (`waits`: why on each device) after
-    /// being passed `passes` times in all (`policy::head_passes`; `by_others` of them by the
-    /// other daemons), so it asks the other daemons to leave what it needs free on the device
-    /// closest to fitting it; otherwise none, and a head that started is watched no more.
+    /// Whether trials of ours started beside the head of our line, which then keeps its
+    /// priority until it starts: a study the other daemons starved (`policy::starved`) runs
+    /// trials again once some start beside its head, and its head must not lose the priority,
+    /// and its hold, to them.
+    pub(super) fn started_beside_head(&self) -> bool {
+        let head = self.pending.front().map(|(c, _)| c.params());
+        self.gpu
+            .as_ref()
+            .and_then(|g| g.beside_head.as_ref())
+            .is_some_and(|(p, _)| Some(p) == head)
+    }
+
+    /// Our hold after a round: the head waited for memory (`waits`: why on each device) with
+    /// priority (`priority`: after being passed that many times in all, `policy::head_passes`;
+    /// `by_others` of them by the other daemons), so it asks the other daemons to leave what it
+    /// needs free on the device closest to fitting it; otherwise none, and a head that started
+    /// is watched no more.
     pub(super) fn hold_for_head(
         &mut self,
         waits: Option<&[Decision]>,
         started: bool,
-        passes: u32,
+        priority: Option<u32>,
         by_others: u32,
     ) {
         let running = self.running;
@@ -437,18 +468,19 @@ impl Core {
         if started {
             g.head_watch = None;
         }
-        let wanted = waits
-            .filter(|_| passes >= super::policy::MAX_PASSES)
-            .and_then(|d| {
+        let wanted = priority
+            .zip(waits)
+            .and_then(|(passes, d)| {
                 // Only memory the others can leave free: a device where our own trials fill
                 // max_par_per_device waits for them, not for the others.
                 d.iter()
                     .filter(|d| matches!(d.wait, Some(Wait::Memory { .. })))
                     .max_by_key(|d| (d.usable, Reverse(d.device)))
+                    .map(|d| (passes, d))
             })
             .zip(self.pending.front())
-            .map(|(d, (c, _))| (d.device, g.model.expected(c.params())));
-        let Some((device, bytes)) = wanted else {
+            .map(|((passes, d), (c, _))| (passes, d.device, g.model.expected(c.params())));
+        let Some((passes, device, bytes)) = wanted else {
             g.hold = None;
             return;
         };

@@ -110,6 +110,9 @@ pub(super) struct Plan {
     pub(super) candidate: Candidate,
     pub(super) k: usize,
     pub(super) placement: Option<Placement>,
+    /// It starts past the head of the line after the head was passed too often, within the
+    /// room the head leaves (`Capacity::backfill_room`).
+    pub(super) beside_head: bool,
 }
 
 impl Plan {
@@ -319,7 +322,8 @@ impl Core {
             }
             // Candidates in line. One that fits may start before those ahead of it that do
             // not (a small trial past a large one waiting for room), until the head has been
-            // passed MAX_PASSES times: then only the head may start, so it cannot starve.
+            // passed MAX_PASSES times: then only within the room the head leaves, so it
+            // cannot starve (`policy::head_has_priority`).
             if self.pending.is_empty() {
                 match self.choose(new_allowed).await? {
                     Some(c) => self.pending.push_back((c, 0)),
@@ -340,7 +344,9 @@ impl Core {
             // The other daemons' starts while the head waited passed it too.
             let by_others = self.passes_by_others(round.as_ref());
             let head_passes = policy::head_passes(self.pending[0].1, by_others, self.running);
-            let tries = policy::admissible(head_passes, self.pending.len());
+            let tries = self.pending.len();
+            // Priority lasts until the head starts (`Core::started_beside_head`).
+            let beside_head = policy::head_has_priority(head_passes) || self.started_beside_head();
             let mut chosen: Option<(usize, Option<Placement>)> = None;
             let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
             let mut head_waits = None;
@@ -362,7 +368,7 @@ impl Core {
                     break;
                 }
                 let params = self.pending[k].0.params().clone();
-                match self.admit(round.as_ref(), &params, hint, now) {
+                match self.admit(round.as_ref(), &params, hint, beside_head && k > 0, now) {
                     Ok(placement) => {
                         let settled = k == 0 || placement.is_none();
                         fits.push((k, placement));
@@ -381,17 +387,19 @@ impl Core {
             if let Some(i) = policy::pick(&sizes) {
                 chosen = Some(fits.swap_remove(i));
             }
-            // Nothing starts: the head may ask the other daemons for their idle memory.
+            // Nothing starts: the head may ask the other daemons for their idle memory. It
+            // holds what it needs from them while it waits, whatever starts beside it.
             let waits = head_waits.as_deref().filter(|_| chosen.is_none());
             self.ask(round.as_ref(), waits);
             let head_started = chosen.as_ref().is_some_and(|(k, _)| *k == 0);
-            self.hold_for_head(waits, head_started, head_passes, by_others);
+            let priority = beside_head.then_some(head_passes);
+            self.hold_for_head(head_waits.as_deref(), head_started, priority, by_others);
             if let Some(round) = round {
                 let new = chosen.as_ref().and_then(|(_, p)| p.as_ref());
                 self.write_claims(round.ledger, new);
             }
             let Some((k, placement)) = chosen else {
-                if policy::look_further(head_passes, self.pending.len(), self.exhausted) {
+                if policy::look_further(self.pending.len(), self.exhausted) {
                     // Look one candidate further: it may fit where those in line do not.
                     if let Some(c) = self.choose(new_allowed).await? {
                         self.pending.push_back((c, 0));
@@ -411,6 +419,7 @@ impl Core {
                 candidate,
                 k,
                 placement,
+                beside_head: beside_head && k > 0,
             })));
         }
     }
@@ -422,6 +431,7 @@ impl Core {
             candidate,
             k,
             placement,
+            beside_head,
         } = plan;
         let claimed = match started {
             Started::Yes(c) => c,
@@ -440,10 +450,31 @@ impl Core {
         self.next_key = self.next_key.max(claimed.number as u64 + 1);
         self.running += 1;
         let device = placement.as_ref().map(|p| p.device);
+        if let Some(g) = &mut self.gpu {
+            // Started beside the head it now counts against; or the head itself started.
+            match (beside_head, self.pending.front()) {
+                (true, Some((head, _))) => {
+                    let head = head.params();
+                    let beside = match &mut g.beside_head {
+                        Some((p, trials)) if p == head => trials,
+                        other => &mut other.insert((head.clone(), Default::default())).1,
+                    };
+                    beside.insert(claimed.trial_id);
+                }
+                _ if k == 0 => g.beside_head = None,
+                _ => {}
+            }
+        }
         if let (Some(p), Some(g)) = (placement, &self.gpu) {
             let mut how = String::new();
             if p.reclaim.reuse.is_some() {
                 how.push_str(", on an idle worker");
+            }
+            if beside_head {
+                how.push_str(
+                    ", beside the trial at the head of the line, in what it leaves once the \
+                     trials before it end",
+                );
             }
             if !p.reclaim.retire.is_empty() {
                 how.push_str(&format!(

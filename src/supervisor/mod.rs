@@ -455,6 +455,7 @@ async fn run_locked(
         head_watch: None,
         hold: None,
         honoured: Default::default(),
+        beside_head: None,
         levels_shared: Default::default(),
         neighbour_levels: Default::default(),
     });

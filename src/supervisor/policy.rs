@@ -470,15 +470,12 @@ pub(super) fn infeasible(kind: FailureKind, alone_on_device: bool, clean_worker:
 // ---------------------------------------------------------------------------------------------
 // The admission line.
 
-/// How many candidates of the line, from its head, may be tried for admission now: all of them,
-/// unless the head has been passed `MAX_PASSES` times already (then only the head, so that a
-/// large trial waiting for room cannot starve behind small ones).
-pub(super) fn admissible(head_passes: u32, line: usize) -> usize {
-    if head_passes >= MAX_PASSES {
-        line.min(1)
-    } else {
-        line
-    }
+/// Whether the head of the line has priority: once it has been passed `MAX_PASSES` times, a
+/// trial behind it starts only within what the head leaves free on the device once the trials
+/// running before it end (`gpu::Capacity::backfill_room`). So a large trial waiting for room
+/// cannot starve behind small ones, and the card does not stand idle while it drains for it.
+pub(super) fn head_has_priority(head_passes: u32) -> bool {
+    head_passes >= MAX_PASSES
 }
 
 /// How many times the head of our line has been passed: `own`, by trials behind it in our
@@ -526,10 +523,12 @@ pub(super) fn may_pass(waiting_ahead: u64, room: Option<u64>) -> bool {
     waiting_ahead == 0 || room.is_none_or(|r| r > waiting_ahead)
 }
 
-/// Whether to draw one more candidate when none in line fits: the line is short, the head not
-/// starved, and the sampler has more.
-pub(super) fn look_further(head_passes: u32, line: usize, exhausted: bool) -> bool {
-    head_passes < MAX_PASSES && line < MAX_QUEUE && !exhausted
+/// Whether to draw one more candidate when none in line fits: the line is short and the
+/// sampler has more. Also while the head has priority: a candidate drawn then starts only
+/// beside it ([`head_has_priority`]), and without one the line ran dry behind the head and
+/// the card drained for it with nothing else to run.
+pub(super) fn look_further(line: usize, exhausted: bool) -> bool {
+    line < MAX_QUEUE && !exhausted
 }
 
 #[cfg(test)]
@@ -1083,21 +1082,22 @@ mod tests {
 
     #[test]
     fn the_admission_line_lets_small_trials_pass_until_the_head_is_starved() {
-        // (passes of the head, line length, exhausted) -> (candidates tried, look further?)
+        // (passes of the head, line length, exhausted) -> (head has priority, look further?)
         let cases = [
-            ((0, 1, false), (1, true)),
-            ((0, 3, false), (3, true)),
-            ((0, MAX_QUEUE, false), (MAX_QUEUE, false)),
-            ((0, 2, true), (2, false)),
-            ((MAX_PASSES - 1, 3, false), (3, true)),
-            ((MAX_PASSES, 3, false), (1, false)),
-            ((MAX_PASSES + 5, 1, false), (1, false)),
-            ((MAX_PASSES, 0, false), (0, false)),
+            ((0, 1, false), (false, true)),
+            ((0, 3, false), (false, true)),
+            ((0, MAX_QUEUE, false), (false, false)),
+            ((0, 2, true), (false, false)),
+            ((MAX_PASSES - 1, 3, false), (false, true)),
+            ((MAX_PASSES, 3, false), (true, true)),
+            ((MAX_PASSES + 5, 1, false), (true, true)),
+            ((MAX_PASSES, MAX_QUEUE, false), (true, false)),
+            ((MAX_PASSES, 1, true), (true, false)),
         ];
-        for ((passes, line, exhausted), (tried, further)) in cases {
-            assert_eq!(admissible(passes, line), tried, "{passes} {line}");
+        for ((passes, line, exhausted), (priority, further)) in cases {
+            assert_eq!(head_has_priority(passes), priority, "{passes} {line}");
             assert_eq!(
-                look_further(passes, line, exhausted),
+                look_further(line, exhausted),
                 further,
                 "{passes} {line} {exhausted}"
             );
