@@ -792,7 +792,8 @@ def packing_text(started, load_start, elapsed, tbl, notes, checks, splits, long_
         "/ makespan. OOMs: trials with `fail_kind == \"oom\"`.",
         "- `oracle with headroom`: the same oracle (the true peaks) on 24 GiB less sweepd's "
         "1 GiB headroom, as a fraction of the true oracle's throughput: what a scheduler that "
-        "knew every peak in advance but kept sweepd's headroom would reach.",
+        "knew every peak in advance but kept sweepd's headroom would reach (list scheduling is "
+        "greedy, not optimal: on the smaller card it can do better by chance, above 1.0).",
         "- `oracle on estimates`: the same oracle told the estimates sweepd admitted each trial "
         "with (from its admission log) instead of the true peaks, on 24 GiB less sweepd's 1 GiB "
         "headroom, as a fraction of the true oracle's throughput: how far the estimates and the "
@@ -891,8 +892,9 @@ def packing_story(splits, long_checks=()):
             "With `[gpu] memory_group` set in both (the two studies run one program), each "
             "learns from the other's measured peaks too: %s of the oracle, where learning "
             "apart reached %s (one run each; runs of one build on the same trials vary by "
-            "about 0.02; both studies start together, so each still admits its first trials at "
-            "`trial_memory`)"
+            "about 0.02 with one daemon, by up to 0.1 with two, whose learning interleaves "
+            "differently in every run; both studies start together, so each still admits its "
+            "first trials at `trial_memory`)"
             % (", ".join("%.2f (%s)" % (x[3], x[1]) for x in group),
                ", ".join("%.2f (%s)" % (x[3], x[1]) for x in two)))
     foreign = [x for x in splits if x[0] == "foreign"]
