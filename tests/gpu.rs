@@ -378,6 +378,31 @@ fn retired_because(sweep: &Sweep, what: &str) -> Vec<(i32, String)> {
         .collect()
 }
 
+/// Runs a study of `cfg` (params `mem`, MiB, and `x`) on one 24 GiB card (1 GiB headroom, NVML
+/// read every 100 ms, `trial_memory` as given) with `trials` enqueued in order, each
+/// `(mem, x)`, so that the scenario does not hang on what a sampler draws. Every trial must
+/// complete. Returns the sweep, its card and the daemon's stderr.
+fn run_enqueued(cfg: &Cfg, trial_memory: &str, trials: &[(u64, f64)]) -> (Sweep, FakeGpus, String) {
+    let gpu = format!(
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"{trial_memory}\"\n\
+         poll_interval = \"100ms\"\n"
+    );
+    let (sweep, gpus) = gpu_study(cfg, &["24G Fake A10"], &gpu);
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let enqueue: Vec<String> = trials
+        .iter()
+        .map(|(mem, x)| serde_json::json!({"mem": mem, "x": x}).to_string())
+        .collect();
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{err}");
+    (sweep, gpus, err)
+}
+
 #[test]
 fn small_trials_run_beside_a_large_one_waiting_for_the_card_to_drain() {
     // Trial 3 (10 GiB) runs for 10 s; trial 4 (14 GiB) fits only once it ends (24 − 1 GiB
@@ -401,28 +426,15 @@ fn small_trials_run_beside_a_large_one_waiting_for_the_card_to_drain() {
     .env("SIM_RAMP_S", "0.1")
     .env("SIM_HOLD_S", "0.3")
     .env("SIM_BY_NUMBER", r#"{"3": {"hold": 10}}"#);
-    let (sweep, _gpus) = gpu_study(
-        &cfg,
-        &["24G Fake A10"],
-        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"14GiB\"\npoll_interval = \"100ms\"\n",
-    );
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
-    let mut enqueue = vec![
-        trial(small, 0.1),
-        trial(10240, 0.2),
-        trial(14336, 0.3),
-        trial(10240, 0.4),
-        trial(14336, 0.5),
+    let mut trials = vec![
+        (small, 0.1),
+        (10240, 0.2),
+        (14336, 0.3),
+        (10240, 0.4),
+        (14336, 0.5),
     ];
-    enqueue.extend((0..n_small).map(|k| trial(small, 0.6 + f64::from(k) / 100.0)));
-    let mut args = vec!["t"];
-    args.extend(enqueue.iter().map(String::as_str));
-    sweep.optuna("optuna_enqueue.py", &args);
-    let out = sweep.run(&[], LIMIT);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
-    assert!(fails(&sweep).is_empty(), "{err}");
+    trials.extend((0..n_small).map(|k| (small, 0.6 + f64::from(k) / 100.0)));
+    let (sweep, _gpus, err) = run_enqueued(&cfg, "14GiB", &trials);
     let (long_end, large_start) = (
         stamp(&sweep, 3, "datetime_complete"),
         stamp(&sweep, 4, "datetime_start"),
@@ -477,32 +489,14 @@ fn idle_workers_are_retired_when_a_waiting_trial_needs_their_memory() {
     .env("SIM_STEPS", "2")
     .env("SIM_RAMP_S", "0.2")
     .env("SIM_HOLD_S", "0.6");
-    let (sweep, gpus) = gpu_study(
-        &cfg,
-        &["24G Fake A10"],
-        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"100ms\"\n",
-    );
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
-    let mut enqueue = vec![
-        trial(16384, 0.1),
-        trial(1024, 0.2),
-        trial(1024, 0.3),
-        trial(1024, 0.4),
-    ];
+    let mut trials = vec![(16384, 0.1), (1024, 0.2), (1024, 0.3), (1024, 0.4)];
     for round in 0..2 {
         for k in 0..3 {
-            enqueue.push(trial(1024, 0.5 + 0.1 * f64::from(round * 4 + k) / 10.0));
+            trials.push((1024, 0.5 + 0.1 * f64::from(round * 4 + k) / 10.0));
         }
-        enqueue.push(trial(16384, 0.9 - 0.1 * f64::from(round)));
+        trials.push((16384, 0.9 - 0.1 * f64::from(round)));
     }
-    let mut args = vec!["t"];
-    args.extend(enqueue.iter().map(String::as_str));
-    sweep.optuna("optuna_enqueue.py", &args);
-    let out = sweep.run(&[], LIMIT);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
-    assert!(fails(&sweep).is_empty(), "{err}");
+    let (sweep, gpus, err) = run_enqueued(&cfg, "20GiB", &trials);
     // Every enqueued trial ran: none was passed by new samples until the budget ran out.
     assert!(
         err.contains("12 COMPLETE, 0 PRUNED, 0 FAIL, 0 WAITING"),
