@@ -72,6 +72,15 @@ pub(super) struct GpuCtl {
 }
 
 impl GpuCtl {
+    /// Our trials started beside `head`, the head of our line, while it had priority (`None`:
+    /// none since it became the head).
+    pub(super) fn beside(&self, head: &Params) -> Option<&BTreeSet<i64>> {
+        self.beside_head
+            .as_ref()
+            .filter(|(p, _)| p == head)
+            .map(|(_, trials)| trials)
+    }
+
     /// Takes in what the other studies of our group appended since the last call: their
     /// measured peaks, and their running trials' settled levels until those end. Returns how
     /// many of their trials ended with a peak in what came in, and how many now run at a level.
@@ -333,14 +342,14 @@ impl Core {
 
     /// Where a trial with `params` may start now: `Ok(None)` without GPUs, `Ok(Some(placement))`
     /// when a device has room, or why each device waits. `beside_head`: the trial would start
-    /// past the head of the line after the head has been passed too often, so a device takes
-    /// it only within the room the head leaves there (`Capacity::backfill_room`).
+    /// past the head of the line, which has priority and is expected at these bytes, so a
+    /// device takes it only within the room the head leaves there (`Capacity::backfill_room`).
     pub(super) fn admit(
         &mut self,
         round: Option<&Round>,
         params: &Params,
         hint: Option<u32>,
-        beside_head: bool,
+        beside_head: Option<u64>,
         now: Instant,
     ) -> Result<Option<Placement>, Vec<Decision>> {
         let (Some(g), Some(round)) = (&mut self.gpu, round) else {
@@ -357,12 +366,8 @@ impl Core {
             .iter()
             .map(|v| g.capacity.decide(v, &round.running, e, now))
             .collect();
-        if let Some(head) = head.filter(|_| beside_head) {
-            let needs = g.model.estimate(head).bytes;
-            let beside = match &g.beside_head {
-                Some((p, trials)) if p == head => Some(trials),
-                _ => None,
-            };
+        if let (Some(head), Some(needs)) = (head, beside_head) {
+            let beside = g.beside(head);
             for (d, v) in decisions.iter_mut().zip(&round.views) {
                 let backfilled = |id| beside.is_some_and(|t| t.contains(&id));
                 d.admitted &= e
@@ -444,11 +449,10 @@ impl Core {
     /// trials again once some start beside its head, and its head must not lose the priority,
     /// and its hold, to them.
     pub(super) fn started_beside_head(&self) -> bool {
-        let head = self.pending.front().map(|(c, _)| c.params());
-        self.gpu
-            .as_ref()
-            .and_then(|g| g.beside_head.as_ref())
-            .is_some_and(|(p, _)| Some(p) == head)
+        match (&self.gpu, self.pending.front()) {
+            (Some(g), Some((head, _))) => g.beside(head.params()).is_some(),
+            _ => false,
+        }
     }
 
     /// Our hold after a round: the head waited for memory (`waits`: why on each device) with
@@ -468,19 +472,18 @@ impl Core {
         if started {
             g.head_watch = None;
         }
-        let wanted = priority
-            .zip(waits)
-            .and_then(|(passes, d)| {
+        let wanted = waits
+            .filter(|_| priority.is_some())
+            .and_then(|d| {
                 // Only memory the others can leave free: a device where our own trials fill
                 // max_par_per_device waits for them, not for the others.
                 d.iter()
                     .filter(|d| matches!(d.wait, Some(Wait::Memory { .. })))
                     .max_by_key(|d| (d.usable, Reverse(d.device)))
-                    .map(|d| (passes, d))
             })
             .zip(self.pending.front())
-            .map(|((passes, d), (c, _))| (passes, d.device, g.model.expected(c.params())));
-        let Some((passes, device, bytes)) = wanted else {
+            .map(|(d, (c, _))| (d.device, g.model.expected(c.params())));
+        let (Some((device, bytes)), Some(passes)) = (wanted, priority) else {
             g.hold = None;
             return;
         };

@@ -347,6 +347,11 @@ impl Core {
             let tries = self.pending.len();
             // Priority lasts until the head starts (`Core::started_beside_head`).
             let beside_head = policy::head_has_priority(head_passes) || self.started_beside_head();
+            // What the head is expected at, once per round, for the room it leaves.
+            let head_needs = match &mut self.gpu {
+                Some(g) if beside_head => Some(g.model.estimate(self.pending[0].0.params()).bytes),
+                _ => None,
+            };
             let mut chosen: Option<(usize, Option<Placement>)> = None;
             let mut fits: Vec<(usize, Option<Placement>)> = Vec::new();
             let mut head_waits = None;
@@ -368,7 +373,8 @@ impl Core {
                     break;
                 }
                 let params = self.pending[k].0.params().clone();
-                match self.admit(round.as_ref(), &params, hint, beside_head && k > 0, now) {
+                let beside = head_needs.filter(|_| k > 0);
+                match self.admit(round.as_ref(), &params, hint, beside, now) {
                     Ok(placement) => {
                         let settled = k == 0 || placement.is_none();
                         fits.push((k, placement));
