@@ -879,7 +879,7 @@ def packing_story(splits, long_checks=()):
             "through the "
             "first trials at `trial_memory` and its wide early bounds; an idle worker of one "
             "daemon that holds memory the other's waiting trial needs is retired on request "
-            "through the ledger (at the holder's next reading), no longer after "
+            "through the ledger (as soon as the holder sees the request), no longer after "
             "`idle_worker_timeout`; and a trial of one daemon passed by 16 of the other's starts "
             "(by 1 while its study runs none) holds its memory through the ledger, so the other "
             "drains the card for it rather than filling every byte freed with small trials "

@@ -1057,6 +1057,61 @@ fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memor
 }
 
 #[test]
+fn another_daemons_idle_worker_is_retired_as_soon_as_we_ask_even_with_a_long_poll_interval() {
+    // As above, with both daemons reading NVML every 30 s and a's trial 1 running 20 s. a
+    // answered requests at its next reading: 30 s after its start, 10 s after its study (and
+    // its idle worker with it) had ended, so b's trial started only then. a now answers when
+    // its watch of the ledger shows the request, and writes its entry again once the worker is
+    // gone, which wakes b.
+    let a_env = [
+        ("SIM_MEM", "1G"),
+        ("SIM_CONTEXT", "6G"),
+        ("SIM_BY_NUMBER", r#"{"0": {"hold": 0}, "1": {"hold": 20}}"#),
+    ];
+    let gpu = "trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"\npoll_interval = \"30s\"";
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
+    drop_fast_polling(&a);
+    let b_env = [
+        ("SIM_MEM", "11G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "0.2"),
+    ];
+    let b_gpu = "trial_memory = \"12GiB\"\npoll_interval = \"30s\"";
+    let b = gpu_sweep_beside(&gpus, 1, 1, b_gpu, &b_env);
+    drop_fast_polling(&b);
+    let ca = a.spawn_run();
+    wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
+        a.db.exists()
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == vec!["1"]
+            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
+    });
+    let asked = std::time::Instant::now();
+    let cb = b.spawn_run();
+    wait_until(LIMIT, "b's trial starts", || {
+        b.db.exists()
+            && b.sql("SELECT COUNT(*) FROM trials WHERE datetime_start IS NOT NULL") == vec!["1"]
+    });
+    let waited = asked.elapsed().as_secs_f64();
+    both_finish(&a, ca, &b, cb);
+    eprintln!("b's trial started {waited:.2}s after b was launched");
+    assert!(
+        stamp(&b, 0, "datetime_start") < stamp(&a, 1, "datetime_complete"),
+        "{}\n{}",
+        a.daemon_stderr(),
+        b.daemon_stderr()
+    );
+    // A generous margin against the 20 s until a's study ends.
+    assert!(
+        waited < 10.0,
+        "b's trial waited {waited:.1}s\n{}",
+        a.daemon_stderr()
+    );
+    let retired = retired_because(&a, "another daemon on this host waits");
+    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
+    assert!(!alive(retired[0].0));
+}
+
+#[test]
 fn a_large_trial_is_not_starved_by_another_daemons_stream_of_small_ones() {
     // Two studies share one 24 GiB card. Daemon b runs 60 trials of ~5 GiB, four at once, and
     // refills every byte a trial frees. Daemon a's one trial expects 19 GiB (its trial_memory

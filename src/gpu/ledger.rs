@@ -14,7 +14,10 @@
 //! workers hold per device, and a daemon whose waiting trial would fit if the others' idle
 //! workers there were gone writes a request: the bytes it lacks and the free memory it saw.
 //! The others retire their least recently used idle workers there until the request is met,
-//! counting what was freed since the request was made (`Request::outstanding`).
+//! counting what was freed since the request was made (`Request::outstanding`). They answer
+//! as soon as their watch of the file (below) shows a request they had not seen
+//! ([`asked_anew`]), not at their next `poll_interval`, and each request once: written again
+//! unchanged while the retirements it caused are still under way, it is not answered again.
 //!
 //! The file is read and rewritten whole under an exclusive `flock`, held by a daemon from
 //! reading the others' claims to writing its own after the admission decision, so that two
@@ -165,6 +168,64 @@ impl Request {
     pub fn outstanding(&self, free: u64) -> u64 {
         self.want.saturating_sub(free.saturating_sub(self.seen))
     }
+}
+
+/// What is still to be freed per device for `requests`, each against the free memory `free`
+/// reads on its device now (`None`: a device we do not use, which we cannot help on).
+pub fn outstanding(requests: &[Request], free: impl Fn(u32) -> Option<u64>) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for r in requests {
+        if let Some(f) = free(r.device) {
+            let bytes: &mut u64 = out.entry(r.device).or_default();
+            *bytes = bytes.saturating_add(r.outstanding(f));
+        }
+    }
+    out.retain(|_, b| *b > 0);
+    out
+}
+
+/// The other daemons' requests for our idle workers' memory: those not answered yet, and those
+/// answered while the ledger still shows them. A daemon that looks again before the memory our
+/// retirements free shows in NVML writes its request again unchanged; answered twice, it would
+/// cost a second idle worker.
+#[derive(Debug, Default)]
+pub struct Answers {
+    asked: Vec<Request>,
+    answered: Vec<Request>,
+}
+
+impl Answers {
+    /// Takes in the requests as the ledger shows them now.
+    pub fn take(&mut self, requests: Vec<Request>) {
+        self.answered.retain(|r| requests.contains(r));
+        self.asked = requests
+            .into_iter()
+            .filter(|r| !self.answered.contains(r))
+            .collect();
+    }
+
+    /// What is still to free per device for the requests not answered yet ([`outstanding`]);
+    /// they count as answered from now on.
+    pub fn answer(&mut self, free: impl Fn(u32) -> Option<u64>) -> BTreeMap<u32, u64> {
+        let bytes = outstanding(&self.asked, free);
+        self.answered.append(&mut self.asked);
+        bytes
+    }
+}
+
+/// Whether another daemon asks anew for idle workers' memory: a request in `now` that `before`
+/// did not have (a first one, or one for another amount or from another reading). The daemon
+/// whose idle workers hold it answers at once rather than at its next `poll_interval`.
+pub fn asked_anew(before: &[Request], now: &[Request]) -> bool {
+    now.iter().any(|r| !before.contains(r))
+}
+
+/// The other live daemons' claims and requests, as a daemon watching the ledger compares them
+/// between two writes ([`freed`], [`asked_anew`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Neighbours {
+    pub claims: Claims,
+    pub requests: Vec<Request>,
 }
 
 /// Another daemon's hold on `device`: memory it asks the others to leave free for its waiting
@@ -499,9 +560,13 @@ impl Ledger {
         self.lock()?.write(mine)
     }
 
-    /// The other live daemons' claims, read under the lock and released at once.
-    pub fn read_others(&self) -> std::io::Result<Claims> {
-        Ok(self.lock()?.others())
+    /// The other live daemons' claims and requests, read under the lock and released at once.
+    pub fn read_neighbours(&self) -> std::io::Result<Neighbours> {
+        let locked = self.lock()?;
+        Ok(Neighbours {
+            claims: locked.others(),
+            requests: locked.requests(),
+        })
     }
 
     /// Watches the file for writes (any daemon's, this one's included: [`freed`] tells which
@@ -860,6 +925,65 @@ mod tests {
         [(device, c)].into()
     }
 
+    fn req(device: u32, want: u64, seen: u64) -> Request {
+        Request { device, want, seen }
+    }
+
+    #[rstest::rstest]
+    #[case::none(&[], &[], false)]
+    #[case::a_first_one(&[], &[req(0, G, 10 * G)], true)]
+    #[case::the_same_written_again(&[req(0, G, 10 * G)], &[req(0, G, 10 * G)], false)]
+    #[case::for_another_amount(&[req(0, G, 10 * G)], &[req(0, 2 * G, 10 * G)], true)]
+    #[case::from_another_reading(&[req(0, G, 10 * G)], &[req(0, G, 9 * G)], true)]
+    #[case::a_second_daemon_asks_too(&[req(0, G, 10 * G)], &[req(0, G, 10 * G), req(1, G, 4 * G)], true)]
+    #[case::one_withdrawn(&[req(0, G, 10 * G), req(1, G, 4 * G)], &[req(1, G, 4 * G)], false)]
+    fn a_request_is_new_when_the_ledger_did_not_show_it_before(
+        #[case] before: &[Request],
+        #[case] now: &[Request],
+        #[case] expected: bool,
+    ) {
+        assert_eq!(asked_anew(before, now), expected);
+    }
+
+    #[test]
+    fn a_request_is_answered_once_while_it_is_written_again_unchanged() {
+        let free = |_| Some(10 * G);
+        let mut a = Answers::default();
+        a.take(vec![req(0, 2 * G, 10 * G)]);
+        assert_eq!(a.answer(free), [(0, 2 * G)].into());
+        assert!(a.answer(free).is_empty());
+        // Its daemon looked again before the retirement showed in NVML.
+        a.take(vec![req(0, 2 * G, 10 * G)]);
+        assert!(a.answer(free).is_empty());
+        // It asks for more, from the same reading: a new request.
+        a.take(vec![req(0, 3 * G, 10 * G)]);
+        assert_eq!(a.answer(free), [(0, 3 * G)].into());
+        // Withdrawn, then made again: answered again.
+        a.take(vec![]);
+        a.take(vec![req(0, 3 * G, 10 * G)]);
+        assert_eq!(a.answer(free), [(0, 3 * G)].into());
+    }
+
+    #[test]
+    fn what_is_outstanding_is_summed_per_device_we_use_against_its_reading() {
+        let free = |d: u32| match d {
+            0 => Some(11 * G),
+            1 => Some(4 * G),
+            _ => None,
+        };
+        let requests = [
+            // 1 GiB freed since: 3 left.
+            req(0, 4 * G, 10 * G),
+            req(0, G, 11 * G),
+            // Met already by what was freed since.
+            req(1, G, 2 * G),
+            // Not a device of ours.
+            req(2, G, 0),
+        ];
+        assert_eq!(outstanding(&requests, free), [(0, 4 * G)].into());
+        assert!(outstanding(&[], free).is_empty());
+    }
+
     #[rstest::rstest]
     #[case::a_trial_ended(held(0, 2, 0, &[6 * G, 2 * G]), held(0, 1, 0, &[2 * G]), true)]
     #[case::its_daemon_is_gone(held(0, 1, 0, &[2 * G]), Claims::new(), true)]
@@ -889,7 +1013,7 @@ mod tests {
         let ledger = Ledger::open(path, me).unwrap();
         let watch = ledger.watch().unwrap();
         // Locking and reading writes nothing.
-        ledger.read_others().unwrap();
+        ledger.read_neighbours().unwrap();
         assert!(!watch.drain());
         ledger.publish(&claims(&[(0, G, 1)])).unwrap();
         assert!(watch.drain());

@@ -51,9 +51,9 @@ pub(super) struct GpuCtl {
     pub(super) neighbour_levels: BTreeMap<i64, (Params, u64, Option<Owner>)>,
     /// What our waiting trial asks the other daemons' idle workers for (written to the ledger).
     pub(super) asking: Option<Request>,
-    /// What the other daemons ask of our idle workers, per device: the bytes still to free as
-    /// of the latest round (housekeeping answers them, `Pool::answer`).
-    pub(super) asked: BTreeMap<u32, u64>,
+    /// What the other daemons ask of our idle workers, as of the latest reading of the
+    /// ledger (housekeeping answers them, `GpuCtl::answer_requests`).
+    pub(super) asked: ledger::Answers,
     /// Trials we started per device, written to the ledger: the other daemons count them as
     /// passing their waiting trials.
     pub(super) started: BTreeMap<u32, u64>,
@@ -72,6 +72,14 @@ pub(super) struct GpuCtl {
 }
 
 impl GpuCtl {
+    /// What is still to free per device for the other daemons' requests not answered yet,
+    /// against our latest reading; they count as answered from now on.
+    pub(super) fn answer_requests(&mut self) -> BTreeMap<u32, u64> {
+        let (views, _, _) = self.monitor.views();
+        self.asked
+            .answer(|d| views.iter().find(|v| v.index == d).map(|v| v.free))
+    }
+
     /// Our trials started beside `head`, the head of our line, while it had priority (`None`:
     /// none since it became the head).
     pub(super) fn beside(&self, head: &Params) -> Option<&BTreeSet<i64>> {
@@ -322,14 +330,7 @@ impl Core {
                 }
             }
             g.honoured = honoured;
-            g.asked.clear();
-            for r in l.requests() {
-                if let Some(v) = views.iter().find(|v| v.index == r.device) {
-                    let bytes = g.asked.entry(r.device).or_default();
-                    *bytes = bytes.saturating_add(r.outstanding(v.free));
-                }
-            }
-            g.asked.retain(|_, b| *b > 0);
+            g.asked.take(l.requests());
         }
         Some(Round {
             views,

@@ -8,7 +8,8 @@
 //! the next pass.
 //!
 //! Another daemon's trial that ends on our GPUs frees memory too: `watch_neighbours` reads the
-//! GPUs and wakes the slots when the host's ledger shows it, rather than at our next pass. And
+//! GPUs and wakes the slots when the host's ledger shows it, rather than at our next pass; it
+//! also answers another daemon's new request for our idle workers' memory at once. And
 //! a running trial that reaches its peak frees what its bound held back above it:
 //! `watch_settling` reads the GPUs while trials ramp up, and wakes the slots when one settles.
 //!
@@ -19,7 +20,7 @@
 use super::core::Core;
 use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
-use crate::gpu::ledger::{self, Ledger};
+use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
 use crate::store::{Engine, GpuRow};
 use crate::study::{DaemonCommand, DaemonState};
@@ -205,8 +206,10 @@ pub(super) async fn watch_outages(sh: Arc<Shared>, done: CancellationToken) {
 /// Wakes our slots waiting for room when another daemon on this host frees some on a GPU we
 /// share (a trial of its ended, an idle worker of its retired: `gpu::ledger::freed`), after a
 /// fresh NVML reading: with trials of a minute, waiting for our next `poll_interval` reading
-/// would leave the card part empty for up to that long each time. Without a ledger, or where
-/// the file cannot be watched, the polls alone do it, as before.
+/// would leave the card part empty for up to that long each time. And answers, at once, a
+/// request of another daemon for our idle workers' memory that the ledger did not show before
+/// (`gpu::ledger::asked_anew`): its trial waits for nothing else. Without a ledger, or where
+/// the file cannot be watched, the polls alone do both, as before.
 pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
     let ledger = {
         let core = sh.core.lock().await;
@@ -232,12 +235,12 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
     };
     // The lock may wait for another daemon's admission decision: not on the runtime's threads.
     let read = |l: Ledger| async move {
-        tokio::task::spawn_blocking(move || l.read_others())
+        tokio::task::spawn_blocking(move || l.read_neighbours())
             .await
             .ok()
             .and_then(Result::ok)
     };
-    let mut last = read(ledger.clone()).await.unwrap_or_default();
+    let mut last: Neighbours = read(ledger.clone()).await.unwrap_or_default();
     loop {
         tokio::select! {
             ready = watch.readable() => match ready {
@@ -253,9 +256,21 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
         let Some(now) = read(ledger.clone()).await else {
             continue;
         };
-        if ledger::freed(&last, &now) {
+        if ledger::freed(&last.claims, &now.claims) {
             read_gpus(&sh).await;
             sh.changed.notify_waiters();
+        }
+        if ledger::asked_anew(&last.requests, &now.requests) {
+            // Against a fresh reading, which shows what was freed since the request.
+            read_gpus(&sh).await;
+            let workers = {
+                let mut core = sh.core.lock().await;
+                if let Some(g) = &mut core.gpu {
+                    g.asked.take(now.requests.clone());
+                }
+                answer_requests(&mut core)
+            };
+            retire(&sh, workers);
         }
         last = now;
     }
@@ -384,17 +399,29 @@ fn retire_idle(sh: &Arc<Shared>) {
     let expired = match sh.core.try_lock() {
         Ok(mut core) => {
             let mut out = core.pool.expired(Instant::now(), timeout);
-            let core = &mut *core;
-            if let Some(g) = &mut core.gpu {
-                let asked = std::mem::take(&mut g.asked);
-                out.extend(core.pool.answer(&asked, &g.monitor));
-            }
+            out.extend(answer_requests(&mut core));
             out
         }
         // Busy deciding: the next pass looks again.
         Err(_) => return,
     };
-    for (c, why) in expired {
+    retire(sh, expired);
+}
+
+/// The idle workers to retire for the other daemons' requests not answered yet.
+fn answer_requests(core: &mut Core) -> Vec<(super::slot::Current, String)> {
+    match &mut core.gpu {
+        Some(g) => {
+            let asked = g.answer_requests();
+            core.pool.answer(&asked, &g.monitor)
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Retires these idle workers, each in a task of its own.
+fn retire(sh: &Arc<Shared>, workers: Vec<(super::slot::Current, String)>) {
+    for (c, why) in workers {
         let sh = sh.clone();
         tokio::spawn(async move {
             if let Err(e) = super::workers::retire(&sh, c.worker, c.device, &why).await {

@@ -284,6 +284,8 @@ pub(super) async fn retire(
     if device.is_some() && !sh.kill_now.is_cancelled() {
         // Its memory is free: a trial waiting for it may start now, not at the next poll.
         super::housekeeping::read_gpus(sh).await;
+        // Ours or another daemon's: our entry in the host's ledger no longer counts it idle.
+        sh.core.lock().await.refresh_claims();
         sh.changed.notify_waiters();
     }
     Ok(())
