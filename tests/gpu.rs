@@ -1011,49 +1011,77 @@ fn the_levels_of_a_killed_daemons_trials_no_longer_count_for_the_other_studies_o
     assert_eq!(peak_lines(&gpus, "ended"), 0);
 }
 
-#[test]
-fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
-    // Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
-    // ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs 40 s
-    // with 1 GiB. Daemon b's trial expects 12 GiB × 1.15 (its first: trial_memory and the
-    // prior's margin): 24 − 13 held − 1 headroom = 10 GiB is not enough, but with a's idle
-    // worker's 6 GiB it is. b asks through the host's ledger, a retires its idle worker, and
-    // b's trial starts while a's trial 1 still runs (without the request it waits for a's
-    // study to end and its workers with it).
+/// Two studies share one 24 GiB card. Daemon a's workers hold a 6 GiB context each: trial 0
+/// ends at once and its worker waits idle (idle_worker_timeout 600 s), trial 1 runs `hold_1`
+/// seconds with 1 GiB. Daemon b's trial expects 12 GiB × 1.15 (its first: trial_memory and the
+/// prior's margin): 24 − 13 held − 1 headroom = 10 GiB is not enough, but with a's idle
+/// worker's 6 GiB it is. b is launched once a's trial 1 runs; both read NVML every `poll`
+/// (`None`: `gpu_sweep`'s 100 ms). Both must finish without a FAIL. Returns them, the card, and
+/// how long after its launch b's trial started.
+fn waiting_for_another_daemons_idle_worker(
+    poll: Option<&str>,
+    hold_1: u32,
+) -> (Sweep, Sweep, FakeGpus, f64) {
+    let poll_line = poll.map_or(String::new(), |p| format!("\npoll_interval = \"{p}\""));
+    let by_number = format!(r#"{{"0": {{"hold": 0}}, "1": {{"hold": {hold_1}}}}}"#);
     let a_env = [
         ("SIM_MEM", "1G"),
         ("SIM_CONTEXT", "6G"),
-        ("SIM_BY_NUMBER", r#"{"0": {"hold": 0}, "1": {"hold": 40}}"#),
+        ("SIM_BY_NUMBER", by_number.as_str()),
     ];
-    let gpu = "trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"";
-    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
+    let gpu = format!("trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"{poll_line}");
+    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, &gpu, &a_env);
     let b_env = [
         ("SIM_MEM", "11G"),
         ("SIM_CONTEXT", "256M"),
         ("SIM_HOLD_S", "0.2"),
     ];
-    let b_gpu = "trial_memory = \"12GiB\"";
-    let b = gpu_sweep_beside(&gpus, 1, 1, b_gpu, &b_env);
+    let b_gpu = format!("trial_memory = \"12GiB\"{poll_line}");
+    let b = gpu_sweep_beside(&gpus, 1, 1, &b_gpu, &b_env);
+    if poll.is_some() {
+        drop_fast_polling(&a);
+        drop_fast_polling(&b);
+    }
     let ca = a.spawn_run();
     wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
         a.db.exists()
             && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == vec!["1"]
             && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
     });
+    let launched = std::time::Instant::now();
     let cb = b.spawn_run();
+    wait_until(LIMIT, "b's trial starts", || {
+        b.db.exists()
+            && b.sql("SELECT COUNT(*) FROM trials WHERE datetime_start IS NOT NULL") == vec!["1"]
+    });
+    let waited = launched.elapsed().as_secs_f64();
     both_finish(&a, ca, &b, cb);
-    // b's trial ran while a's trial 1 still did: it did not wait for a's study to end.
+    eprintln!("b's trial started {waited:.2}s after b was launched");
+    (a, b, gpus, waited)
+}
+
+/// a retired exactly one idle worker for b, and it is gone from the card.
+fn one_retired_for_the_other(a: &Sweep, gpus: &FakeGpus) {
+    let retired = retired_because(a, "another daemon on this host waits");
+    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
+    let (pid, _) = &retired[0];
+    assert!(!alive(*pid));
+    assert_eq!(last_usage(gpus).get(pid).copied().unwrap_or(0), 0);
+}
+
+#[test]
+fn another_daemons_idle_worker_is_retired_when_our_waiting_trial_needs_its_memory() {
+    // b asks through the host's ledger, a retires its idle worker, and b's trial starts while
+    // a's trial 1 (40 s) still runs: without the request it waits for a's study to end and its
+    // workers with it.
+    let (a, b, gpus, _) = waiting_for_another_daemons_idle_worker(None, 40);
     assert!(
         stamp(&b, 0, "datetime_start") < stamp(&a, 1, "datetime_complete"),
         "{}\n{}",
         a.daemon_stderr(),
         b.daemon_stderr()
     );
-    let retired = retired_because(&a, "another daemon on this host waits");
-    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
-    let (pid, _) = &retired[0];
-    assert!(!alive(*pid));
-    assert_eq!(last_usage(&gpus).get(pid).copied().unwrap_or(0), 0);
+    one_retired_for_the_other(&a, &gpus);
 }
 
 #[test]
@@ -1063,37 +1091,7 @@ fn another_daemons_idle_worker_is_retired_as_soon_as_we_ask_even_with_a_long_pol
     // its idle worker with it) had ended, so b's trial started only then. a now answers when
     // its watch of the ledger shows the request, and writes its entry again once the worker is
     // gone, which wakes b.
-    let a_env = [
-        ("SIM_MEM", "1G"),
-        ("SIM_CONTEXT", "6G"),
-        ("SIM_BY_NUMBER", r#"{"0": {"hold": 0}, "1": {"hold": 20}}"#),
-    ];
-    let gpu = "trial_memory = \"1GiB\"\nidle_worker_timeout = \"600s\"\npoll_interval = \"30s\"";
-    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 2, 2, gpu, &a_env);
-    drop_fast_polling(&a);
-    let b_env = [
-        ("SIM_MEM", "11G"),
-        ("SIM_CONTEXT", "256M"),
-        ("SIM_HOLD_S", "0.2"),
-    ];
-    let b_gpu = "trial_memory = \"12GiB\"\npoll_interval = \"30s\"";
-    let b = gpu_sweep_beside(&gpus, 1, 1, b_gpu, &b_env);
-    drop_fast_polling(&b);
-    let ca = a.spawn_run();
-    wait_until(LIMIT, "a's trial 0 ends and trial 1 runs", || {
-        a.db.exists()
-            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == vec!["1"]
-            && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["1"]
-    });
-    let asked = std::time::Instant::now();
-    let cb = b.spawn_run();
-    wait_until(LIMIT, "b's trial starts", || {
-        b.db.exists()
-            && b.sql("SELECT COUNT(*) FROM trials WHERE datetime_start IS NOT NULL") == vec!["1"]
-    });
-    let waited = asked.elapsed().as_secs_f64();
-    both_finish(&a, ca, &b, cb);
-    eprintln!("b's trial started {waited:.2}s after b was launched");
+    let (a, b, gpus, waited) = waiting_for_another_daemons_idle_worker(Some("30s"), 20);
     assert!(
         stamp(&b, 0, "datetime_start") < stamp(&a, 1, "datetime_complete"),
         "{}\n{}",
@@ -1106,9 +1104,7 @@ fn another_daemons_idle_worker_is_retired_as_soon_as_we_ask_even_with_a_long_pol
         "b's trial waited {waited:.1}s\n{}",
         a.daemon_stderr()
     );
-    let retired = retired_because(&a, "another daemon on this host waits");
-    assert_eq!(retired.len(), 1, "{}", a.daemon_stderr());
-    assert!(!alive(retired[0].0));
+    one_retired_for_the_other(&a, &gpus);
 }
 
 #[test]
