@@ -10,7 +10,9 @@
 //! measured, none at all: it is left out when the trials are predicted no worse without it), and
 //! a size larger than any seen yet is extrapolated rather than capped at the largest neighbour.
 //! Once 3 trials per param are measured, the fit also takes the products of those that drive memory
-//! where they predict the trials better (a peak that is a sum of products curves in log sizes).
+//! where they predict the trials better (a peak that is a sum of products curves in log sizes),
+//! and then leaves out again, with its products, a param it kept only for the curvature the
+//! linear fit could not follow.
 //!
 //! The estimate admission uses is an upper bound: the prediction raised by a margin calibrated
 //! from the model's own errors (each recently measured trial predicted by the current model

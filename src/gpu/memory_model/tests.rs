@@ -107,6 +107,16 @@ fn continuous_peak(width: i64, depth: i64, noise: f64) -> u64 {
     500 * MIB + alloc.div_ceil(segment) * segment
 }
 
+/// A trial of the continuous workload drawn at random (the bench's ranges), ±2% from trial to
+/// trial, and its peak.
+fn continuous_trial(rng: &mut impl Rng) -> (Params, u64) {
+    let w = (64.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
+    let d = rng.gen_range(1..=8);
+    let lr = 10f64.powf(rng.gen_range(-5.0..-1.0));
+    let peak = continuous_peak(w, d, 1.0 + 0.02 * rng.gen_range(-1.0..1.0));
+    (params(w, d, lr), peak)
+}
+
 /// Of the estimates made with `from` to `to − 1` trials measured (`ratios`: trials measured,
 /// estimate / peak), how many fell below the peak, of how many, and the median estimate /
 /// peak; printed with the lowest (`--nocapture`).
@@ -142,11 +152,7 @@ fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
         let mut m = MemoryModel::new(&space, 6 << 30);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         for i in 0..40 {
-            let w = (64.0 * 16f64.powf(rng.gen_range(0.0..1.0))).round() as i64;
-            let d = rng.gen_range(1..=8);
-            let lr = 10f64.powf(rng.gen_range(-5.0..-1.0));
-            let peak = continuous_peak(w, d, 1.0 + 0.02 * rng.gen_range(-1.0..1.0));
-            let p = params(w, d, lr);
+            let (p, peak) = continuous_trial(&mut rng);
             ratios.push((i, m.expected(&p) as f64 / peak as f64));
             m.record(&p, peak);
         }
@@ -175,6 +181,35 @@ fn estimates_fall_short_while_few_trials_are_measured_and_rarely_after() {
     assert!(
         middle_median < 1.30,
         "estimate/peak median {middle_median:.2} with 8 to 11 measured"
+    );
+}
+
+/// The learning rate does nothing to memory, but in the fit linear in the params' log sizes it
+/// took up the curvature width × depth leaves there (its linear feature, near 0 for most
+/// values, fits a few trials' errors), and stayed in the fit once the products of width and
+/// depth curved it: named among the params that drive memory in 89% of the estimates with 8 to
+/// 19 trials measured, 69% from 40 on, widening the bound by its errors (`fit::drop_passengers`).
+#[test]
+fn a_param_of_no_effect_leaves_the_fit_once_products_curve_it() {
+    let space = continuous_space();
+    let mut stayed = 0;
+    for seed in 0..40 {
+        let mut m = MemoryModel::new(&space, 6 << 30);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        for _ in 0..30 {
+            let (p, peak) = continuous_trial(&mut rng);
+            m.record(&p, peak);
+        }
+        let why = m.estimate(&params(512, 4, 1e-3)).why;
+        assert!(why.contains("with products of them"), "{why}");
+        if !why.contains("lr does not") {
+            stayed += 1;
+        }
+    }
+    // 4 of 40 (where its leave-one-out error says it helps by chance); 31 before.
+    assert!(
+        stayed <= 8,
+        "the learning rate stayed in {stayed} of 40 fits"
     );
 }
 
