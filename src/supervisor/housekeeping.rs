@@ -256,13 +256,17 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
         let Some(now) = read(ledger.clone()).await else {
             continue;
         };
-        if ledger::freed(&last.claims, &now.claims) {
+        let freed = ledger::freed(&last.claims, &now.claims);
+        let asked = ledger::asked_anew(&last.requests, &now.requests);
+        if freed || asked {
+            // One fresh reading for both: what was freed, and what is still to free for a
+            // request.
             read_gpus(&sh).await;
+        }
+        if freed {
             sh.changed.notify_waiters();
         }
-        if ledger::asked_anew(&last.requests, &now.requests) {
-            // Against a fresh reading, which shows what was freed since the request.
-            read_gpus(&sh).await;
+        if asked {
             let workers = {
                 let mut core = sh.core.lock().await;
                 if let Some(g) = &mut core.gpu {

@@ -421,9 +421,9 @@ pub(super) fn pair_drivers(
 /// trials' residuals, its coefficient passes [`DRIVES`], and [`select`] never leaves it out. On
 /// the unit tests' width × depth workload (100 seeds, 60 trials) the estimates named the
 /// learning rate among the params that drive memory in 89% of the estimates with 8 to 19 trials
-/// measured and 69% from 40 on, and it widened the bound by its errors; with this, 16% and 2%. No [`DRIVES`] gate here: with the pairs in the fit, what a
-/// param of no effect would fit is noise, and leaving it out kept estimates above the peak more
-/// often, not less (300 seeds: 6 → 0 of 8400 below the peak from 12 trials measured on that
+/// measured and 69% from 40 on, and it widened the bound by its errors; with this, 16% and 2%.
+/// No [`DRIVES`] gate here: with the pairs in the fit, what a param of no effect would fit is
+/// noise, and leaving it out kept estimates above the peak more often, not less (300 seeds: 6 → 0 of 8400 below the peak from 12 trials measured on that
 /// workload, 110 → 92 of 12000 from 20 on the 7-param one; medians 1.11 → 1.09 and 1.28 → 1.22).
 fn drop_passengers(
     data: &VecDeque<Measured>,
