@@ -521,11 +521,12 @@ impl MemoryModel {
             // param takes a value never measured: the fit cannot tell it apart from the rest.
             let same: Vec<u64> = if novel.is_empty() {
                 // `residuals` holds each measured trial's features as the fit sees them, in order.
+                let cx = fit.compact(x);
                 self.measured
                     .iter()
-                    .zip(&fit.residuals)
-                    .filter(|(_, (xi, _))| fit.distance(xi, x) < SAME_CONFIG)
-                    .map(|(m, _)| m.peak)
+                    .enumerate()
+                    .filter(|(i, _)| fit.distance_to(*i, &cx) < SAME_CONFIG)
+                    .map(|(_, m)| m.peak)
                     .collect()
             } else {
                 Vec::new()
@@ -602,8 +603,9 @@ impl MemoryModel {
     fn local_error(&self, fit: &Fit, x: &[f64]) -> f64 {
         let k = 2 * NEIGHBOURS;
         let mut near: Vec<(f64, f64)> = Vec::with_capacity(k + 1);
+        let cx = fit.compact(x);
         for (i, e, _) in &fit.loo {
-            let d = fit.distance(&fit.residuals[*i].0, x);
+            let d = fit.distance_to(*i, &cx);
             if near.len() < k || d < near[near.len() - 1].0 {
                 let pos = near.partition_point(|(f, _)| *f <= d);
                 near.insert(pos, (d, *e));
@@ -676,15 +678,16 @@ impl MemoryModel {
         let groups = self.columns();
         let width = groups.last().map_or(0, |g| g.end);
         // Which params earn their place, and which pairs, changes slowly as trials come, and
-        // choosing them costs a fit per param and round (a tenth of a second with 30 params and
-        // 2000 trials): they are chosen again once a tenth more trials are recorded, not at
-        // every record or settled level.
+        // choosing them costs a fit per param and round (0.16 s with 30 params and 2000 trials,
+        // `make bench`'s model section): they are chosen again once a tenth more trials are
+        // recorded, not at every record or settled level; in between, a fit reads only their
+        // columns (`Normal::on`).
         let (normal, keep, pairs) = match &self.selection {
             Some(Selection { at, keep, pairs })
                 if keep.len() == width + pairs.len() && self.recorded < at + (at / 10).max(1) =>
             {
                 (
-                    Normal::new(&self.measured, pairs),
+                    Normal::on(&self.measured, pairs, Some(keep)),
                     keep.clone(),
                     pairs.clone(),
                 )
