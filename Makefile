@@ -172,6 +172,7 @@ bench: build fake-nvml
 	$(VENV)/bin/python bench/multi_bench.py
 	$(VENV)/bin/python bench/conditional_bench.py
 	$(VENV)/bin/python bench/postgres_bench.py
+	$(VENV)/bin/python bench/model_bench.py
 
 ## The fake libnvidia-ml the GPU benchmarks load through SWEEPD_NVML_LIB (no GPU needed).
 fake-nvml: $(FAKE_NVML)
