@@ -678,7 +678,7 @@ impl MemoryModel {
         let groups = self.columns();
         let width = groups.last().map_or(0, |g| g.end);
         // Which params earn their place, and which pairs, changes slowly as trials come, and
-        // choosing them costs a fit per param and round (0.16 s with 30 params and 2000 trials,
+        // choosing them costs a fit per param and round (0.2 s with 30 params and 2000 trials,
         // `make bench`'s model section): they are chosen again once a tenth more trials are
         // recorded, not at every record or settled level; in between, a fit reads only their
         // columns (`Normal::on`).
