@@ -41,12 +41,12 @@ pub(super) struct Fit {
     pub(super) keep: Vec<bool>,
     /// The pairs of columns whose products follow a trial's own features ([`pair_drivers`]).
     pub(super) pairs: Vec<(usize, usize)>,
-    /// The columns with a coefficient, with it, and each measured trial's features on them
-    /// (in the order of `residuals`): [`Fit::distance`] over these alone. With 30 params of
-    /// which 2 drive memory, most columns have none, and the distances to every measured trial
-    /// (for the local correction of each estimate and of each leave-one-out error) were most
-    /// of what a fit and its estimates cost.
-    active: Vec<(usize, f64)>,
+    /// The columns with a coefficient, and each measured trial's features on them (in the
+    /// order of `residuals`): [`Fit::distance`] runs over these alone. With 30 params of which
+    /// 2 drive memory, most columns have none, and the distances to every measured trial (for
+    /// the local correction of each estimate and of each leave-one-out error) were most of what
+    /// a fit and its estimates cost.
+    active: Vec<usize>,
     compact: Vec<Features>,
 }
 
@@ -135,29 +135,28 @@ impl Fit {
 
     /// `x` on the columns with a coefficient, for [`Fit::distance_to`].
     pub(super) fn compact(&self, x: &[f64]) -> Features {
-        self.active.iter().map(|&(j, _)| x[j]).collect()
+        self.active.iter().map(|&j| x[j]).collect()
     }
 
     /// [`Fit::distance`] from measured trial `i` (of `residuals`) to a trial whose features are
-    /// `cx` ([`Fit::compact`]): the same sum in the same order, less the columns without a
-    /// coefficient, which add 0 to it.
+    /// `cx` ([`Fit::compact`]), without compacting the measured trial's again.
     pub(super) fn distance_to(&self, i: usize, cx: &[f64]) -> f64 {
-        self.compact[i]
-            .iter()
-            .zip(cx)
-            .zip(&self.active)
-            .map(|((a, b), (_, w))| (w * (a - b)).powi(2))
-            .sum::<f64>()
-            .sqrt()
+        self.compact_distance(&self.compact[i], cx)
     }
 
     /// How far apart two trials are in what their params do to memory: the predicted
     /// log-peak difference, feature by feature (root of the sum of squares).
     pub(super) fn distance(&self, a: &[f64], b: &[f64]) -> f64 {
+        self.compact_distance(&self.compact(a), &self.compact(b))
+    }
+
+    /// [`Fit::distance`] between two trials' features on the columns with a coefficient: the
+    /// others add 0 to the sum.
+    fn compact_distance(&self, a: &[f64], b: &[f64]) -> f64 {
         a.iter()
             .zip(b)
-            .zip(&self.beta)
-            .map(|((x, y), w)| (w * (x - y)).powi(2))
+            .zip(&self.active)
+            .map(|((x, y), &j)| (self.beta[j] * (x - y)).powi(2))
             .sum::<f64>()
             .sqrt()
     }
@@ -206,8 +205,8 @@ pub(super) fn ridge(
         active: Vec::new(),
         compact: Vec::new(),
     };
-    fit.active = (fit.beta.iter().copied().enumerate())
-        .filter(|(_, w)| *w != 0.0)
+    fit.active = (0..fit.beta.len())
+        .filter(|&j| fit.beta[j] != 0.0)
         .collect();
     fit.compact = xs.iter().map(|x| fit.compact(x)).collect();
     fit.residuals = xs
@@ -331,7 +330,7 @@ impl Normal {
             a[i * d + i] += self.lambda;
         }
         let b = mask(&self.xty, keep);
-        let beta = cholesky_solve(&mut a, &b, d, &kept(keep));
+        let beta = cholesky_solve(&mut a, &b, keep);
         (beta, a)
     }
 
@@ -605,18 +604,16 @@ fn lone(data: &VecDeque<Measured>) -> Vec<bool> {
 }
 
 /// Solves `A x = b` for a symmetric positive definite `A` (d × d, row-major, overwritten).
-/// `cols`, ascending: the columns of a fit ([`Normal::solve`]). Off them `A` is diagonal and
-/// `b` is 0, so the factor is diagonal there and `x` is 0, and only its diagonal is computed:
-/// with 30 params of which a few are in the fit, the rest was most of the work, for the same
-/// result (what is skipped only ever subtracts 0).
-fn cholesky_solve(a: &mut [f64], b: &[f64], d: usize, cols: &[usize]) -> Vec<f64> {
-    let mut fit = vec![false; d];
-    for &j in cols {
-        fit[j] = true;
-    }
-    for j in (0..d).filter(|&j| !fit[j]) {
+/// `keep`: the columns of a fit ([`Normal::solve`]), `d` of them in all. Off them `A` is
+/// diagonal and `b` is 0, so the factor is diagonal there and `x` is 0, and only its diagonal
+/// is computed: with 30 params of which a few are in the fit, the rest was most of the work,
+/// for the same result (what is skipped only ever subtracts 0).
+fn cholesky_solve(a: &mut [f64], b: &[f64], keep: &[bool]) -> Vec<f64> {
+    let d = keep.len();
+    for j in (0..d).filter(|&j| !keep[j]) {
         a[j * d + j] = a[j * d + j].max(1e-12).sqrt();
     }
+    let cols = kept(keep);
     for (c, &j) in cols.iter().enumerate() {
         let mut s = a[j * d + j];
         for &k in &cols[..c] {
@@ -685,7 +682,12 @@ mod tests {
             let x: Features = (0..4).map(|_| rng.gen_range(0.0..1.0)).collect();
             let cx = own.compact(&x);
             for (i, (xi, _)) in own.residuals.iter().enumerate() {
-                assert_eq!(own.distance(xi, &x), own.distance_to(i, &cx));
+                let on_every_column = (xi.iter().zip(&x).zip(&own.beta))
+                    .map(|((a, b), w)| (w * (a - b)).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                assert_eq!(on_every_column, own.distance_to(i, &cx));
+                assert_eq!(on_every_column, own.distance(xi, &x));
             }
             assert_eq!(every.predict(&x), own.predict(&x));
             assert_eq!(every.unexplored(&x), own.unexplored(&x));
@@ -709,8 +711,8 @@ mod tests {
         ];
         let b = [2.0, 0.0, 3.0, 0.0];
         let (mut on_fit, mut on_every) = (a.clone(), a);
-        let x = cholesky_solve(&mut on_fit, &b, 4, &[0, 2]);
-        assert_eq!(x, cholesky_solve(&mut on_every, &b, 4, &[0, 1, 2, 3]));
+        let x = cholesky_solve(&mut on_fit, &b, &[true, false, true, false]);
+        assert_eq!(x, cholesky_solve(&mut on_every, &b, &[true; 4]));
         assert_eq!(on_fit, on_every);
         assert!(
             (x[0] - 0.0).abs() < 1e-12 && (x[2] - 1.0).abs() < 1e-12,
@@ -721,7 +723,7 @@ mod tests {
     #[test]
     fn cholesky_solves_a_small_system() {
         let mut a = vec![4.0, 2.0, 2.0, 3.0];
-        let x = cholesky_solve(&mut a, &[2.0, 3.0], 2, &[0, 1]);
+        let x = cholesky_solve(&mut a, &[2.0, 3.0], &[true, true]);
         assert!(
             (x[0] - 0.0).abs() < 1e-12 && (x[1] - 1.0).abs() < 1e-12,
             "{x:?}"
