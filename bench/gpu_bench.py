@@ -796,7 +796,8 @@ def packing_text(started, load_start, elapsed, tbl, notes, checks, splits, long_
         "ramp, then the peak held; peaks vary by up to 2%% from trial to trial. Lengths (ramp + "
         "hold, the hold drawn per trial number, the same in every run): short %.1f s + %g-%g s "
         "(%d trials), long %.1f s + %g-%g s (%d trials), scaled down about 3x from the issue's "
-        "1.5-5 s and 5-15 s to keep `make bench` short."
+        "1.5-5 s and 5-15 s to keep `make bench` short (`--scale 3` runs them at the issue's "
+        "lengths: the same ratios within the noise, see the twenty-seventh side by side below)."
         % (PACK_LENGTHS[0][2], PACK_LENGTHS[0][3][0], PACK_LENGTHS[0][3][1], PACK_LENGTHS[0][1],
            PACK_LENGTHS[1][2], PACK_LENGTHS[1][3][0], PACK_LENGTHS[1][3][1],
            PACK_LENGTHS[1][1]),
