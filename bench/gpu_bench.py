@@ -433,18 +433,23 @@ class Daemon(object):
         """{trial number: (peak bytes, seconds, complete)} of the trials the simulator ran: as
         they ran where they completed, and as they were drawn where they failed (a trial that
         ran out of memory held less, for less time, than it needed)."""
-        out = {}
-        try:
-            with open(self.record) as f:
-                for line in f:
-                    w = line.split()
-                    if w[4] == "complete":
-                        out[int(w[1])] = (int(w[2]), float(w[3]), True)
-                    else:
-                        out[int(w[1])] = (int(w[5]), float(w[6]), False)
-        except OSError:
-            pass
-        return out
+        return records_in(self.record)
+
+
+def records_in(path):
+    """The simulator's record file at `path` read as `Daemon.records` says."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                w = line.split()
+                if w[4] == "complete":
+                    out[int(w[1])] = (int(w[2]), float(w[3]), True)
+                else:
+                    out[int(w[1])] = (int(w[5]), float(w[6]), False)
+    except OSError:
+        pass
+    return out
 
 
 class PackRun(object):
@@ -972,9 +977,14 @@ def packing_story(splits, long_checks=()):
 
 def estimates_of(run):
     """{(study index, trial number): the estimate (bytes) sweepd admitted it with}."""
+    return estimates_in([d.dir for d in run.daemons])
+
+
+def estimates_in(dirs):
+    """`estimates_of` for the study directories `dirs` (in study order)."""
     out = {}
-    for i, d in enumerate(run.daemons):
-        with open(os.path.join(d.dir, "sweepd.stderr")) as f:
+    for i, d in enumerate(dirs):
+        with open(os.path.join(d, "sweepd.stderr")) as f:
             for line in f:
                 if "admitted: expected peak" not in line:
                     continue

@@ -1,0 +1,156 @@
+"""What-ifs on a kept packing run: other ways to start a study, and other orders of a line.
+
+Usage: .venv/bin/python bench/packing_whatif.py DIR
+DIR: a run of bench/gpu_bench.py kept with GPU_BENCH_KEEP=1 (`kept /tmp/sweepd-pack-...`).
+
+Everything here is list scheduling of the run's own trials (their recorded peaks and lengths,
+studies interleaved in trial-number order, at most 8 at once per study), as a fraction of the
+oracle's throughput (the true peaks on 24 GiB). Learners and held estimates get 24 GiB less
+sweepd's 1 GiB headroom. A foreign process is left out (the card keeps its 24 GiB): read the
+figures of the foreign workload with that in mind. docs/benchmarks.md quotes these figures.
+"""
+
+import datetime
+import glob
+import math
+import os
+import sqlite3
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_bench as gb  # noqa: E402
+
+GIB = gb.GIB
+CARD = gb.PACK_CARD - GIB
+
+
+def learner(jobs, studies, k, k1, prior, settle, cap_count, capacity):
+    """List scheduling as `gb.oracle(..., learn=(studies, k, prior))`, with two changes: a
+    study's later jobs may start once `k1` (not `k`) of its first `k` are known, and a first job
+    is known, and held at its peak rather than at the prior, from `settle` seconds after its
+    start (`math.inf`: from its end, as in the oracle). Returns the makespan."""
+    first, seen = [], {}
+    for s in studies:
+        seen[s] = seen.get(s, 0) + 1
+        first.append(seen[s] <= k)
+    known = {}
+    t, running, pending, end = 0.0, [], list(range(len(jobs))), 0.0
+    while pending:
+        for i in list(pending):
+            if len(running) >= cap_count:
+                break
+            peak, dur = jobs[i]
+            s = studies[i]
+            if not first[i] and known.get(s, 0) < k1:
+                continue
+            held = max(peak, prior) if first[i] else peak
+            if sum(r["held"] for r in running) + held <= capacity or not running:
+                at = t + min(dur, settle) if first[i] else None
+                running.append(dict(end=t + dur, held=held, peak=peak, study=s, known_at=at))
+                pending.remove(i)
+                end = max(end, t + dur)
+        later = [r["end"] for r in running if r["end"] > t]
+        later += [r["known_at"] for r in running if r["known_at"] is not None and r["known_at"] > t]
+        if not later:
+            break
+        t = min(later)
+        for r in running:
+            if r["known_at"] is not None and r["known_at"] <= t:
+                r["known_at"] = None
+                r["held"] = r["peak"]
+                known[r["study"]] = known.get(r["study"], 0) + 1
+        running = [r for r in running if r["end"] > t]
+    return end
+
+
+def kept_run(root):
+    """(rows, sweepd's makespan): a row per trial, studies in directory order."""
+    dirs = sorted(glob.glob(os.path.join(root, "study*")))
+    if not dirs:
+        sys.exit("packing_whatif: no study directory in %s (keep a run with GPU_BENCH_KEEP=1)"
+                 % root)
+    est = gb.estimates_in(dirs)
+    rows, starts, ends = [], [], []
+    for i, d in enumerate(dirs):
+        for n, (peak, dur, _) in gb.records_in(os.path.join(d, "record")).items():
+            rows.append(dict(study=i, n=n, peak=peak, dur=dur, est=est.get((i, n), peak)))
+        conn = sqlite3.connect("file:%s?mode=ro" % os.path.join(d, "study.db"), uri=True)
+        try:
+            for s, c in conn.execute("SELECT datetime_start, datetime_complete FROM trials "
+                                     "WHERE datetime_complete IS NOT NULL"):
+                starts.append(datetime.datetime.fromisoformat(s).timestamp())
+                ends.append(datetime.datetime.fromisoformat(c).timestamp())
+        finally:
+            conn.close()
+    rows.sort(key=lambda r: (r["n"], r["study"]))
+    return rows, (max(ends) - min(starts)) if starts else float("nan")
+
+
+def ramp_of(root):
+    """The trials' ramp (`SIM_RAMP_S` in the first study's config), in seconds."""
+    import tomllib
+
+    with open(glob.glob(os.path.join(root, "study*", "supervisor.toml"))[0], "rb") as f:
+        config = tomllib.load(f)
+    return float(config.get("worker", {}).get("env", {}).get("SIM_RAMP_S", 0.2))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.strip().splitlines()[2])
+    root = sys.argv[1]
+    rows, sweepd_span = kept_run(root)
+    studies = [r["study"] for r in rows]
+    cap = gb.PACK_MAX_PAR * len(set(studies))
+    peaks = [(r["peak"], r["dur"]) for r in rows]
+    span = gb.oracle(peaks, cap, gb.PACK_CARD)[0]
+    print("oracle %.2f s; sweepd %.2f s: %.3f of the oracle" % (span, sweepd_span,
+                                                                span / sweepd_span))
+    ramp = ramp_of(root)
+    prior = gb.LEARN_PRIOR
+    print("learners (the true peaks, %d GiB):" % (CARD // GIB))
+    for what, k, k1, p, settle in [
+            ("sweepd's rule: first %d at the prior, known once they end" % gb.LEARN_K,
+             gb.LEARN_K, gb.LEARN_K, prior, math.inf),
+            ("known once 1 of the first %d has ended" % gb.LEARN_K, gb.LEARN_K, 1, prior,
+             math.inf),
+            ("only the first trial at the prior, known once it ends", 1, 1, prior, math.inf),
+            ("trial_memory 4 GiB (x 1.15)", gb.LEARN_K, gb.LEARN_K, int(4 * GIB * 1.15),
+             math.inf),
+            ("first trials settle %.1f s after they start (twice the ramp and a reading)"
+             % (2 * ramp + 0.1), gb.LEARN_K, gb.LEARN_K, prior, 2 * ramp + 0.1),
+            ("no learning: every peak known from the start", 0, 0, 0, math.inf)]:
+        got = learner(peaks, studies, k, k1, p, settle, cap, CARD)
+        print("  %.3f  %s" % (span / got, what))
+    for f in (1.05, 1.10):
+        told = [(r["peak"] * f, r["dur"]) for r in rows]
+        print("  %.3f  no learning, every peak x %.2f" % (
+            span / gb.oracle(told, cap, CARD)[0], f))
+        print("  %.3f  sweepd's rule, every later peak x %.2f" % (
+            span / learner(told, studies, gb.LEARN_K, gb.LEARN_K, prior, math.inf, cap, CARD), f))
+    print("sweepd's estimates held whole (%d GiB), in these orders:" % (CARD // GIB))
+    per = max(r["n"] for r in rows) + 1
+
+    def held(order):
+        return span / gb.oracle([(r["est"], r["dur"]) for r in order], cap, CARD)[0]
+
+    print("  %.3f  trial-number order" % held(rows))
+    print("  %.3f  largest first (every trial of the run known in advance)"
+          % held(sorted(rows, key=lambda r: -r["est"])))
+    for window in (8, 16):
+        order = []
+        for lo in range(0, per, window):
+            order += sorted((r for r in rows if lo <= r["n"] < lo + window),
+                            key=lambda r: -r["est"])
+        print("  %.3f  largest first within windows of %d trials of each study" % (held(order),
+                                                                                     window))
+    for share in (0.25, 0.5):
+        cut = int(per * (1 - share))
+        order = [r for r in rows if r["n"] < cut]
+        order += sorted((r for r in rows if r["n"] >= cut), key=lambda r: -r["est"])
+        print("  %.3f  largest first over the last %d%% of each study only"
+              % (held(order), share * 100))
+
+
+if __name__ == "__main__":
+    main()
