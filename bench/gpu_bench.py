@@ -559,10 +559,12 @@ def oracle(jobs, cap_count, capacity, steps=(), learn=None):
     the capacity for its whole run (`steps`: [(time, capacity from then on)], a foreign process
     arriving). Returns (makespan, trial-seconds / makespan).
 
-    `learn` = (studies, k, prior) makes it a learner that knows no peak in advance: `studies`
-    gives each job's study; the first `k` jobs of a study are held at `prior` (at their peak
-    where that is larger) for their whole run, and its later jobs, at their peak, may start only
-    once `k` of that study's jobs have ended."""
+    `learn` = (studies, k, prior[, known, settle]) makes it a learner that knows no peak in
+    advance: `studies` gives each job's study; the first `k` jobs of a study are held at `prior`
+    (at their peak where that is larger) until they are known, and its later jobs, at their
+    peak, may start only once `known` (default `k`) of those first jobs are. A first job is
+    known `settle` seconds after it starts (default: when it ends), and held at its peak from
+    then on."""
     def cap_at(t):
         c = capacity
         for s, v in steps:
@@ -570,38 +572,47 @@ def oracle(jobs, cap_count, capacity, steps=(), learn=None):
                 c = v
         return c
 
-    gate = {}
+    studies, k, prior, known_after, settle = [None] * len(jobs), 0, 0, 0, math.inf
     if learn is not None:
-        studies, k, prior = learn
-        seen = {}
-        for i, s in enumerate(studies):
-            seen[s] = seen.get(s, 0) + 1
-            gate[i] = (s, seen[s] <= k)
-    ended = {}
-    t, running, pending, ends = 0.0, [], list(enumerate(jobs)), []
+        studies, k, prior = learn[:3]
+        known_after = learn[3] if len(learn) > 3 else k
+        settle = learn[4] if len(learn) > 4 else math.inf
+    first, seen = [], {}
+    for s in studies:
+        seen[s] = seen.get(s, 0) + 1
+        first.append(learn is not None and seen[s] <= k)
+
+    def held_at(r, c):
+        return r["held"] if r["known_at"] is not None and c < r["known_at"] else r["peak"]
+
+    known = {}
+    t, running, pending, ends = 0.0, [], list(range(len(jobs))), []
     while pending:
-        for i, job in list(pending):
+        for i in list(pending):
             if len(running) >= cap_count:
                 break
-            peak, dur = job
-            study, first = gate.get(i, (None, True))
-            if not first and ended.get(study, 0) < learn[1]:
+            peak, dur = jobs[i]
+            if learn is not None and not first[i] and known.get(studies[i], 0) < known_after:
                 continue
-            held = max(peak, learn[2]) if study is not None and first else peak
+            held = max(peak, prior) if first[i] else peak
             checks = [t] + [s for s, _ in steps if t < s < t + dur]
-            if all(sum(p for e, p, _ in running if e > c) + held <= cap_at(c) for c in checks) \
-                    or not running:
-                running.append((t + dur, held, study))
+            if all(sum(held_at(r, c) for r in running if r["end"] > c) + held <= cap_at(c)
+                   for c in checks) or not running:
+                running.append(dict(end=t + dur, peak=peak, held=held, study=studies[i],
+                                    known_at=t + min(dur, settle) if first[i] else None))
                 ends.append(t + dur)
-                pending.remove((i, job))
-        later = [e for e, _, _ in running if e > t] + [s for s, _ in steps if s > t]
+                pending.remove(i)
+        later = [r["end"] for r in running if r["end"] > t] + [s for s, _ in steps if s > t]
+        later += [r["known_at"] for r in running
+                  if r["known_at"] is not None and r["known_at"] > t]
         if not later:
             break
         t = min(later)
-        for e, _, study in running:
-            if e <= t:
-                ended[study] = ended.get(study, 0) + 1
-        running = [r for r in running if r[0] > t]
+        for r in running:
+            if r["known_at"] is not None and r["known_at"] <= t:
+                r["known_at"] = None
+                known[r["study"]] = known.get(r["study"], 0) + 1
+        running = [r for r in running if r["end"] > t]
     span = max(ends) if ends else 0.0
     return span, (sum(d for _, d in jobs) / span if span else 0.0)
 

@@ -24,45 +24,6 @@ GIB = gb.GIB
 CARD = gb.PACK_CARD - GIB
 
 
-def learner(jobs, studies, k, k1, prior, settle, cap_count, capacity):
-    """List scheduling as `gb.oracle(..., learn=(studies, k, prior))`, with two changes: a
-    study's later jobs may start once `k1` (not `k`) of its first `k` are known, and a first job
-    is known, and held at its peak rather than at the prior, from `settle` seconds after its
-    start (`math.inf`: from its end, as in the oracle). Returns the makespan."""
-    first, seen = [], {}
-    for s in studies:
-        seen[s] = seen.get(s, 0) + 1
-        first.append(seen[s] <= k)
-    known = {}
-    t, running, pending, end = 0.0, [], list(range(len(jobs))), 0.0
-    while pending:
-        for i in list(pending):
-            if len(running) >= cap_count:
-                break
-            peak, dur = jobs[i]
-            s = studies[i]
-            if not first[i] and known.get(s, 0) < k1:
-                continue
-            held = max(peak, prior) if first[i] else peak
-            if sum(r["held"] for r in running) + held <= capacity or not running:
-                at = t + min(dur, settle) if first[i] else None
-                running.append(dict(end=t + dur, held=held, peak=peak, study=s, known_at=at))
-                pending.remove(i)
-                end = max(end, t + dur)
-        later = [r["end"] for r in running if r["end"] > t]
-        later += [r["known_at"] for r in running if r["known_at"] is not None and r["known_at"] > t]
-        if not later:
-            break
-        t = min(later)
-        for r in running:
-            if r["known_at"] is not None and r["known_at"] <= t:
-                r["known_at"] = None
-                r["held"] = r["peak"]
-                known[r["study"]] = known.get(r["study"], 0) + 1
-        running = [r for r in running if r["end"] > t]
-    return end
-
-
 def kept_run(root):
     """(rows, sweepd's makespan): a row per trial, studies in directory order."""
     dirs = sorted(glob.glob(os.path.join(root, "study*")))
@@ -120,14 +81,14 @@ def main():
             ("first trials settle %.1f s after they start (twice the ramp and a reading)"
              % (2 * ramp + 0.1), gb.LEARN_K, gb.LEARN_K, prior, 2 * ramp + 0.1),
             ("no learning: every peak known from the start", 0, 0, 0, math.inf)]:
-        got = learner(peaks, studies, k, k1, p, settle, cap, CARD)
+        got = gb.oracle(peaks, cap, CARD, learn=(studies, k, p, k1, settle))[0]
         print("  %.3f  %s" % (span / got, what))
     for f in (1.05, 1.10):
         told = [(r["peak"] * f, r["dur"]) for r in rows]
         print("  %.3f  no learning, every peak x %.2f" % (
             span / gb.oracle(told, cap, CARD)[0], f))
         print("  %.3f  sweepd's rule, every later peak x %.2f" % (
-            span / learner(told, studies, gb.LEARN_K, gb.LEARN_K, prior, math.inf, cap, CARD), f))
+            span / gb.oracle(told, cap, CARD, learn=(studies, gb.LEARN_K, prior))[0], f))
     print("sweepd's estimates held whole (%d GiB), in these orders:" % (CARD // GIB))
     per = max(r["n"] for r in rows) + 1
 

@@ -6,13 +6,11 @@ first: a makespan is the end of the last trial, in the cases' own time units."""
 
 import math
 import os
-import random
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import gpu_bench  # noqa: E402
-import packing_whatif  # noqa: E402
 
 
 def span(jobs, capacity, cap_count=8, steps=(), learn=None):
@@ -62,34 +60,33 @@ class Learner(unittest.TestCase):
         self.assertEqual(span([(1, 1), (1, 1)], 8, learn=([0, 1], 3, 2)), 1)
 
 
-class WhatIfLearner(unittest.TestCase):
-    """`bench/packing_whatif.py`'s learner, which adds to the oracle's a gate on fewer first
-    trials and first trials that settle before they end."""
-
-    def test_without_its_changes_it_is_the_oracles_learner(self):
-        rng = random.Random(3)
-        for _ in range(200):
-            n = rng.randint(1, 12)
-            jobs = [(rng.randint(1, 9), rng.choice([0.5, 1, 1.5, 2])) for _ in range(n)]
-            studies = [rng.randint(0, 1) for _ in range(n)]
-            k, prior, cap = rng.randint(0, 3), rng.randint(0, 8), rng.randint(1, 8)
-            want = span(jobs, 10, cap, learn=(studies, k, prior))
-            got = packing_whatif.learner(jobs, studies, k, k, prior, math.inf, cap, 10)
-            self.assertEqual(got, want, (jobs, studies, k, prior, cap))
+class LearnerKnownEarly(unittest.TestCase):
+    """The learner's two what-ifs (`bench/packing_whatif.py`): the gate opens on fewer first
+    trials, and first trials are known, and held at their peak, before they end."""
 
     def test_a_first_trial_that_settles_frees_the_rest_of_the_prior_and_opens_the_gate(self):
         # Study 0's first trial (peak 1, held at 5) settles at 0.5: from then on it holds 1,
         # and its second trial may start. Without settling that waits for its end at 2.
         jobs = [(1, 2), (6, 1)]
-        self.assertEqual(packing_whatif.learner(jobs, [0, 0], 1, 1, 5, math.inf, 8, 8), 3)
-        self.assertEqual(packing_whatif.learner(jobs, [0, 0], 1, 1, 5, 0.5, 8, 8), 2)
+        self.assertEqual(span(jobs, 8, learn=([0, 0], 1, 5, 1, math.inf)), 3)
+        self.assertEqual(span(jobs, 8, learn=([0, 0], 1, 5, 1, 0.5)), 2)
 
     def test_the_gate_may_open_on_fewer_first_trials_than_are_held_at_the_prior(self):
-        # Two first trials at the prior 4 (ending at 1 and 3); the third waits for one (k1 = 1)
-        # or both (k1 = 2) to end.
+        # Two first trials at the prior 4 (ending at 1 and 3); the third waits for one (known
+        # 1) or both (known 2, as with k alone) to end.
         jobs = [(1, 1), (1, 3), (1, 1)]
-        self.assertEqual(packing_whatif.learner(jobs, [0, 0, 0], 2, 1, 4, math.inf, 8, 8), 3)
-        self.assertEqual(packing_whatif.learner(jobs, [0, 0, 0], 2, 2, 4, math.inf, 8, 8), 4)
+        self.assertEqual(span(jobs, 8, learn=([0, 0, 0], 2, 4, 1)), 3)
+        self.assertEqual(span(jobs, 8, learn=([0, 0, 0], 2, 4, 2)), 4)
+        self.assertEqual(span(jobs, 8, learn=([0, 0, 0], 2, 4)), 4)
+
+    def test_a_first_trial_is_counted_at_its_peak_from_when_it_is_known_on(self):
+        # The card drops from 10 to 7 at t = 1. Study 0's first trial (peak 2, held at 5 until
+        # known, 3 s) and study 1's (peak 3, held at 5, 2 s) fit together at t = 0 (5 + 5 = 10),
+        # and at t = 1 only if study 0's is known by then (2 + 5 = 7). Known at 0.5, both start
+        # at once; known only at its end, the second waits for the first to end at 3.
+        jobs = [(2, 3), (3, 2)]
+        self.assertEqual(span(jobs, 10, steps=[(1, 7)], learn=([0, 1], 1, 5, 1, 0.5)), 3)
+        self.assertEqual(span(jobs, 10, steps=[(1, 7)], learn=([0, 1], 1, 5, 1, math.inf)), 5)
 
 
 if __name__ == "__main__":
