@@ -520,7 +520,7 @@ impl MemoryModel {
             // often enough, they are the bound; once or twice, they raise it. Not where a
             // param takes a value never measured: the fit cannot tell it apart from the rest.
             let same: Vec<u64> = if novel.is_empty() {
-                // `residuals` holds each measured trial's features as the fit sees them, in order.
+                // The fit's trials are the measured ones, in order (`Fit::distance_to`).
                 let cx = fit.compact(x);
                 self.measured
                     .iter()
