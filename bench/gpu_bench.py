@@ -324,7 +324,8 @@ PACK_LENGTHS = [
 # MIN_MEASURED have been measured, each is expected at `trial_memory` (6 GiB by default) x
 # PRIOR_MARGIN. The learner bound of the table holds them so.
 LEARN_K = 3
-LEARN_PRIOR = int(6 * GIB * 1.15)
+LEARN_MARGIN = 1.15
+LEARN_PRIOR = int(6 * GIB * LEARN_MARGIN)
 PACK_ENV = {"SIM_CONTEXT": PACK_CONTEXT, "SIM_LAZY_CONTEXT": "1", "SIM_STEPS": "5",
             "SIM_SEGMENT": "20M", "SIM_MEM_NOISE": "0.02"}
 BIMODAL_PARAMS = """
@@ -848,13 +849,13 @@ def packing_text(started, load_start, elapsed, tbl, notes, checks, splits, long_
         "greedy, not optimal: on the smaller card it can do better by chance, above 1.0).",
         "- `learner bound`: the same oracle on 24 GiB less sweepd's headroom as a learner that "
         "knows no peak in advance, at its best with sweepd's rule for a study's first trials: "
-        "the first %d trials of each study are held at `trial_memory` x 1.15 = %.1f GiB (at "
+        "the first %d trials of each study are held at `trial_memory` x %g = %.1f GiB (at "
         "their peak where that is larger) for their whole run, and a later trial of the study "
         "may start only once %d of its trials have ended, then known exactly (its true peak, "
         "held for its run). A fraction of the true oracle's throughput: no scheduler that admits "
         "a study's first trials as sweepd does and holds what it admits trials with can do "
         "better than list scheduling does here, however good its model." % (
-            LEARN_K, LEARN_PRIOR / GIB, LEARN_K),
+            LEARN_K, LEARN_MARGIN, LEARN_PRIOR / GIB, LEARN_K),
         "- `oracle on estimates`: the same oracle told the estimates sweepd admitted each trial "
         "with (from its admission log) instead of the true peaks, on 24 GiB less sweepd's 1 GiB "
         "headroom, as a fraction of the true oracle's throughput: how far the estimates and the "
@@ -911,11 +912,12 @@ def packing_story(splits, long_checks=()):
         "little room"
         % (min(x[7] for x in default), max(x[7] for x in default)))
     out.append(
-        "A learner that holds each study's first 3 trials at `trial_memory` x 1.15 and then "
-        "knows every peak exactly, but only once those 3 have ended, reaches %.2f to %.2f "
+        "A learner that holds each study's first %d trials at `trial_memory` x %g and then "
+        "knows every peak exactly, but only once those %d have ended, reaches %.2f to %.2f "
         "(`learner bound`): the first trials of a study and the wait for their results cost "
         "that much before any question of how well the model learns"
-        % (min(x[8] for x in default), max(x[8] for x in default)))
+        % (LEARN_K, LEARN_MARGIN, LEARN_K, min(x[8] for x in default),
+           max(x[8] for x in default)))
     out.append(
         "The oracle told sweepd's estimates and its 1 GiB headroom reaches %.2f to %.2f of the "
         "true oracle. sweepd holds a trial's estimate back only until the trial has settled at "

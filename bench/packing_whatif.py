@@ -76,8 +76,8 @@ def main():
             ("known once 1 of the first %d has ended" % gb.LEARN_K, gb.LEARN_K, 1, prior,
              math.inf),
             ("only the first trial at the prior, known once it ends", 1, 1, prior, math.inf),
-            ("trial_memory 4 GiB (x 1.15)", gb.LEARN_K, gb.LEARN_K, int(4 * GIB * 1.15),
-             math.inf),
+            ("trial_memory 4 GiB (x %g)" % gb.LEARN_MARGIN, gb.LEARN_K, gb.LEARN_K,
+             int(4 * GIB * gb.LEARN_MARGIN), math.inf),
             ("first trials settle %.1f s after they start (twice the ramp and a reading)"
              % (2 * ramp + 0.1), gb.LEARN_K, gb.LEARN_K, prior, 2 * ramp + 0.1),
             ("no learning: every peak known from the start", 0, 0, 0, math.inf)]:
