@@ -16,6 +16,7 @@ pub mod process;
 pub mod progress;
 pub mod pruner;
 pub mod sampler;
+pub mod shortage;
 pub mod store;
 pub mod study;
 pub mod supervisor;

@@ -2,6 +2,9 @@
 //!
 //! The exposition format comes from `prometheus-client`; the HTTP side is a few lines over a
 //! tokio listener because it serves one read-only page (`GET /metrics`) and nothing else.
+//! Whoever can reach the port must not be able to stop the daemon through it: connections are
+//! served a few at a time (the rest wait in the kernel's queue, costing no descriptor), each
+//! within a time limit, and a failed accept (no descriptor left) is waited out, not fatal.
 //! Values are pushed here by the supervisor as things happen (failures, trial ends), on each
 //! housekeeping tick (running trials, GPU readings) or every tenth tick (counts by state, a
 //! query over the study), so a scrape never touches the database.
@@ -21,9 +24,11 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
@@ -239,72 +244,265 @@ fn gpu_label(gpu: Option<u32>) -> GpuLabel {
     }
 }
 
-/// Serves `GET /metrics` until `shutdown`. One short-lived connection per scrape.
+/// What one listener allows its clients.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Connections served at once.
+    connections: usize,
+    /// How long a client may take to send its request head.
+    request: Duration,
+    /// How long it may take to read the answer.
+    response: Duration,
+}
+
+/// A scrape or two and a person's `curl` at once. Past the cap, connections wait in the
+/// kernel's listen queue, where they cost the daemon no descriptor, and are accepted as earlier
+/// ones end (accepting them only to close them would spend a descriptor on each all the same).
+/// A connection that sends nothing, or reads nothing, holds its place 5 s at most.
+const LIMITS: Limits = Limits {
+    connections: 8,
+    request: Duration::from_secs(5),
+    response: Duration::from_secs(5),
+};
+/// The wait after an accept that failed for the connection's own reasons (aborted by the
+/// client before it was taken): short, but never a loop that spins.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+/// Serves `GET /metrics` until `shutdown`. One short-lived connection per scrape, at most 8 at
+/// once, each given 5 s to ask and 5 s to take the answer. An accept that fails (no descriptor
+/// to spare) never ends the listener: it waits a while and goes on, said once per burst.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    serve_within(listener, metrics, shutdown, LIMITS).await
+}
+
+async fn serve_within(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    limits: Limits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.connections));
+    // The accepts that failed in a row, and when the first of them did.
+    let mut failing: Option<(u32, Instant)> = None;
     loop {
-        let (mut sock, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(_) => continue,
-            },
+        // A free slot first: until one is, connections wait in the kernel's queue.
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.expect("the semaphore is never closed"),
             _ = shutdown.cancelled() => return,
         };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            // A request head is small; anything slow or large is dropped, not waited for.
-            let mut buf = vec![0u8; 4096];
-            let mut n = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while n < buf.len() {
-                    let k = sock.read(&mut buf[n..]).await.ok()?;
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.cancelled() => return,
+        };
+        match accepted {
+            Ok((sock, _)) => {
+                if let Some((n, since)) = failing.take() {
+                    info!(
+                        failed = n,
+                        "metrics: accepting connections again after {:.1}s",
+                        since.elapsed().as_secs_f64()
+                    );
                 }
-                Some(())
-            })
-            .await;
-            if !matches!(read, Ok(Some(()))) {
-                return;
+                let metrics = metrics.clone();
+                tokio::spawn(async move {
+                    answer(sock, &metrics, limits).await;
+                    drop(slot);
+                });
             }
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let (status, body, ctype) =
-                if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
-                    (
-                        "200 OK",
-                        metrics.encode(),
-                        // prometheus-client writes OpenMetrics 1.0 (`_total` counters, `# EOF`):
-                        // the type must say so, or scrapers parse it as the classic format.
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )
-                } else {
-                    (
-                        "404 Not Found",
-                        "only /metrics is served\n".to_owned(),
-                        "text/plain",
-                    )
-                };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(response.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
+            Err(e) => {
+                let (n, _) = failing.get_or_insert((0, Instant::now()));
+                *n = n.saturating_add(1);
+                if *n == 1 {
+                    warn!("metrics: cannot accept a connection ({e}); trying again, the study goes on");
+                }
+                let pause = accept_pause(&e, *n);
+                drop(slot);
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        }
     }
+}
+
+/// How long the listener waits after its `failures`-th failed accept in a row with `e`: a
+/// shortage (no descriptor: `EMFILE`, `ENFILE`) backs off as a worker start does, since the
+/// next accept fails too until something is closed; another error concerns that connection
+/// alone.
+fn accept_pause(e: &std::io::Error, failures: u32) -> Duration {
+    if crate::shortage::temporary(e) {
+        crate::shortage::retry_delay(failures)
+    } else {
+        ACCEPT_RETRY
+    }
+}
+
+/// One connection: the request head read and the answer written within `limits`; anything
+/// slow, large or broken is dropped, not waited for.
+async fn answer(mut sock: tokio::net::TcpStream, metrics: &Metrics, limits: Limits) {
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    let read = tokio::time::timeout(limits.request, async {
+        while n < buf.len() {
+            let k = sock.read(&mut buf[n..]).await.ok()?;
+            if k == 0 {
+                break;
+            }
+            n += k;
+            if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        Some(())
+    })
+    .await;
+    if !matches!(read, Ok(Some(()))) {
+        return;
+    }
+    let response = respond(&String::from_utf8_lossy(&buf[..n]), metrics);
+    let _ = tokio::time::timeout(limits.response, async {
+        sock.write_all(response.as_bytes()).await?;
+        sock.shutdown().await
+    })
+    .await;
+}
+
+/// The whole HTTP response to a request head.
+fn respond(head: &str, metrics: &Metrics) -> String {
+    let (status, body, ctype) =
+        if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
+            (
+                "200 OK",
+                metrics.encode(),
+                // prometheus-client writes OpenMetrics 1.0 (`_total` counters, `# EOF`): the type
+                // must say so, or scrapers parse it as the classic format.
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+        } else {
+            (
+                "404 Not Found",
+                "only /metrics is served\n".to_owned(),
+                "text/plain",
+            )
+        };
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rstest::rstest;
+    use tokio::net::TcpStream;
+
+    fn os(code: i32) -> std::io::Error {
+        std::io::Error::from_raw_os_error(code)
+    }
+
+    #[rstest]
+    #[case::no_descriptor_left(os(libc::EMFILE), 1, 100)]
+    #[case::still_none_left(os(libc::EMFILE), 3, 400)]
+    #[case::the_systems_table_full(os(libc::ENFILE), 50, 1000)]
+    #[case::no_memory_for_the_socket(os(libc::ENOBUFS), 2, 200)]
+    #[case::aborted_by_the_client(os(libc::ECONNABORTED), 1, 10)]
+    #[case::aborted_again(os(libc::ECONNABORTED), 50, 10)]
+    #[case::refused_by_a_firewall_rule(os(libc::EPERM), 1, 10)]
+    fn a_failed_accept_backs_off_on_a_shortage_and_never_spins(
+        #[case] e: std::io::Error,
+        #[case] failures: u32,
+        #[case] ms: u64,
+    ) {
+        assert_eq!(accept_pause(&e, failures), Duration::from_millis(ms));
+    }
+
+    /// The listener on loopback within `limits`, served until the returned token is cancelled.
+    async fn listening(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let metrics = Arc::new(Metrics::new("h"));
+        tokio::spawn(serve_within(listener, metrics, stop.clone(), limits));
+        (addr, stop)
+    }
+
+    /// Sends a scrape on `sock` and reads the answer to its end.
+    async fn scrape(mut sock: TcpStream) -> String {
+        sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        sock.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_wait_until_one_ends_and_are_then_served() {
+        let (addr, stop) = listening(LIMITS).await;
+        let mut idle = Vec::new();
+        for _ in 0..LIMITS.connections {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Connected (the kernel's queue took it), not accepted: no answer while the cap is held.
+        let waiting = tokio::spawn(scrape(TcpStream::connect(addr).await.unwrap()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "served past the cap");
+        // One idle connection ends: the waiting one takes its place.
+        drop(idle.pop());
+        let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("served once a connection ended")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_after_the_request_timeout() {
+        let limits = Limits {
+            connections: 2,
+            request: Duration::from_millis(200),
+            ..LIMITS
+        };
+        let (addr, stop) = listening(limits).await;
+        let mut silent = [
+            TcpStream::connect(addr).await.unwrap(),
+            TcpStream::connect(addr).await.unwrap(),
+        ];
+        let started = std::time::Instant::now();
+        for s in &mut silent {
+            let mut buf = [0u8; 16];
+            // End of file: the daemon closed it, without an answer.
+            let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+                .await
+                .expect("closed by the daemon")
+                .unwrap();
+            assert_eq!(n, 0);
+        }
+        assert!(started.elapsed() >= limits.request);
+        // The slots they held are free: each serves a scrape again.
+        for _ in 0..limits.connections {
+            let answer = scrape(TcpStream::connect(addr).await.unwrap()).await;
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        }
+        stop.cancel();
+    }
+
+    #[test]
+    fn only_metrics_is_served() {
+        let m = Metrics::new("h");
+        assert!(respond("GET /metrics HTTP/1.1\r\n", &m).starts_with("HTTP/1.1 200 OK"));
+        assert!(respond("GET /metrics?x=1 HTTP/1.1\r\n", &m).starts_with("HTTP/1.1 200 OK"));
+        for head in ["GET / HTTP/1.1\r\n", "POST /metrics HTTP/1.1\r\n", ""] {
+            assert!(respond(head, &m).starts_with("HTTP/1.1 404"), "{head:?}");
+        }
+    }
 
     #[test]
     fn each_objective_has_its_best_and_a_front_its_size() {

@@ -7,7 +7,8 @@
 //! on the async runtime: the pump tasks only read the pipes, keep the stderr tail, and queue what
 //! they read for that thread, in order, with markers queued among it. The queue is bounded: when the
 //! disk falls behind, the pumps stop reading and the worker waits on its pipe, while the daemon
-//! goes on. Nothing read is dropped.
+//! goes on. Nothing read is dropped. The directory is trimmed to its cap when a log rotates and
+//! when a new one starts (a oneshot worker's log, one per trial, rarely rotates).
 
 use super::{clip, SpawnSpec};
 use std::collections::VecDeque;
@@ -167,7 +168,10 @@ struct LogFile {
 
 impl LogFile {
     /// Writes what is queued, in order, until every sender is gone and the queue is empty.
+    /// First the directory is trimmed to `max_total`: a oneshot worker's log, short and
+    /// written once, never rotates, and a new log for each trial would otherwise pile up.
     fn run(mut self, mut entries: mpsc::UnboundedReceiver<Entry>, eofs: watch::Sender<usize>) {
+        self.trim();
         while let Some(entry) = entries.blocking_recv() {
             match entry {
                 // The room is given back once the bytes are written (the permit drops here).
@@ -239,6 +243,11 @@ impl LogFile {
             // Keep writing to the renamed file rather than lose output.
             Err(_) => self.written = 0,
         }
+        self.trim();
+    }
+
+    /// Deletes the oldest worker logs of the directory while they total more than `max_total`.
+    fn trim(&self) {
         if let Some(dir) = self.path.parent() {
             trim_dir(dir, self.max_total, &self.path);
         }
@@ -515,6 +524,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_new_log_trims_the_directory_to_its_cap_oldest_first() {
+        // Oneshot workers: a short log each, none rotating. Before, only a rotation trimmed.
+        let dir = tempfile::tempdir().unwrap();
+        let old = |id: i64| log_path(dir.path(), id);
+        for id in 1..=10 {
+            std::fs::write(old(id), vec![b'o'; 4000]).unwrap();
+            let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + id as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(old(id))
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        let spec = SpawnSpec {
+            log_path: log_path(dir.path(), 11),
+            ..python("print('hello')", dir.path(), 16_000, 16_000)
+        };
+        let mut w = Worker::spawn(11, &spec).unwrap();
+        while !matches!(w.next_event().await, Event::Exited(_)) {}
+        for _ in 0..120 {
+            if w.output.written() {
+                break;
+            }
+            w.output.settled().await;
+        }
+        let left: Vec<bool> = (1..=10).map(|id| old(id).exists()).collect();
+        // 16 000 bytes hold the four newest of the old logs beside the new, empty one.
+        assert_eq!(left, [&[false; 6][..], &[true; 4]].concat(), "{left:?}");
+        assert!(std::fs::read_to_string(log_path(dir.path(), 11))
+            .unwrap()
+            .contains("hello"));
     }
 
     #[tokio::test]

@@ -251,8 +251,16 @@ fn fs_hint(path: &Path, source: &sqlx::Error) -> String {
             String::new()
         };
     }
+    // Not only a database or I/O error: whatever sqlx made of the failure that followed one
+    // (a connection left inside a transaction, its worker thread gone), the file system's state
+    // is what a person can act on.
     match source {
-        sqlx::Error::Database(_) | sqlx::Error::Io(_) => file_system_state(path)
+        sqlx::Error::Database(_)
+        | sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::InvalidSavePointStatement
+        | sqlx::Error::BeginFailed
+        | sqlx::Error::WorkerCrashed => file_system_state(path)
             .map(|h| format!(" ({h})"))
             .unwrap_or_default(),
         _ => String::new(),
@@ -270,13 +278,15 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     let st = statvfs(dir).ok()?;
     let read_only = || {
         Some(format!(
-            "the file system holding {} is read-only",
+            "the file system holding {} is read-only: the database cannot be written until it \
+             is mounted read-write again (after a fsck, if an error turned it read-only)",
             dir.display()
         ))
     };
     let full = || {
         Some(format!(
-            "no space left on the file system holding {}",
+            "no space left on the file system holding {}: the database cannot be written until \
+             some is freed",
             dir.display()
         ))
     };

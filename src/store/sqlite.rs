@@ -40,6 +40,7 @@ pub(super) async fn connect(path: &Path, create: bool) -> Result<Pool, sqlx::Err
         // cannot deadlock against itself on SQLite's one write lock.
         match SqlitePoolOptions::new()
             .max_connections(1)
+            .before_acquire(|conn, _| Box::pin(async move { Ok(sound(conn)) }))
             .connect_with(opts.clone())
             .await
         {
@@ -54,6 +55,21 @@ pub(super) async fn connect(path: &Path, create: bool) -> Result<Pool, sqlx::Err
             other => return other,
         }
     }
+}
+
+/// Whether a connection going out of the pool is outside any transaction, as sqlx counts them.
+///
+/// SQLite rolls a transaction back by itself when a statement or the commit in it fails with an
+/// I/O error, a full disk or too little memory (a file system turned read-only says
+/// `SQLITE_IOERR`). sqlx does not know: its `ROLLBACK` of the transaction it still counts then
+/// fails ("no transaction is active") and it keeps counting it, so every later `begin_with` on
+/// that connection fails with "attempted to call begin_with at non-zero transaction depth",
+/// which hides the error that mattered behind one nobody can act on. Such a connection is
+/// closed instead of given out; the pool opens a fresh one, whose error, if the cause is still
+/// there, is the real one.
+fn sound(conn: &sqlx::SqliteConnection) -> bool {
+    use sqlx::Connection;
+    !conn.is_in_transaction()
 }
 
 /// Starts a multi-statement write transaction holding the write lock from its first statement
@@ -112,5 +128,43 @@ fn is_busy_error(e: &sqlx::Error) -> bool {
             .and_then(|c| c.parse::<i32>().ok())
             .is_some_and(|c| c & 0xff == 5),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_transaction_sqlite_rolled_back_by_itself_leaves_the_next_one_a_sound_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = connect(&dir.path().join("t.db"), true).await.unwrap();
+        let mut tx = begin_write(&pool).await.unwrap();
+        sqlx::query("CREATE TABLE t (x)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        // What SQLite does on its own when a write in the transaction fails with an I/O error
+        // (a file system turned read-only): the transaction is gone, sqlx still counts it.
+        sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+        let failed = tx.commit().await.unwrap_err();
+        assert!(
+            failed.to_string().contains("no transaction is active"),
+            "{failed}"
+        );
+        // Before, this failed: "attempted to call begin_with at non-zero transaction depth".
+        let mut tx = begin_write(&pool)
+            .await
+            .expect("the next transaction begins");
+        sqlx::query("CREATE TABLE u (x)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let tables: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'u'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(tables, 1);
     }
 }

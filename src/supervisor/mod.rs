@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Mutex, Notify};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Consecutive failures of a slot's worker to start before the run gives up.
 const MAX_START_FAILURES: u32 = 3;
@@ -241,6 +241,11 @@ pub fn target(config: &Config) -> store::Target {
 pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunError> {
     let config = Arc::new(config);
     let host = host_id()?;
+    // Descriptors in reserve for the workers, whatever a neighbour makes the daemon spend.
+    match crate::shortage::raise_nofile() {
+        Ok((before, now)) => debug!(before, now, "soft limit on open files"),
+        Err(e) => debug!("could not raise the soft limit on open files: {e}"),
+    }
     let store = Store::open_target(&target(&config)).await?;
     let several_hosts = store.engine() == store::Engine::Postgres;
     if !several_hosts && crate::store::world_readable(&config.storage.path) {

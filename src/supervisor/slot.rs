@@ -207,12 +207,24 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                 (o, f, None, fw)
             } else {
                 match start_oneshot(slot, &sh, &claimed, device).await {
-                    Ok((mut w, result_file)) => {
+                    Ok(Some((mut w, result_file))) => {
                         bind(&sh, &claimed, &w, device, false).await?;
                         // The process exits with its trial: no reading of what it holds after.
                         let (o, f, _) = run_trial(&sh, &mut w, &claimed, Some(&result_file)).await;
                         let _ = std::fs::remove_file(&result_file);
                         (o, f, Some(w), None)
+                    }
+                    // The study stopped while the start waited out a shortage.
+                    Ok(None) => {
+                        let out = Outcome::Failed {
+                            kind: FailureKind::Interrupted,
+                            reason: "interrupted: sweepd stopped before the trial ran".into(),
+                            tail: None,
+                            error: None,
+                        };
+                        record_finish(&sh, &claimed, device, out, Duration::ZERO, false, None)
+                            .await?;
+                        return Ok(());
                     }
                     Err(e) => {
                         let out = Outcome::Failed {

@@ -7,11 +7,12 @@ use super::{RunError, Shared, KILL_GRACE};
 use crate::config::{Config, WorkerMode};
 use crate::process::{self, Event, Message, SpawnSpec, Worker};
 use crate::study::{Claimed, WorkerState};
-use crate::units;
+use crate::{shortage, units};
 use serde_json::json;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// The newest worker protocol this sweepd speaks (`SWEEPD_PROTOCOL`): 2 answers `suggest`
 /// (define-by-run) and records `user_attr`; a worker that speaks 1 works unchanged.
@@ -62,14 +63,54 @@ pub(super) fn worker_env(
     env
 }
 
-/// Registers and spawns a worker process.
+/// Slots whose worker start is waiting out a shortage now: the first says so, the last to
+/// get through says it is over (one warning per burst, however many slots meet it).
+static SHORT: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `start` (a step of a worker's start) until it does not fail for a shortage that passes
+/// (`shortage::temporary`: no descriptor, process or memory to spare for now), waiting longer
+/// after each failure. `Ok(None)`: the study is stopping meanwhile. What a person must fix (a
+/// missing program, a read-only log directory) is returned at once.
+async fn through_shortages<T>(
+    sh: &Shared,
+    mut start: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<Option<T>> {
+    let mut failures = 0u32;
+    let since = Instant::now();
+    let result = loop {
+        match start() {
+            Ok(v) => break Ok(Some(v)),
+            Err(e) if shortage::temporary(&e) => {
+                if failures == 0 && SHORT.fetch_add(1, Ordering::Relaxed) == 0 {
+                    warn!("cannot start a worker for now ({e}): trying again until it can; its trial waits, uncharged");
+                }
+                failures = failures.saturating_add(1);
+                tokio::select! {
+                    _ = tokio::time::sleep(shortage::retry_delay(failures)) => {}
+                    _ = sh.shutdown.cancelled() => break Ok(None),
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    if failures > 0 && SHORT.fetch_sub(1, Ordering::Relaxed) == 1 {
+        info!(
+            "workers start again after {:.1}s short of resources",
+            since.elapsed().as_secs_f64()
+        );
+    }
+    result
+}
+
+/// Registers and spawns a worker process; `None` if the study stopped while the start waited
+/// out a shortage of descriptors (or processes, or memory).
 pub(super) async fn spawn_worker(
     slot: usize,
     sh: &Shared,
     device: Option<u32>,
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
-) -> Result<Worker, RunError> {
+) -> Result<Option<Worker>, RunError> {
     // One snapshot of the config for the whole spawn: a SIGHUP meanwhile must not give the
     // worker half of one config and half of the next.
     let cfg = sh.cfg();
@@ -86,8 +127,14 @@ pub(super) async fn spawn_worker(
         log_max_bytes: cfg.worker.log_max_bytes,
         log_max_total: cfg.worker.log_max_total,
     };
-    let w = match Worker::spawn(id, &spec) {
-        Ok(w) => w,
+    let w = match through_shortages(sh, || Worker::spawn(id, &spec)).await {
+        Ok(Some(w)) => w,
+        Ok(None) => {
+            sh.store.worker_exited(id, None, None).await?;
+            let why = "the study stopped while the start waited for resources";
+            sh.store.event(Some(id), None, "spawn_failed", why).await?;
+            return Ok(None);
+        }
         Err(source) => {
             sh.store.worker_exited(id, None, None).await?;
             sh.store
@@ -112,7 +159,7 @@ pub(super) async fn spawn_worker(
             ),
         )
         .await?;
-    Ok(w)
+    Ok(Some(w))
 }
 
 /// Starts a persistent worker and waits for its `ready`. The inner `Err` is a start failure
@@ -122,7 +169,9 @@ pub(super) async fn start_persistent(
     sh: &Shared,
     device: Option<u32>,
 ) -> Result<Result<Worker, (String, String)>, RunError> {
-    let mut w = spawn_worker(slot, sh, device, Vec::new(), Vec::new()).await?;
+    let Some(mut w) = spawn_worker(slot, sh, device, Vec::new(), Vec::new()).await? else {
+        return Ok(Err(("the study is stopping".to_owned(), String::new())));
+    };
     let deadline = tokio::time::sleep(sh.cfg().worker.startup_timeout);
     tokio::pin!(deadline);
     let failure = loop {
@@ -151,13 +200,14 @@ pub(super) async fn start_persistent(
     Ok(Err((failure, stderr)))
 }
 
-/// Spawns a oneshot worker for one trial: params as `--name=value` and as JSON in env.
+/// Spawns a oneshot worker for one trial: params as `--name=value` and as JSON in env. `None`
+/// if the study stopped while the start waited out a shortage.
 pub(super) async fn start_oneshot(
     slot: usize,
     sh: &Shared,
     c: &Claimed,
     device: Option<u32>,
-) -> Result<(Worker, PathBuf), RunError> {
+) -> Result<Option<(Worker, PathBuf)>, RunError> {
     let params = sh.cfg().space.external_json(&c.params);
     let args = params
         .as_object()
@@ -169,10 +219,15 @@ pub(super) async fn start_oneshot(
         })
         .collect();
     let results = sh.cfg().worker.log_dir.join("results");
-    process::create_private_dir(&results).map_err(|source| RunError::Spawn {
-        argv: sh.cfg().worker.command.clone(),
-        source,
-    })?;
+    let made = through_shortages(sh, || process::create_private_dir(&results))
+        .await
+        .map_err(|source| RunError::Spawn {
+            argv: sh.cfg().worker.command.clone(),
+            source,
+        })?;
+    if made.is_none() {
+        return Ok(None);
+    }
     let result_file = results.join(format!("trial-{}.result", c.trial_id));
     let _ = std::fs::remove_file(&result_file);
     let env = vec![
@@ -185,7 +240,7 @@ pub(super) async fn start_oneshot(
         ),
     ];
     let w = spawn_worker(slot, sh, device, args, env).await?;
-    Ok((w, result_file))
+    Ok(w.map(|w| (w, result_file)))
 }
 
 /// Ends a worker for good: asks it to exit, kills its group if it does not, and on a GPU waits
