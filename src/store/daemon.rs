@@ -1,5 +1,7 @@
 //! The study's daemon rows (one per host: the single-instance lock, the heartbeat other hosts
 //! watch, and the state `status` shows) and the commands the CLI queues for running daemons.
+//! A row records its daemon's pid with the instance that pid belongs to (machine id, boot id,
+//! PID namespace), so that two machines given one host id are told apart by the caller's rule.
 
 use super::columns::NullableInt;
 use super::engine::{sql, Engine, Stamp, Tx};

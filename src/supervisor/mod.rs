@@ -24,7 +24,9 @@
 //! processes (other hosts, Optuna scripts) write; `policy` holds its pure rules; `pool`
 //! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
 //! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
-//! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
+//! processes; `host` says who this daemon is (host id, machine, boot, PID namespace) and
+//! whether the daemon a study's row names still runs; `housekeeping` is the once-a-poll task;
+//! `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress
