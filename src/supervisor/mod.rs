@@ -403,9 +403,10 @@ async fn run_locked(
     for (trial_id, owner) in store.sweepd_running(&study).await? {
         // This daemon holds the study's lock (on this host): every other sweepd daemon that
         // ran it (here) is gone. RUNNING trials that no sweepd started (an Optuna script's)
-        // are left to their owner.
+        // are left to their owner. This one has started none yet, so a trial that names our
+        // pid and start time is a previous daemon's too (pid 1 of another container).
         let ours = only_host.is_none_or(|h| owner.as_ref().is_some_and(|o| o.host == h));
-        if ours && owner.as_ref() != Some(&me) {
+        if ours {
             let reason =
                 "interrupted: the sweepd instance running this trial stopped (killed or crashed)";
             stale.extend(store.interrupt(&study, trial_id, reason).await?);
