@@ -179,6 +179,7 @@ impl CliError {
             CliError::Run(RunError::Locked(_)) => 4,
             CliError::Run(RunError::StudyDeleted { .. }) => 5,
             CliError::Run(RunError::SameError(_)) => 6,
+            CliError::Run(RunError::HostIdInUse(_)) => 7,
             CliError::Run(_) => 1,
         }
     }

@@ -219,8 +219,9 @@ fn the_unit_does_not_restart_a_daemon_whose_study_was_deleted() {
     // it anew, empty, and run the whole budget again without anyone asking for it.
     let prevent = setting(&unit_text(), "RestartPreventExitStatus").unwrap_or_default();
     // Exit 6: the trials keep failing with the same error in the objective; a restart would
-    // only fail them again (the restart loop sweepd exists to end).
-    for code in ["2", "4", "5", "6"] {
+    // only fail them again (the restart loop sweepd exists to end). Exit 7: another machine or
+    // container's live daemon has this host id; only a unique SWEEPD_HOST_ID helps.
+    for code in ["2", "4", "5", "6", "7"] {
         assert!(
             prevent.split_whitespace().any(|c| c == code),
             "{UNIT}: RestartPreventExitStatus={prevent} lacks {code}"

@@ -1,5 +1,7 @@
 //! The study's daemon rows (one per host: the single-instance lock, the heartbeat other hosts
 //! watch, and the state `status` shows) and the commands the CLI queues for running daemons.
+//! A row records its daemon's pid with the instance that pid belongs to (machine id, boot id,
+//! PID namespace), so that two machines given one host id are told apart by the caller's rule.
 
 use super::columns::NullableInt;
 use super::engine::{sql, Engine, Stamp, Tx};
@@ -10,9 +12,11 @@ use crate::study::{DaemonCommand, DaemonState, UnknownName};
 use serde_json::{json, Value};
 
 impl Store {
-    /// Takes this host's daemon row of the study for `me`, refusing while a daemon whose row
-    /// `blocks` (the caller's rule) is alive. Asked inside a transaction serialised on the
-    /// study, so that two daemons starting at once cannot both take it.
+    /// Takes this host's daemon row of the study for `me`, running as `instance`, refusing
+    /// while a daemon whose row `blocks` (the caller's rule) is alive. Asked inside a
+    /// transaction serialised on the study, so that two daemons starting at once cannot both
+    /// take it. Returns the row it replaced, if another daemon's (whose processes the caller
+    /// may then reap, where its pids mean something here).
     ///
     /// On SQLite a study has one daemon row (one host runs it): the rows of other hosts that
     /// do not block are stale and are taken over. On PostgreSQL every host keeps its own row,
@@ -21,31 +25,30 @@ impl Store {
         &self,
         study: &Study,
         me: &DaemonId,
+        instance: &Instance,
         blocks: impl Fn(&Holder) -> bool,
-    ) -> Result<(), DaemonLockError> {
+    ) -> Result<Option<Holder>, DaemonLockError> {
         // Safe to run again whole: taken by a first attempt whose commit was lost, the row
         // is ours and blocks nothing.
-        let holder = retrying!(self, { self.lock_daemon_attempt(study, me, &blocks).await })?;
-        match holder {
-            Some(holder) => Err(DaemonLockError::Held {
-                pid: holder.id.pid,
-                host: holder.id.host,
-                since: holder.started_at,
-            }),
-            None => Ok(()),
-        }
+        let taken = retrying!(self, {
+            self.lock_daemon_attempt(study, me, instance, &blocks).await
+        })?;
+        taken.map_err(|holder| DaemonLockError::Held(Box::new(holder)))
     }
 
-    /// One attempt of [`Store::lock_daemon`]: the live holder that blocks it, if any.
+    /// One attempt of [`Store::lock_daemon`]: the row replaced, or the live holder that
+    /// blocks it.
     async fn lock_daemon_attempt(
         &self,
         study: &Study,
         me: &DaemonId,
+        instance: &Instance,
         blocks: &impl Fn(&Holder) -> bool,
-    ) -> Result<Option<Holder>> {
+    ) -> Result<Result<Option<Holder>, Holder>> {
         let mut tx = self.begin_study_write(study.id).await?;
         let sql = format!(
-            "SELECT pid, pid_start, host, CAST(started_at AS TEXT) AS started_at, \
+            "SELECT pid, pid_start, host, machine_id, boot_id, pid_ns, \
+             CAST(started_at AS TEXT) AS started_at, \
              CAST(heartbeat_at AS TEXT) AS heartbeat_at, {} AS age_s, state \
              FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at",
             self.engine().age("heartbeat_at")
@@ -55,9 +58,14 @@ impl Store {
             .fetch_all(c)
             .await)
         .at(&self.path)?;
-        if let Some(holder) = holders.into_iter().find(|h| blocks(h)) {
-            return Ok(Some(holder));
+        if let Some(holder) = holders.iter().find(|h| blocks(h)) {
+            return Ok(Err(holder.clone()));
         }
+        // SQLite: the study's one row, whatever its host; PostgreSQL: this host's.
+        let replaced = holders.into_iter().find(|h| {
+            (self.engine() == Engine::Sqlite || h.id.host == me.host)
+                && !(h.id == *me && h.instance == *instance)
+        });
         self.forget_old_ops(&mut tx).await?;
         if self.engine() == Engine::Sqlite {
             for table in ["sweepd_daemon", "sweepd_gpus"] {
@@ -77,7 +85,8 @@ impl Store {
         let now = self.engine().now();
         let update = format!(
             "UPDATE sweepd_daemon SET pid = $1, pid_start = $2, started_at = $3, \
-             heartbeat_at = {now}, state = 'RUNNING', detail = NULL WHERE study_id = $4 AND host = $5"
+             heartbeat_at = {now}, state = 'RUNNING', detail = NULL, \
+             machine_id = $6, boot_id = $7, pid_ns = $8 WHERE study_id = $4 AND host = $5"
         );
         let updated = sql!(tx.conn(), |c| sqlx::query(&update)
             .bind(me.pid as i64)
@@ -85,14 +94,18 @@ impl Store {
             .bind(Stamp::now())
             .bind(study.id)
             .bind(&me.host)
+            .bind(&instance.machine_id)
+            .bind(&instance.boot_id)
+            .bind(&instance.pid_ns)
             .execute(c)
             .await
             .map(|r| r.rows_affected()))
         .at(&self.path)?;
         if updated == 0 {
             let insert = format!(
-                "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, state) \
-                 VALUES ($1, $2, $3, $4, $5, {now}, 'RUNNING')"
+                "INSERT INTO sweepd_daemon (study_id, pid, pid_start, host, started_at, heartbeat_at, \
+                 state, machine_id, boot_id, pid_ns) \
+                 VALUES ($1, $2, $3, $4, $5, {now}, 'RUNNING', $6, $7, $8)"
             );
             sql!(tx.conn(), |c| sqlx::query(&insert)
                 .bind(study.id)
@@ -100,28 +113,34 @@ impl Store {
                 .bind(me.pid_start.map(|v| v as i64))
                 .bind(&me.host)
                 .bind(Stamp::now())
+                .bind(&instance.machine_id)
+                .bind(&instance.boot_id)
+                .bind(&instance.pid_ns)
                 .execute(c)
                 .await
                 .map(|r| r.rows_affected()))
             .at(&self.path)?;
         }
         tx.commit().await.at(&self.path)?;
-        Ok(None)
+        Ok(Ok(replaced))
     }
 
     /// Heartbeat and state of our daemon row. `false` when the row is no longer ours (another
-    /// host failed this one over while it could not reach the database, or another daemon of
-    /// this host took the row): the caller's trials may be running elsewhere by now.
+    /// host failed this one over while it could not reach the database, or another daemon
+    /// with this host id took the row): the caller's trials may be running elsewhere by now.
+    /// The row is ours by pid *and* instance: two containers' daemons are often both pid 1.
     pub async fn daemon_state(
         &self,
         study: &Study,
         me: &DaemonId,
+        instance: &Instance,
         state: DaemonState,
         detail: Option<&str>,
     ) -> Result<bool> {
         let sql = format!(
             "UPDATE sweepd_daemon SET heartbeat_at = {}, state = $1, detail = $2 \
-             WHERE study_id = $3 AND pid = $4 AND host = $5 AND state <> $6",
+             WHERE study_id = $3 AND pid = $4 AND host = $5 AND state <> $6 \
+             AND machine_id = $7 AND boot_id = $8 AND pid_ns = $9",
             self.engine().now()
         );
         let done = retrying!(self, {
@@ -132,6 +151,9 @@ impl Store {
                 .bind(me.pid as i64)
                 .bind(&me.host)
                 .bind(DaemonState::Gone.as_str())
+                .bind(&instance.machine_id)
+                .bind(&instance.boot_id)
+                .bind(&instance.pid_ns)
                 .execute(c)
                 .await
                 .map(|r| r.rows_affected()))
@@ -219,12 +241,44 @@ pub struct DaemonId {
     pub host: String,
 }
 
+/// What a daemon's pids are relative to: the machine, that machine's boot and the PID
+/// namespace it runs in (`/etc/machine-id`, `/proc/sys/kernel/random/boot_id`, `readlink
+/// /proc/self/ns/pid`). Each is `""` where unknown, and all are in rows written by a sweepd
+/// older than these columns. Whose pids are comparable with whose is the caller's rule.
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+pub struct Instance {
+    pub machine_id: String,
+    pub boot_id: String,
+    pub pid_ns: String,
+}
+
+impl std::fmt::Display for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or = |s: &str| {
+            if s.is_empty() {
+                "unknown".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        write!(
+            f,
+            "machine id {}, boot id {}, PID namespace {}",
+            or(&self.machine_id),
+            or(&self.boot_id),
+            or(&self.pid_ns)
+        )
+    }
+}
+
 /// The daemon holding a study's row, as the lock finds it: whether it is still alive is the
 /// caller's rule (see `Store::lock_daemon`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Holder {
     #[sqlx(flatten)]
     pub id: DaemonId,
+    #[sqlx(flatten)]
+    pub instance: Instance,
     pub started_at: String,
     pub heartbeat_at: String,
     /// Seconds since the heartbeat, by the database's clock (`None`: not a time).
@@ -249,12 +303,8 @@ impl DaemonId {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonLockError {
-    #[error("another sweepd is running this study: pid {pid} on {host}, since {since} (stop it first, or wait for it)")]
-    Held {
-        pid: u32,
-        host: String,
-        since: String,
-    },
+    #[error("another sweepd is running this study: pid {} on {}, since {} (stop it first, or wait for it)", .0.id.pid, .0.id.host, .0.started_at)]
+    Held(Box<Holder>),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -60,7 +60,7 @@ mod views;
 mod workers;
 
 pub use attrs::OWNER_ATTR;
-pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder};
+pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder, Instance};
 pub use engine::Engine;
 pub use feed::{Changed, Changes, Feed};
 pub use hosts::{FailedOver, HostView};

@@ -22,14 +22,14 @@ use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
-use crate::store::{Engine, GpuRow};
+use crate::store::{DaemonLockError, Engine, GpuRow};
 use crate::study::{DaemonCommand, DaemonState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Every second (or GPU poll interval): read the GPUs, take requests, keep the daemon row
 /// current; wake waiting slots when anything may have changed.
@@ -115,7 +115,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
         let asked = Instant::now();
         let written = sh
             .store
-            .daemon_state(&sh.study, &sh.me, state, detail.as_deref())
+            .daemon_state(&sh.study, &sh.me, &sh.instance, state, detail.as_deref())
             .await;
         // The store waits through an outage instead of failing: a heartbeat that took this
         // long was one, and every heartbeat is old at the end of one.
@@ -313,19 +313,49 @@ pub(super) async fn watch_settling(sh: Arc<Shared>, done: CancellationToken) {
 
 /// Our daemon row was not ours any more: another host failed this one over while it could not
 /// reach the database (its RUNNING trials are FAIL and re-enqueued; what they report now is not
-/// recorded), or the row was marked stopped. Take it back and go on as a live host.
+/// recorded), the row was marked stopped, or a daemon elsewhere with our host id took it after
+/// our heartbeat went silent. Take it back and go on as a live host, unless that daemon is
+/// alive: then ours is the name in use elsewhere, and this daemon stops (exit 7) rather than
+/// fight it for the row.
 async fn row_lost(sh: &Shared) {
-    warn!(
-        "this host's daemon row was taken while the database could not be reached (failed over by another host?): \
-         its running trials were re-enqueued elsewhere and their results here will not be recorded; taking the row back"
-    );
-    let me = sh.me.clone();
-    if let Err(e) = sh
+    let here = sh.here();
+    let taken = sh
         .store
-        .lock_daemon(&sh.study, &sh.me, |h| super::daemon_alive(h, &me, true))
-        .await
-    {
-        warn!("could not take the daemon row back: {e}");
+        .lock_daemon(&sh.study, &sh.me, &sh.instance, |h| {
+            super::host::blocks(h, &here, super::host::pid_runs).is_some()
+        })
+        .await;
+    match taken {
+        Ok(replaced) => {
+            let by = replaced
+                .filter(|r| r.state != DaemonState::Gone)
+                .map_or_else(
+                    || {
+                        "failed over by another host while this one could not reach the database?"
+                            .to_owned()
+                    },
+                    |r| format!("by pid {} ({}), which no longer runs", r.id.pid, r.instance),
+                );
+            warn!(
+                "this host's daemon row was taken ({by}): its running trials were re-enqueued \
+                 elsewhere and their results here will not be recorded; took the row back"
+            );
+        }
+        Err(DaemonLockError::Held(holder)) => match super::refused(&holder, &here) {
+            e @ super::RunError::HostIdInUse(_) => {
+                // Its trials were failed over when the other took the row: what they finish
+                // here is not recorded, so no grace; those started since are re-enqueued.
+                error!("{e}; stopping this daemon, its running trials killed");
+                sh.ended_by
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+                sh.shutdown.cancel();
+                sh.kill_now.cancel();
+            }
+            e => warn!("could not take the daemon row back: {e}"),
+        },
+        Err(e) => warn!("could not take the daemon row back: {e}"),
     }
 }
 

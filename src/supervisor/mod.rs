@@ -24,13 +24,16 @@
 //! processes (other hosts, Optuna scripts) write; `policy` holds its pure rules; `pool`
 //! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
 //! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
-//! processes; `housekeeping` is the once-a-poll task; `reload` applies SIGHUP.
+//! processes; `host` says who this daemon is (host id, machine, boot, PID namespace) and
+//! whether the daemon a study's row names still runs; `housekeeping` is the once-a-poll task;
+//! `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress
 
 mod admit;
 mod core;
+mod host;
 mod housekeeping;
 mod learn;
 mod policy;
@@ -48,11 +51,13 @@ use crate::process;
 use crate::progress::{Progress, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler;
-use crate::store::{self, DaemonId, DaemonLockError, Feed, Holder, Store, StoreError};
+use crate::store::{self, DaemonId, DaemonLockError, Feed, Instance, Store, StoreError};
 use crate::study::pareto::{self, Front};
 use crate::study::{Counts, DaemonState, Tally};
 use admit::GpuCtl;
 use core::Core;
+pub use host::{heartbeat_fresh, host_id, DAEMON_GONE_AFTER};
+use host::{Block, Here};
 use policy::{Breaker, SameError};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -100,6 +105,9 @@ pub enum RunError {
     SameError(String),
     #[error("{0}")]
     HostId(String),
+    /// A live daemon on another machine or in another PID namespace has our host id.
+    #[error("{0}")]
+    HostIdInUse(String),
     #[error("study `{name}` was deleted from {} while this daemon was running it (optuna.delete_study?); stopped, and its workers killed", path.display())]
     StudyDeleted { name: String, path: PathBuf },
 }
@@ -148,6 +156,11 @@ struct Shared {
     host: String,
     python_dir: Option<PathBuf>,
     me: DaemonId,
+    /// What our pids are relative to (`host::this_instance`), recorded in our daemon row.
+    instance: Instance,
+    /// An error a task other than a slot ends the run with (our host id taken by a live daemon
+    /// elsewhere): it wins over what the slots then fail with.
+    ended_by: std::sync::Mutex<Option<RunError>>,
     metrics: Arc<Metrics>,
     /// `--par` from the command line, which reloads keep.
     par_override: Option<usize>,
@@ -159,6 +172,41 @@ impl Shared {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// This daemon, as the single-instance rule compares a row's daemon with it.
+    fn here(&self) -> Here<'_> {
+        here(&self.me, &self.instance, &self.store, &self.cfg())
+    }
+}
+
+/// This daemon, as the single-instance rule compares a row's daemon with it, now.
+fn here<'a>(me: &'a DaemonId, instance: &'a Instance, store: &Store, config: &Config) -> Here<'a> {
+    let several_hosts = store.engine() == store::Engine::Postgres;
+    Here {
+        id: me,
+        instance,
+        uptime: host::uptime(),
+        several_hosts,
+        gone_after: if several_hosts {
+            config.storage.host_timeout
+        } else {
+            DAEMON_GONE_AFTER
+        },
+    }
+}
+
+/// The error a start refused by `holder` ends with: exit 4 for another daemon running the
+/// study, exit 7 for a live daemon elsewhere with our host id.
+fn refused(holder: &store::Holder, here: &Here) -> RunError {
+    match host::blocks(holder, here, host::pid_runs) {
+        Some(Block::HostIdInUse(kin)) => RunError::HostIdInUse(host::host_id_in_use(
+            holder,
+            here,
+            kin,
+            std::env::var_os("SWEEPD_HOST_ID").is_some(),
+        )),
+        _ => RunError::Locked(DaemonLockError::Held(Box::new(holder.clone())).to_string()),
     }
 }
 
@@ -176,54 +224,6 @@ pub struct Control {
     pub reload: Arc<Notify>,
     /// `--par`: overrides `[worker] max_par`, also in configs reloaded later.
     pub par_override: Option<usize>,
-}
-
-/// A daemon whose heartbeat (written every second) is older than this is gone: `status` says
-/// so, and `run` on another host takes its row over (SQLite, one host per study; several
-/// hosts on PostgreSQL use `[storage] host_timeout` instead).
-pub const DAEMON_GONE_AFTER: Duration = Duration::from_secs(60);
-
-/// Whether a heartbeat `age_s` seconds old (by the database's clock; `None`: not a time) is
-/// recent enough for its daemon to be running.
-pub fn heartbeat_fresh(age_s: Option<f64>, gone_after: Duration) -> bool {
-    age_s.is_some_and(|age| age < gone_after.as_secs_f64())
-}
-
-/// The single-instance rule: whether the daemon holding a row of the study still runs, so that
-/// `me` must not start. A stopped or failed-over one does not; on this host it runs while its
-/// pid does with the recorded start time (a reused pid is another process). On SQLite one host
-/// runs a study, and another host's daemon runs while its heartbeat is fresh; on PostgreSQL
-/// (`several_hosts`) other hosts' daemons are welcome and never block.
-pub fn daemon_alive(holder: &Holder, me: &DaemonId, several_hosts: bool) -> bool {
-    let h = &holder.id;
-    !matches!(holder.state, DaemonState::Stopped | DaemonState::Gone)
-        && if h.host == me.host {
-            h.pid != me.pid
-                && process::proc_stat(h.pid as i32)
-                    .is_some_and(|s| Some(s.start_time) == h.pid_start)
-        } else {
-            !several_hosts && heartbeat_fresh(holder.age_s, DAEMON_GONE_AFTER)
-        }
-}
-
-/// This host's name in the study: `$SWEEPD_HOST_ID` (several "hosts" on one machine, or a
-/// name that outlives a hostname change), else the hostname.
-pub fn host_id() -> Result<String, RunError> {
-    match std::env::var("SWEEPD_HOST_ID") {
-        Ok(id) => {
-            if id.is_empty()
-                || id.len() > 255
-                || id.chars().any(|c| c.is_control() || c.is_whitespace())
-            {
-                Err(RunError::HostId(format!(
-                    "SWEEPD_HOST_ID={id:?}: must be 1 to 255 characters without spaces or control characters"
-                )))
-            } else {
-                Ok(id)
-            }
-        }
-        Err(_) => Ok(hostname()),
-    }
 }
 
 /// Where the config's `[storage] url` points, for the store.
@@ -267,20 +267,32 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
         pid_start: process::proc_stat(std::process::id() as i32).map(|s| s.start_time),
         host,
     };
-    store
-        .lock_daemon(&study, &me, |holder| {
-            daemon_alive(holder, &me, several_hosts)
+    let instance = host::this_instance();
+    let this = here(&me, &instance, &store, &config);
+    let replaced = store
+        .lock_daemon(&study, &me, &instance, |holder| {
+            host::blocks(holder, &this, host::pid_runs).is_some()
         })
         .await
         .map_err(|e| match e {
             DaemonLockError::Store(s) => RunError::Store(s),
-            held => RunError::Locked(held.to_string()),
+            DaemonLockError::Held(holder) => refused(&holder, &this),
         })?;
+    // The workers a previous daemon left are looked up by pid only where its pids are ours
+    // (not another machine's or container's, nor a boot's before this one).
+    let reap = replaced.is_none_or(|r| host::pids_comparable(&r, &this));
     // The study is ours: from now on a lost connection to a PostgreSQL server is waited
     // through (no trial starts meanwhile; what workers finish is written when it is back)
     // instead of ending the run.
     store.wait_through_outages();
-    let result = run_locked(config, store.clone(), study.clone(), me.clone(), control).await;
+    let result = run_locked(
+        config,
+        store.clone(),
+        study.clone(),
+        (me.clone(), instance.clone(), reap),
+        control,
+    )
+    .await;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // However the run ended (housekeeping noticed, or a write failed on the missing rows),
     // a study deleted under us is said as such, not as the error it caused.
@@ -313,7 +325,13 @@ pub async fn run(config: Config, control: Control) -> Result<RunSummary, RunErro
             .as_ref()
             .map(housekeeping::outage_note);
         let _ = store
-            .daemon_state(&study, &me, DaemonState::Stopped, outage.as_deref())
+            .daemon_state(
+                &study,
+                &me,
+                &instance,
+                DaemonState::Stopped,
+                outage.as_deref(),
+            )
             .await;
     }
     result
@@ -377,7 +395,7 @@ async fn run_locked(
     config: Arc<Config>,
     store: Store,
     study: crate::store::Study,
-    me: DaemonId,
+    (me, instance, reap): (DaemonId, Instance, bool),
     control: Control,
 ) -> Result<RunSummary, RunError> {
     let shutdown = control.shutdown.clone();
@@ -385,14 +403,15 @@ async fn run_locked(
     // the others' are their daemons' (or, once silent, failed over by housekeeping).
     let several_hosts = store.engine() == store::Engine::Postgres;
     let only_host = several_hosts.then_some(me.host.as_str());
-    reap_previous_instance(&store, &study, only_host).await?;
+    reap_previous_instance(&store, &study, only_host, reap).await?;
     let mut stale = Vec::new();
     for (trial_id, owner) in store.sweepd_running(&study).await? {
         // This daemon holds the study's lock (on this host): every other sweepd daemon that
         // ran it (here) is gone. RUNNING trials that no sweepd started (an Optuna script's)
-        // are left to their owner.
+        // are left to their owner. This one has started none yet, so a trial that names our
+        // pid and start time is a previous daemon's too (pid 1 of another container).
         let ours = only_host.is_none_or(|h| owner.as_ref().is_some_and(|o| o.host == h));
-        if ours && owner.as_ref() != Some(&me) {
+        if ours {
             let reason =
                 "interrupted: the sweepd instance running this trial stopped (killed or crashed)";
             stale.extend(store.interrupt(&study, trial_id, reason).await?);
@@ -519,6 +538,8 @@ async fn run_locked(
         host: me.host.clone(),
         python_dir: python_dir(),
         me,
+        instance,
+        ended_by: Default::default(),
         metrics: metrics.clone(),
         par_override: control.par_override,
     });
@@ -622,7 +643,12 @@ async fn run_locked(
     }
     slots_done.cancel();
     let _ = housekeeping.await;
-    if let Some(e) = first_error {
+    let ended_by = shared
+        .ended_by
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(e) = ended_by.or(first_error) {
         return Err(e);
     }
     let counts = store.counts(&study).await?;
@@ -756,14 +782,17 @@ fn program_of(config: &Config) -> Option<String> {
 }
 
 /// Kills worker groups that an earlier instance started and left behind (kill -9 of the
-/// daemon), identified by pid *and* start time so that a reused pid is never touched.
+/// daemon), identified by pid *and* start time so that a reused pid is never touched; where
+/// its pids are not ours (`kill` false: another machine or container, an earlier boot), only
+/// marks them exited.
 async fn reap_previous_instance(
     store: &Store,
     study: &crate::store::Study,
     host: Option<&str>,
+    kill: bool,
 ) -> Result<(), StoreError> {
     for (worker_id, pid, start) in store.unfinished_workers(study, host).await? {
-        if let (Some(pid), Some(start)) = (pid, start) {
+        if let (true, Some(pid), Some(start)) = (kill, pid, start) {
             if process::kill_stale_group(pid as i32, start as u64) {
                 warn!(
                     worker_id,
@@ -777,12 +806,6 @@ async fn reap_previous_instance(
         store.worker_exited(worker_id, None, None).await?;
     }
     Ok(())
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// Where `sweepd_worker.py` lives, put on the workers' PYTHONPATH so scripts need no install:
