@@ -48,127 +48,52 @@
 //! own writes and the others' starts change nothing there, so two daemons do not wake each
 //! other in turn.
 //!
-//! An entry is keyed by the daemon's pid and that
-//! process's start time: an entry whose daemon is gone (exited, killed, crashed) is left out of
-//! every reading and dropped at the next write, so a crashed daemon's claims expire by
-//! themselves.
+//! An entry is keyed by the daemon's pid and that process's start time, and believed only
+//! while that daemon beats (`valid`): each daemon rewrites its line at least every
+//! [`BEAT`] ([`Ledger::beat`]), and an entry whose heartbeat is older than [`EXPIRES`], whose
+//! pid is not a live sweepd daemon of this user, or that claims more than its device holds is
+//! left out of every reading. A crashed daemon's claims expire by themselves, and a line
+//! someone else wrote never stalls a study. A file that holds such lines, bytes that do not
+//! read, or more than [`MAX_BYTES`] is rewritten under the lock with the live entries alone
+//! (said in the log, at most once a minute). The file is read as bytes, at most [`MAX_BYTES`]
+//! of it, so a huge or garbled file neither stalls a daemon nor makes it admit as if alone.
 //!
-//! Where the file is: `$SWEEPD_LEDGER` when set (tests point two daemons at one file with it),
-//! else `$RUNTIME_DIRECTORY/gpu-ledger` (systemd's `RuntimeDirectory=`), else
-//! `$XDG_RUNTIME_DIR/sweepd/gpu-ledger`, else `/run/sweepd/gpu-ledger` where that directory is
-//! writable, else `sweepd-<uid>/gpu-ledger` in the temporary directory.
+//! A ledger removed (by hand, by a cleaner of the runtime directory) or replaced is made again
+//! by the next daemon that locks it: after taking the lock a daemon checks that the path still
+//! names the file it locked, and otherwise locks the one there now, so two daemons never hold
+//! locks on two files and each think itself alone. What the lost file held comes back from
+//! each daemon's memory of the others' entries, as long as they still beat, and each daemon
+//! writes its own line again as soon as it finds it missing.
+//!
+//! Where the file is, and which files and directories are refused: `super::runtime_dir`.
 
-use crate::process;
+mod entry;
+mod text;
+mod valid;
+
+pub use entry::{Claim, Claims, Held, Hold, Owner, Request};
+pub use valid::{BEAT, EXPIRES};
+
+use super::runtime_dir::RuntimeDir;
+use entry::Sheet;
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::warn;
+use valid::{Peers, Process};
 
-/// Environment variable naming the ledger file, over every default.
-pub const LEDGER_ENV: &str = "SWEEPD_LEDGER";
+/// At most this much of the file is read: a ledger is a few lines per daemon and device, and
+/// one larger is rewritten with its live entries.
+pub const MAX_BYTES: u64 = 1 << 20;
 
-/// A daemon, as the ledger keys it: its pid and that process's start time (clock ticks after
-/// boot), so that a reused pid is never taken for a live daemon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Owner {
-    pub pid: u32,
-    pub start: u64,
-}
-
-impl Owner {
-    /// This process, or `None` where /proc cannot say its start time.
-    pub fn me() -> Option<Owner> {
-        let pid = std::process::id();
-        let start = process::proc_stat(pid as i32)?.start_time;
-        Some(Owner { pid, start })
-    }
-
-    /// Whether this daemon still runs: its pid names a live process started when it was.
-    pub fn alive(&self) -> bool {
-        process::proc_stat(self.pid as i32)
-            .is_some_and(|s| s.start_time == self.start && !matches!(s.state, 'Z' | 'X' | 'x'))
-    }
-}
-
-/// One running trial as the other daemons count it: its worker's process group (0 while it has
-/// none) and the bytes it is counted at in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    pub pgid: i32,
-    pub bound: u64,
-}
-
-/// What one daemon's running trials hold back on one device.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Claim {
-    /// Bytes its running trials are expected to allocate but have not yet, by its own reading
-    /// (what a daemon of the first formats, which writes no `trials`, goes by).
-    pub unclaimed: u64,
-    /// Its running trials, each with its process group and bound (`None`: an entry of a daemon
-    /// that does not write them; its `unclaimed` counts instead). Summed over the other
-    /// daemons ([`Locked::others`]), the trials of those that write them.
-    pub trials: Option<Vec<Held>>,
-    /// Its trials running on the device.
-    pub running: usize,
-    /// What its idle workers there hold (it can give that back by retiring them).
-    pub idle: u64,
-    /// Bytes its waiting trial lacks there that the others' idle workers hold (0: no request).
-    pub want: u64,
-    /// The free memory it saw on the device when it asked.
-    pub seen: u64,
-    /// Trials it has started on the device since it began (summed over the other daemons by
-    /// [`Locked::others`]).
-    pub started: u64,
-    /// Bytes its waiting trial, passed too often, holds back from the others (0: no hold), and
-    /// since when (milliseconds since the epoch).
-    pub hold: u64,
-    pub hold_since: u64,
-}
-
-impl Claim {
-    /// What these trials have yet to claim against a reading in which process group `g` uses
-    /// `used(g)` bytes on the device: `bound − used` for each trial that writes its group (a
-    /// trial without a worker yet, or one the reading does not list, at its whole bound), plus
-    /// the `unclaimed` of the entries that do not.
-    pub fn against(&self, used: impl Fn(i32) -> u64) -> u64 {
-        let trials = self.trials.iter().flatten().map(|t| {
-            let used = if t.pgid > 0 { used(t.pgid) } else { 0 };
-            t.bound.saturating_sub(used)
-        });
-        trials.fold(self.unclaimed, u64::saturating_add)
-    }
-
-    /// What these trials use against the same reading, each at most its bound: memory that is
-    /// free again once they end (what one uses past its bound is not taken to go with it).
-    /// Entries that write no `trials` add nothing: what they use cannot be told apart.
-    pub fn used_by(&self, used: impl Fn(i32) -> u64) -> u64 {
-        let trials = self.trials.iter().flatten().map(|t| {
-            let used = if t.pgid > 0 { used(t.pgid) } else { 0 };
-            used.min(t.bound)
-        });
-        trials.fold(0, u64::saturating_add)
-    }
-}
-
-/// Another daemon asks for memory held by idle workers on `device`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    pub device: u32,
-    pub want: u64,
-    pub seen: u64,
-}
-
-impl Request {
-    /// What is still to be freed for it with the device's free memory now at `free`: what was
-    /// freed since it was made (retirements already done, trials ended) counts against it, so
-    /// that a request read again before its daemon has looked again is not answered twice.
-    pub fn outstanding(&self, free: u64) -> u64 {
-        self.want.saturating_sub(free.saturating_sub(self.seen))
-    }
-}
+/// What the ledger is called in errors.
+const WHAT: &str = "the GPU ledger";
 
 /// What is still to be freed per device for `requests`, each against the free memory `free`
 /// reads on its device now (`None`: a device we do not use, which we cannot help on).
@@ -228,336 +153,250 @@ pub struct Neighbours {
     pub requests: Vec<Request>,
 }
 
-/// Another daemon's hold on `device`: memory it asks the others to leave free for its waiting
-/// trial.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
-    pub device: u32,
-    pub bytes: u64,
-    /// Milliseconds since the epoch, then the daemon: the order holds are honoured in.
-    pub since: (u64, Owner),
-}
+/// The host's ledger, as this daemon uses it (clones share what it remembers).
+#[derive(Clone)]
+pub struct Ledger(Arc<Inner>);
 
-impl Hold {
-    /// Whether this hold comes before `mine` (this daemon's hold on the same device, if any):
-    /// the older is honoured, so two daemons' holds never wait for each other.
-    pub fn before(&self, mine: Option<(u64, Owner)>) -> bool {
-        mine.is_none_or(|m| self.since < m)
-    }
-}
-
-/// Claims by device index.
-pub type Claims = BTreeMap<u32, Claim>;
-
-/// One line of the file: `PID START DEVICE UNCLAIMED RUNNING IDLE WANT SEEN TRIALS`, `TRIALS`
-/// being `-` or `PGID:BOUND,...` (a line of the first formats, without the last four or the
-/// last one, reads with them 0 and without trials).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    owner: Owner,
-    device: u32,
-    claim: Claim,
-}
-
-/// Parses the file's text; lines that do not read as entries (a future format, a hand edit) are
-/// left out rather than trusted.
-fn parse(text: &str) -> Vec<Entry> {
-    let mut entries: Vec<Entry> = Vec::new();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        if let Some((owner, device, [started, hold, since])) = parse_standing(line) {
-            // It follows its claims line; alone it is left out.
-            if let Some(e) = entries
-                .iter_mut()
-                .find(|e| e.owner == owner && e.device == device)
-            {
-                e.claim.started = started;
-                e.claim.hold = hold;
-                e.claim.hold_since = since;
-            }
-        } else if let Some(e) = parse_claims(line) {
-            entries.push(e);
-        }
-    }
-    entries
-}
-
-/// `PID START DEVICE + STARTED HOLD SINCE`.
-fn parse_standing(line: &str) -> Option<(Owner, u32, [u64; 3])> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let [pid, start, device, "+", started, hold, since] = f[..] else {
-        return None;
-    };
-    let owner = Owner {
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
-    };
-    Some((
-        owner,
-        device.parse().ok()?,
-        [
-            started.parse().ok()?,
-            hold.parse().ok()?,
-            since.parse().ok()?,
-        ],
-    ))
-}
-
-/// `PID START DEVICE UNCLAIMED RUNNING [IDLE WANT SEEN [TRIALS]]`.
-fn parse_claims(l: &str) -> Option<Entry> {
-    let mut f = l.split_whitespace();
-    let mut entry = Entry {
-        owner: Owner {
-            pid: f.next()?.parse().ok()?,
-            start: f.next()?.parse().ok()?,
-        },
-        device: f.next()?.parse().ok()?,
-        claim: Claim {
-            unclaimed: f.next()?.parse().ok()?,
-            running: f.next()?.parse().ok()?,
-            ..Claim::default()
-        },
-    };
-    let rest = f.collect::<Vec<&str>>();
-    match rest[..] {
-        [] => {}
-        [idle, want, seen, ..] if rest.len() <= 4 => {
-            entry.claim.idle = idle.parse().ok()?;
-            entry.claim.want = want.parse().ok()?;
-            entry.claim.seen = seen.parse().ok()?;
-        }
-        _ => return None,
-    }
-    if let Some(trials) = rest.get(3) {
-        entry.claim.trials = Some(parse_trials(trials)?);
-    }
-    Some(entry)
-}
-
-/// `-` or `PGID:BOUND,...`.
-fn parse_trials(text: &str) -> Option<Vec<Held>> {
-    if text == "-" {
-        return Some(Vec::new());
-    }
-    text.split(',')
-        .map(|t| {
-            let (pgid, bound) = t.split_once(':')?;
-            Some(Held {
-                pgid: pgid.parse().ok().filter(|g| *g >= 0)?,
-                bound: bound.parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-fn format(entries: &[Entry]) -> String {
-    let mut out = String::from(
-        "# sweepd GPU ledger (docs/gpu-memory-model.md): pid start_time device unclaimed_bytes running idle_bytes want_bytes seen_free_bytes trials(pgid:bound_bytes,...)\n\
-         # and: pid start_time device + trials_started hold_bytes hold_since_ms\n",
-    );
-    for e in entries {
-        let c = &e.claim;
-        out.push_str(&format!(
-            "{} {} {} {} {} {} {} {}",
-            e.owner.pid, e.owner.start, e.device, c.unclaimed, c.running, c.idle, c.want, c.seen
-        ));
-        match c.trials.as_deref() {
-            None => {}
-            Some([]) => out.push_str(" -"),
-            Some(trials) => {
-                let list: Vec<String> = trials
-                    .iter()
-                    .map(|t| format!("{}:{}", t.pgid, t.bound))
-                    .collect();
-                out.push(' ');
-                out.push_str(&list.join(","));
-            }
-        }
-        out.push('\n');
-        if c.started > 0 || c.hold > 0 {
-            out.push_str(&format!(
-                "{} {} {} + {} {} {}\n",
-                e.owner.pid, e.owner.start, e.device, c.started, c.hold, c.hold_since
-            ));
-        }
-    }
-    out
-}
-
-/// The claims of every daemon but `me`, summed per device (their requests left out: see
-/// [`requests`]): the trials of those that write them, the `unclaimed` of those that do not.
-fn others(entries: &[Entry], me: Owner) -> Claims {
-    let mut out = Claims::new();
-    for e in entries.iter().filter(|e| e.owner != me) {
-        let c = out.entry(e.device).or_default();
-        match &e.claim.trials {
-            Some(trials) => c.trials.get_or_insert_with(Vec::new).extend(trials),
-            None => c.unclaimed = c.unclaimed.saturating_add(e.claim.unclaimed),
-        }
-        c.running = c.running.saturating_add(e.claim.running);
-        c.idle = c.idle.saturating_add(e.claim.idle);
-        c.started = c.started.saturating_add(e.claim.started);
-    }
-    out
-}
-
-/// The other daemons' holds.
-fn holds(entries: &[Entry], me: Owner) -> Vec<Hold> {
-    entries
-        .iter()
-        .filter(|e| e.owner != me && e.claim.hold > 0)
-        .map(|e| Hold {
-            device: e.device,
-            bytes: e.claim.hold,
-            since: (e.claim.hold_since, e.owner),
-        })
-        .collect()
-}
-
-/// The other daemons' requests for idle workers' memory.
-fn requests(entries: &[Entry], me: Owner) -> Vec<Request> {
-    entries
-        .iter()
-        .filter(|e| e.owner != me && e.claim.want > 0)
-        .map(|e| Request {
-            device: e.device,
-            want: e.claim.want,
-            seen: e.claim.seen,
-        })
-        .collect()
-}
-
-/// The entries with `me`'s replaced by `mine` (devices with nothing to claim and nothing
-/// running are left out).
-fn replace_mine(entries: &[Entry], me: Owner, mine: &Claims) -> Vec<Entry> {
-    let mut out: Vec<Entry> = entries.iter().filter(|e| e.owner != me).cloned().collect();
-    for (device, claim) in mine {
-        if claim.unclaimed > 0
-            || claim.running > 0
-            || claim.idle > 0
-            || claim.want > 0
-            || claim.started > 0
-            || claim.hold > 0
-        {
-            out.push(Entry {
-                owner: me,
-                device: *device,
-                claim: claim.clone(),
-            });
-        }
-    }
-    out
-}
-
-/// The ledger's path from the environment (`var`), whether `/run/sweepd` is writable, the
-/// temporary directory and the user id: the rule of the module documentation.
-fn path_from(
-    var: impl Fn(&str) -> Option<std::ffi::OsString>,
-    run_writable: bool,
-    tmp: &Path,
-    uid: u32,
-) -> PathBuf {
-    let var = |name: &str| var(name).filter(|v| !v.is_empty());
-    if let Some(p) = var(LEDGER_ENV) {
-        return PathBuf::from(p);
-    }
-    if let Some(dir) = var("RUNTIME_DIRECTORY") {
-        // systemd may list several directories, separated by ':'.
-        let dir = dir.to_string_lossy().into_owned();
-        let first = dir.split(':').next().unwrap_or_default();
-        if !first.is_empty() {
-            return Path::new(first).join("gpu-ledger");
-        }
-    }
-    if let Some(dir) = var("XDG_RUNTIME_DIR") {
-        return Path::new(&dir).join("sweepd/gpu-ledger");
-    }
-    if run_writable {
-        return PathBuf::from("/run/sweepd/gpu-ledger");
-    }
-    tmp.join(format!("sweepd-{uid}")).join("gpu-ledger")
-}
-
-/// The host's ledger, as this daemon uses it.
-#[derive(Debug, Clone)]
-pub struct Ledger {
+struct Inner {
+    dir: Arc<RuntimeDir>,
+    name: OsString,
     path: PathBuf,
     me: Owner,
+    peers: Peers,
+    state: Mutex<State>,
+}
+
+/// What a daemon keeps between two locks of the ledger.
+#[derive(Default)]
+struct State {
+    /// Each device's total memory, as NVML says: an entry claiming more is not believed.
+    totals: BTreeMap<u32, u64>,
+    /// Our claims as last written, which [`Ledger::beat`] writes again.
+    mine: Claims,
+    /// When we last wrote our line (`None`: never yet).
+    written: Option<Instant>,
+    /// The other daemons' entries as last read or written, put back into a file that lost
+    /// them ([`valid::merge`]).
+    others: Sheet,
+    /// The file last locked (device, inode): another one at the path was made anew.
+    id: Option<(u64, u64)>,
+    repaired: Said,
+    lost: Said,
+}
+
+/// A warning said at most once a minute, with how many were not said in between.
+#[derive(Debug, Default)]
+struct Said {
+    last: Option<Instant>,
+    quiet: u64,
+}
+
+impl Said {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    /// Whether to say it now: `Some(times it was not said since the last time)`.
+    fn due(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_duration_since(t) < Self::EVERY)
+        {
+            self.quiet += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.quiet))
+    }
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Ledger").field(&self.0.path).finish()
+    }
 }
 
 /// The ledger locked: the others' live claims, read; this daemon's, to be written. The lock is
 /// released when this is dropped (after [`Locked::write`] or without writing).
 pub struct Locked {
     file: Flock<File>,
-    me: Owner,
-    /// Live entries (those of gone daemons already left out).
-    entries: Vec<Entry>,
+    ledger: Ledger,
+    /// The file locked (device, inode).
+    id: (u64, u64),
+    /// The other daemons' live entries.
+    sheet: Sheet,
 }
 
 impl Ledger {
-    /// Where the ledger is on this host (see the module documentation).
-    pub fn default_path() -> PathBuf {
-        let run = Path::new("/run/sweepd");
-        let run_writable = nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok();
-        path_from(
-            |name| std::env::var_os(name),
-            run_writable,
-            &std::env::temp_dir(),
-            // The owner of /proc/self is this process's user (no unsafe getuid needed).
-            std::fs::metadata("/proc/self").map_or(0, |m| m.uid()),
-        )
-    }
-
-    /// The ledger at `path` for daemon `me`: its directory is created (0700 when sweepd makes
-    /// it) and the file too (0660), so that a first use fails here, loudly, not at admission.
-    pub fn open(path: PathBuf, me: Owner) -> std::io::Result<Ledger> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() && !dir.is_dir() {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)?;
-            }
-        }
-        let ledger = Ledger { path, me };
-        drop(ledger.file()?);
+    /// The ledger `name` in `dir` for daemon `me`, with the devices' total memory as far as
+    /// known (`totals`; more come with [`Ledger::know_totals`]). The file is opened and read
+    /// once here, so that one sweepd refuses ([`super::runtime_dir::judge_file`]) or cannot
+    /// open fails here, loudly, not at admission.
+    pub fn open(
+        dir: Arc<RuntimeDir>,
+        name: &OsStr,
+        me: Owner,
+        totals: impl IntoIterator<Item = (u32, u64)>,
+    ) -> std::io::Result<Ledger> {
+        let (comm, uid) = crate::process::proc_identity(std::process::id() as i32)
+            .ok_or_else(|| std::io::Error::other("/proc does not say what this process is"))?;
+        let ledger = Ledger(Arc::new(Inner {
+            path: dir.path().join(name),
+            name: name.to_os_string(),
+            peers: Peers {
+                comm,
+                uid,
+                any_user: dir.trust().group.is_some(),
+            },
+            dir,
+            me,
+            state: Mutex::default(),
+        }));
+        ledger.know_totals(totals);
+        drop(ledger.lock()?);
         Ok(ledger)
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.0.path
     }
 
-    fn file(&self) -> std::io::Result<File> {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o660)
-            .open(&self.path)
+    /// The directory the ledger is in (the memory groups' peak logs are beside it).
+    pub fn dir(&self) -> &Arc<RuntimeDir> {
+        &self.0.dir
+    }
+
+    pub fn name(&self) -> &OsStr {
+        &self.0.name
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes in devices' total memory (NVML's), against which entries are judged.
+    pub fn know_totals(&self, totals: impl IntoIterator<Item = (u32, u64)>) {
+        self.state().totals.extend(totals);
     }
 
     /// Locks the ledger (waiting for another daemon that holds it: it holds it only for one
-    /// admission decision) and reads the live entries.
+    /// admission decision) and reads the live entries. A file that held anything else, or that
+    /// lost what this daemon knew, is written again at once.
     pub fn lock(&self) -> std::io::Result<Locked> {
-        let mut file = Flock::lock(self.file()?, FlockArg::LockExclusive)
-            .map_err(|(_, errno)| std::io::Error::from(errno))?;
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        let entries = parse(&text)
-            .into_iter()
-            .filter(|e| e.owner == self.me || e.owner.alive())
-            .collect();
-        Ok(Locked {
+        let inner = &self.0;
+        for _ in 0..8 {
+            let opened = inner.dir.open_file(&inner.name, false, WHAT)?;
+            let asked = Instant::now();
+            let mut file = Flock::lock(opened.file, FlockArg::LockExclusive)
+                .map_err(|(_, errno)| std::io::Error::from(errno))?;
+            let waited = asked.elapsed();
+            // Removed or replaced while we waited for it: lock the one at the path now.
+            if inner.dir.id_of(&inner.name)? != Some(opened.id) {
+                continue;
+            }
+            let size = file.metadata()?.len();
+            let mut bytes = Vec::new();
+            file.seek(SeekFrom::Start(0))?;
+            (&*file).take(MAX_BYTES).read_to_end(&mut bytes)?;
+            return self.take(file, opened.id, opened.created, &bytes, size, waited);
+        }
+        Err(std::io::Error::other(format!(
+            "{WHAT} {} kept being replaced while this daemon locked it",
+            inner.path.display()
+        )))
+    }
+
+    /// The locked file's `bytes` (of `size` in all) judged: what counts, what to say, and
+    /// whether to write it again now.
+    fn take(
+        &self,
+        file: Flock<File>,
+        id: (u64, u64),
+        created: bool,
+        bytes: &[u8],
+        size: u64,
+        waited: Duration,
+    ) -> std::io::Result<Locked> {
+        let inner = &self.0;
+        let (read, unreadable) = text::parse(bytes);
+        let lost_mine = !read.beats.contains_key(&inner.me);
+        let now = valid::now_ms();
+        // Nobody wrote while we waited for the lock: their heartbeats are that much older.
+        let expires = (EXPIRES + waited).as_millis() as u64;
+        let mut known: BTreeMap<Owner, Process> = BTreeMap::new();
+        let mut process = |o: Owner| {
+            known
+                .entry(o)
+                .or_insert_with(|| {
+                    valid::judge_process(o, valid::process_of(o.pid).as_ref(), &inner.peers)
+                })
+                .clone()
+        };
+        let mut st = self.state();
+        let (sheet, dropped) = valid::sift(read, inner.me, now, expires, &st.totals, &mut process);
+        let (sheet, restored) = valid::merge(sheet, &st.others, now, expires, &mut process);
+        let made_again = created && st.id.is_some_and(|old| old != id);
+        let lost_mine = lost_mine && st.written.is_some();
+        st.id = Some(id);
+        st.others = sheet.clone();
+        let at = Instant::now();
+        let mut why = dropped.describe();
+        if unreadable > 0 {
+            why.insert(0, format!("{unreadable} lines that do not read as entries"));
+        }
+        if size > MAX_BYTES {
+            why.insert(0, format!("{size} bytes (at most {MAX_BYTES} are read)"));
+        }
+        if !why.is_empty() {
+            if let Some(quiet) = st.repaired.due(at) {
+                warn!(
+                    ledger = %inner.path.display(),
+                    "the GPU ledger held {}: left out, and the file written again with the live daemons' entries alone{}",
+                    why.join("; "),
+                    unsaid(quiet)
+                );
+            }
+        }
+        if made_again || lost_mine {
+            if let Some(quiet) = st.lost.due(at) {
+                let what = if made_again {
+                    "was gone (deleted?): made again"
+                } else {
+                    "no longer held this daemon's entry (emptied, or replaced?)"
+                };
+                warn!(
+                    ledger = %inner.path.display(),
+                    "the GPU ledger {what}; this daemon's entry and those it knew of the others written again{}",
+                    unsaid(quiet)
+                );
+            }
+        }
+        let mine = st.mine.clone();
+        drop(st);
+        let mut locked = Locked {
             file,
-            me: self.me,
-            entries,
-        })
+            ledger: self.clone(),
+            id,
+            sheet,
+        };
+        if !why.is_empty() || restored || made_again || lost_mine {
+            locked.put(&mine)?;
+        }
+        Ok(locked)
     }
 
     /// Writes this daemon's claims (others' kept, gone daemons' dropped).
     pub fn publish(&self, mine: &Claims) -> std::io::Result<()> {
         self.lock()?.write(mine)
+    }
+
+    /// Writes our line again, with a fresh heartbeat, when it was last written [`BEAT`] ago or
+    /// more: the other daemons drop an entry that stops beating.
+    pub fn beat(&self) -> std::io::Result<()> {
+        if self.state().written.is_some_and(|t| t.elapsed() < BEAT) {
+            return Ok(());
+        }
+        let locked = self.lock()?;
+        let mine = self.state().mine.clone();
+        locked.write(&mine)
     }
 
     /// The other live daemons' claims and requests, read under the lock and released at once.
@@ -569,24 +408,51 @@ impl Ledger {
         })
     }
 
-    /// Watches the file for writes (any daemon's, this one's included: [`freed`] tells which
-    /// matter). A ledger removed and made again is not followed: the polls go on as before.
+    /// Watches the file for writes, and for its removal or making again (any daemon's, this
+    /// one's included: [`freed`] tells which matter): the directory is watched, for this name.
     pub fn watch(&self) -> std::io::Result<Watch> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        inotify.add_watch(&self.path, AddWatchFlags::IN_MODIFY)?;
-        Ok(Watch(inotify))
+        inotify.add_watch(
+            self.0.dir.path(),
+            AddWatchFlags::IN_MODIFY
+                | AddWatchFlags::IN_CREATE
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_DELETE
+                | AddWatchFlags::IN_ONLYDIR
+                | AddWatchFlags::IN_DONT_FOLLOW,
+        )?;
+        Ok(Watch {
+            inotify,
+            name: self.0.name.clone(),
+        })
+    }
+}
+
+/// ", and N times more since it was last said", or nothing.
+fn unsaid(quiet: u64) -> String {
+    match quiet {
+        0 => String::new(),
+        n => format!(" ({n} times more since this was last said)"),
     }
 }
 
 /// Writes to the ledger file, as an inotify descriptor to wait on (readable when some came).
-pub struct Watch(Inotify);
+pub struct Watch {
+    inotify: Inotify,
+    name: OsString,
+}
 
 impl Watch {
-    /// Takes the writes seen so far, without waiting: whether there were any.
+    /// Takes the events seen so far, without waiting: whether any was the ledger's.
     pub fn drain(&self) -> bool {
         let mut any = false;
-        while matches!(self.0.read_events(), Ok(events) if !events.is_empty()) {
-            any = true;
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            any |= events
+                .iter()
+                .any(|e| e.name.as_deref() == Some(&*self.name));
         }
         any
     }
@@ -595,7 +461,7 @@ impl Watch {
 impl std::os::fd::AsRawFd for Watch {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsFd;
-        self.0.as_fd().as_raw_fd()
+        self.inotify.as_fd().as_raw_fd()
     }
 }
 
@@ -615,37 +481,58 @@ pub fn freed(before: &Claims, now: &Claims) -> bool {
 impl Locked {
     /// The other live daemons' claims, per device.
     pub fn others(&self) -> Claims {
-        others(&self.entries, self.me)
+        entry::others(&self.sheet.entries, self.ledger.0.me)
     }
 
     /// The other live daemons' requests for the memory of idle workers.
     pub fn requests(&self) -> Vec<Request> {
-        requests(&self.entries, self.me)
+        entry::requests(&self.sheet.entries, self.ledger.0.me)
     }
 
     /// The other live daemons' holds.
     pub fn holds(&self) -> Vec<Hold> {
-        holds(&self.entries, self.me)
+        entry::holds(&self.sheet.entries, self.ledger.0.me)
     }
 
     /// This daemon, as the ledger knows it.
     pub fn me(&self) -> Owner {
-        self.me
+        self.ledger.0.me
     }
 
-    /// Replaces this daemon's claims with `mine`, and releases the lock.
-    pub fn write(mut self, mine: &Claims) -> std::io::Result<()> {
-        let text = format(&replace_mine(&self.entries, self.me, mine));
+    /// Writes the file: the others' live entries, our claims `mine` and our heartbeat.
+    fn put(&mut self, mine: &Claims) -> std::io::Result<()> {
+        let sheet = self
+            .sheet
+            .with_mine(self.ledger.0.me, mine, valid::now_ms());
+        let text = text::format(&sheet);
         self.file.seek(SeekFrom::Start(0))?;
         self.file.set_len(0)?;
         self.file.write_all(text.as_bytes())?;
-        self.file.flush()
+        self.file.flush()?;
+        let mut st = self.ledger.state();
+        st.mine = mine.clone();
+        st.written = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Replaces this daemon's claims with `mine`, and releases the lock. Where the file was
+    /// removed or replaced meanwhile, what was written went nowhere: it is written again in
+    /// the one at the path now.
+    pub fn write(mut self, mine: &Claims) -> std::io::Result<()> {
+        self.put(mine)?;
+        let (ledger, id) = (self.ledger.clone(), self.id);
+        drop(self);
+        if ledger.0.dir.id_of(&ledger.0.name)? != Some(id) {
+            ledger.lock()?.put(mine)?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::runtime_dir::RuntimeDir;
 
     const G: u64 = 1 << 30;
 
@@ -664,251 +551,294 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_file_reads_back_what_was_written_and_skips_what_is_not_an_entry() {
-        let a = Owner { pid: 10, start: 5 };
-        let entries = replace_mine(&[], a, &claims(&[(0, 6 * G, 2), (1, 0, 0)]));
-        // A device with nothing claimed and nothing running is not written.
-        assert_eq!(entries.len(), 1);
-        let text = format!("{}garbage line\n1 2 3\n1 2 3 4 5 6\n", format(&entries));
-        assert_eq!(parse(&text), entries);
+    fn ledger(dir: &Path, me: Owner) -> Ledger {
+        let rd = RuntimeDir::open(dir, super::super::runtime_dir::Origin::Named).unwrap();
+        Ledger::open(Arc::new(rd), OsStr::new("ledger"), me, [(0, 24 * G)]).unwrap()
     }
 
-    #[test]
-    fn a_daemon_sees_the_others_claims_summed_and_not_its_own() {
-        let (a, b, c) = (
-            Owner { pid: 1, start: 1 },
-            Owner { pid: 2, start: 1 },
-            Owner { pid: 3, start: 1 },
-        );
-        let mut e = replace_mine(&[], a, &claims(&[(0, 6 * G, 1)]));
-        e = replace_mine(&e, b, &claims(&[(0, 2 * G, 1), (1, G, 1)]));
-        e = replace_mine(&e, c, &claims(&[(0, 0, 3)]));
-        assert_eq!(others(&e, a), claims(&[(0, 2 * G, 4), (1, G, 1)]));
-        // Rewriting one's own entry replaces it, whatever it was.
-        e = replace_mine(&e, b, &claims(&[]));
-        assert_eq!(others(&e, a), claims(&[(0, 0, 3)]));
-        // The same pid started at another time is another daemon.
-        let a_again = Owner { pid: 1, start: 2 };
-        assert_eq!(others(&e, a_again), claims(&[(0, 6 * G, 4)]));
-    }
-
-    #[test]
-    fn idle_memory_and_requests_travel_to_the_other_daemons() {
-        let (a, b) = (Owner { pid: 1, start: 1 }, Owner { pid: 2, start: 1 });
-        let holding = Claim {
-            running: 1,
-            idle: 6 * G,
-            ..Claim::default()
-        };
-        let asking = Claim {
-            want: 4 * G,
-            seen: 10 * G,
-            ..Claim::default()
-        };
-        let mut e = replace_mine(&[], a, &[(0, holding)].into());
-        // A daemon with nothing running that asks for memory is written all the same.
-        e = replace_mine(&e, b, &[(0, asking)].into());
-        let e = parse(&format(&e));
-        assert_eq!(others(&e, b)[&0].idle, 6 * G);
-        assert_eq!(
-            requests(&e, a),
-            vec![Request {
-                device: 0,
-                want: 4 * G,
-                seen: 10 * G
-            }]
-        );
-        // One's own request is not one to answer.
-        assert!(requests(&e, b).is_empty());
-        // What was freed since the request was made counts against it.
-        let r = requests(&e, a)[0];
-        assert_eq!(r.outstanding(10 * G), 4 * G);
-        assert_eq!(r.outstanding(13 * G), G);
-        assert_eq!(r.outstanding(15 * G), 0);
-        assert_eq!(r.outstanding(8 * G), 4 * G);
-        // A line of the first format (no idle, want, seen) still reads.
-        let old = parse("7 1 0 1024 2\n");
-        assert_eq!(old[0].claim.unclaimed, 1024);
-        assert_eq!(old[0].claim.idle, 0);
-    }
-
-    #[test]
-    fn starts_and_holds_travel_on_a_line_that_earlier_daemons_skip() {
-        let (a, b, c) = (
-            Owner { pid: 1, start: 1 },
-            Owner { pid: 2, start: 1 },
-            Owner { pid: 3, start: 1 },
-        );
-        let holding = |started, hold, hold_since| Claim {
-            running: 1,
-            started,
-            hold,
-            hold_since,
-            ..Claim::default()
-        };
-        let mut e = replace_mine(&[], a, &[(0, holding(9, 12 * G, 500))].into());
-        e = replace_mine(
-            &e,
-            b,
-            &[(0, holding(4, 0, 0)), (1, holding(2, G, 700))].into(),
-        );
-        // A daemon that started nothing and holds nothing writes no such line.
-        e = replace_mine(&e, c, &claims(&[(0, G, 1)]));
-        let text = format(&e);
-        assert_eq!(
-            text.lines()
-                .filter(|l| !l.starts_with('#') && l.contains(" + "))
-                .count(),
-            3
-        );
-        let back = parse(&text);
-        assert_eq!(back, e);
-        assert_eq!(others(&back, c)[&0].started, 13);
-        assert_eq!(
-            holds(&back, c),
-            vec![
-                Hold {
-                    device: 0,
-                    bytes: 12 * G,
-                    since: (500, a)
-                },
-                Hold {
-                    device: 1,
-                    bytes: G,
-                    since: (700, b)
-                },
-            ]
-        );
-        assert!(holds(&back, a).iter().all(|h| h.since.1 != a));
-        // A daemon of the format before reads the claims lines as they were and skips these:
-        // their fourth field is not a number.
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && l.contains(" + "))
-        {
-            assert!(line
-                .split_whitespace()
-                .nth(3)
-                .unwrap()
-                .parse::<u64>()
-                .is_err());
+    /// The file's text for these daemons: each one's heartbeat and claims.
+    fn file_of(daemons: &[(Owner, u64, Claims)]) -> String {
+        let mut s = Sheet::default();
+        for (owner, beat, mine) in daemons {
+            s = s.with_mine(*owner, mine, *beat);
         }
-        // Alone, without its claims line, such a line is left out.
-        assert!(parse("5 1 0 + 3 1024 9\n").is_empty());
+        text::format(&s)
     }
 
-    #[test]
-    fn the_older_hold_is_honoured_so_two_never_wait_for_each_other() {
-        let (a, b) = (Owner { pid: 1, start: 1 }, Owner { pid: 2, start: 1 });
-        let theirs = Hold {
-            device: 0,
-            bytes: G,
-            since: (500, a),
-        };
-        // Without a hold of ours there, theirs counts.
-        assert!(theirs.before(None));
-        // Ours is younger: theirs counts; ours is older: it does not.
-        assert!(theirs.before(Some((600, b))));
-        assert!(!theirs.before(Some((400, b))));
-        // The same millisecond: the daemons' order decides, the same way for both.
-        assert!(theirs.before(Some((500, b))));
-        let ours = Hold {
-            device: 0,
-            bytes: G,
-            since: (500, b),
-        };
-        assert!(!ours.before(Some((500, a))));
+    /// The file at `path`, read: its sheet and how many lines did not read.
+    fn read(path: &Path) -> (Sheet, usize) {
+        text::parse(&std::fs::read(path).unwrap())
     }
 
-    /// Two daemons on one card: the other's trial allocated 5 of its 6 GiB after it last
-    /// wrote the ledger (by its reading, 6 GiB yet to claim), and our reading, newer, shows it.
-    #[test]
-    fn the_others_trials_are_counted_against_our_reading_not_the_one_they_wrote_by() {
-        let (a, b, old) = (
-            Owner { pid: 1, start: 1 },
-            Owner { pid: 2, start: 1 },
-            Owner { pid: 3, start: 1 },
-        );
-        let theirs = Claim {
-            unclaimed: 6 * G + 3 * G,
-            running: 2,
-            trials: Some(vec![
-                Held {
-                    pgid: 40,
-                    bound: 6 * G,
-                },
-                // Admitted, no worker yet: its whole bound.
-                Held {
-                    pgid: 0,
-                    bound: 3 * G,
-                },
-            ]),
-            ..Claim::default()
-        };
-        let mut e = replace_mine(&[], b, &[(0, theirs)].into());
-        // A daemon of the format before trials: its own figure is all there is.
-        e = replace_mine(&e, old, &claims(&[(0, G, 1)]));
-        let e = parse(&format(&e));
-        let seen = &others(&e, a)[&0];
-        assert_eq!(seen.running, 3);
-        // Group 40 uses 5 GiB in our reading: 1 GiB left to claim, not 6.
-        let ours = |g: i32| if g == 40 { 5 * G } else { 0 };
-        assert_eq!(seen.against(ours), G + 3 * G + G);
-        // A reading older than their trial's allocation: the whole bound, not what it wrote.
-        assert_eq!(seen.against(|_| 0), 6 * G + 3 * G + G);
-        // Using more than its bound leaves nothing to claim, and takes nothing from the others.
-        assert_eq!(seen.against(|g| if g == 40 { 9 * G } else { 0 }), 3 * G + G);
-        // What they use, free once they end: group 40's 5 GiB, at most its 6 GiB bound; the
-        // trial without a worker and the old-format entry add nothing.
-        assert_eq!(seen.used_by(ours), 5 * G);
-        assert_eq!(seen.used_by(|g| if g == 40 { 9 * G } else { 0 }), 6 * G);
-        assert_eq!(seen.used_by(|_| 0), 0);
-        // A daemon with nothing running writes an empty list, which reads back as one.
-        let idle = Claim {
-            idle: G,
-            trials: Some(Vec::new()),
-            ..Claim::default()
-        };
-        let e = parse(&format(&replace_mine(&[], b, &[(0, idle.clone())].into())));
-        assert_eq!(e[0].claim, idle);
-        // A list that does not read leaves the line out.
-        assert!(parse("2 1 0 0 1 0 0 0 40:x\n").is_empty());
-        assert!(parse("2 1 0 0 1 0 0 0 -5:100\n").is_empty());
+    /// A live process that is, by the ledger's rule, a sweepd daemon of ours (this user, the
+    /// same program name): `sleep` run through a link named as this test binary is.
+    struct Peer {
+        child: std::process::Child,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Peer {
+        fn start() -> Peer {
+            let dir = tempfile::tempdir().unwrap();
+            let (comm, _) = crate::process::proc_identity(std::process::id() as i32).unwrap();
+            let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .expect("sleep");
+            let link = dir.path().join(comm);
+            std::os::unix::fs::symlink(sleep, &link).unwrap();
+            let child = std::process::Command::new(&link).arg("60").spawn().unwrap();
+            Peer { child, _dir: dir }
+        }
+
+        fn owner(&self) -> Owner {
+            let pid = self.child.id();
+            let start = crate::process::proc_stat(pid as i32).unwrap().start_time;
+            Owner { pid, start }
+        }
+    }
+
+    impl Drop for Peer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Pid 1 as it is: alive, started when /proc says, and not a sweepd daemon.
+    fn init() -> Owner {
+        Owner {
+            pid: 1,
+            start: crate::process::proc_stat(1).unwrap().start_time,
+        }
     }
 
     #[test]
     fn entries_of_gone_daemons_expire_and_live_ones_are_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/ledger");
+        let path = dir.path().join("ledger");
         let me = Owner::me().unwrap();
-        // This test's own parent process (cargo's test harness or a shell) is alive.
-        let parent = nix::unistd::getppid().as_raw() as u32;
-        let live = Owner {
-            pid: parent,
-            start: process::proc_stat(parent as i32).unwrap().start_time,
-        };
+        let peer = Peer::start();
+        let live = peer.owner();
         // Pid 1 with a start time it never had: a daemon that is gone, its pid reused.
         let gone = Owner {
             pid: 1,
             start: u64::MAX,
         };
-        let mut e = replace_mine(&[], live, &claims(&[(0, 3 * G, 1)]));
-        e = replace_mine(&e, gone, &claims(&[(0, 9 * G, 2)]));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format(&e)).unwrap();
-        let ledger = Ledger::open(path.clone(), me).unwrap();
+        let now = valid::now_ms();
+        std::fs::write(
+            &path,
+            file_of(&[
+                (live, now, claims(&[(0, 3 * G, 1)])),
+                (gone, now, claims(&[(0, 9 * G, 2)])),
+            ]),
+        )
+        .unwrap();
+        let ledger = ledger(dir.path(), me);
         let locked = ledger.lock().unwrap();
         assert_eq!(locked.others(), claims(&[(0, 3 * G, 1)]));
         locked.write(&claims(&[(0, G, 1)])).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let left = parse(&text);
-        assert!(left.iter().all(|e| e.owner != gone), "{text}");
-        assert!(left.iter().any(|e| e.owner == live));
-        assert!(left.iter().any(|e| e.owner == me && e.claim.unclaimed == G));
-        // Another daemon's view of the same file sees ours.
-        let other = Ledger::open(path, live).unwrap();
+        let (left, bad) = read(&path);
+        assert_eq!(bad, 0);
+        assert!(left.entries.iter().all(|e| e.owner != gone), "{left:?}");
+        assert!(left.entries.iter().any(|e| e.owner == live));
+        assert!(left
+            .entries
+            .iter()
+            .any(|e| e.owner == me && e.claim.unclaimed == G));
+        // The other daemon's view of the same file sees ours.
+        let other = self::ledger(dir.path(), live);
         assert_eq!(other.lock().unwrap().others(), claims(&[(0, G, 1)]));
+    }
+
+    #[test]
+    fn lines_naming_a_live_process_that_is_not_a_sweepd_daemon_are_dropped_and_the_file_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let peer = Peer::start();
+        let now = valid::now_ms();
+        let forged = Claims::from([(
+            0,
+            Claim {
+                unclaimed: 1 << 40,
+                running: 1,
+                hold: 20 * G,
+                hold_since: 1,
+                started: 1,
+                ..Claim::default()
+            },
+        )]);
+        std::fs::write(
+            &path,
+            file_of(&[
+                (init(), now, forged),
+                (peer.owner(), now, claims(&[(0, 2 * G, 1)])),
+            ]),
+        )
+        .unwrap();
+        let ledger = ledger(dir.path(), Owner::me().unwrap());
+        let locked = ledger.lock().unwrap();
+        assert_eq!(locked.others(), claims(&[(0, 2 * G, 1)]));
+        assert!(locked.holds().is_empty());
+        drop(locked);
+        // Repaired under the lock, before this daemon wrote anything of its own.
+        let (left, bad) = read(&path);
+        assert_eq!(bad, 0);
+        assert!(!left.beats.contains_key(&init()), "{left:?}");
+        assert!(left.entries.iter().all(|e| e.owner != init()));
+        assert!(left.entries.iter().any(|e| e.owner == peer.owner()));
+    }
+
+    #[rstest::rstest]
+    #[case::fresh(0, true)]
+    #[case::silent_a_while(5_000, true)]
+    #[case::silent_too_long(EXPIRES.as_millis() as i64 + 5_000, false)]
+    #[case::ahead_of_the_clock(-60_000, false)]
+    fn an_entry_counts_while_its_daemon_beats_whatever_its_pid(
+        #[case] age_ms: i64,
+        #[case] counts: bool,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = Peer::start();
+        let beat = (valid::now_ms() as i64 - age_ms) as u64;
+        std::fs::write(
+            dir.path().join("ledger"),
+            file_of(&[(peer.owner(), beat, claims(&[(0, 2 * G, 1)]))]),
+        )
+        .unwrap();
+        let ledger = ledger(dir.path(), Owner::me().unwrap());
+        let expected = if counts {
+            claims(&[(0, 2 * G, 1)])
+        } else {
+            Claims::new()
+        };
+        assert_eq!(ledger.lock().unwrap().others(), expected);
+    }
+
+    #[test]
+    fn a_claim_larger_than_its_device_is_dropped_and_one_on_a_device_we_do_not_know_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = Peer::start();
+        let now = valid::now_ms();
+        std::fs::write(
+            dir.path().join("ledger"),
+            file_of(&[(peer.owner(), now, claims(&[(0, 30 * G, 1), (5, 30 * G, 1)]))]),
+        )
+        .unwrap();
+        let ledger = ledger(dir.path(), Owner::me().unwrap());
+        assert_eq!(ledger.lock().unwrap().others(), claims(&[(5, 30 * G, 1)]));
+        // Once the device is known, that one goes too.
+        ledger.know_totals([(5, 16 * G)]);
+        assert_eq!(ledger.lock().unwrap().others(), Claims::new());
+    }
+
+    #[test]
+    fn garbled_bytes_and_a_huge_file_are_repaired_and_the_live_entries_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let peer = Peer::start();
+        let mut bytes =
+            file_of(&[(peer.owner(), valid::now_ms(), claims(&[(0, 2 * G, 1)]))]).into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe not text\n");
+        let junk = format!("{} {} 0 0 0 1 0 0 -\n", 1, init().start);
+        while bytes.len() < 3 * MAX_BYTES as usize {
+            bytes.extend_from_slice(junk.as_bytes());
+        }
+        bytes.push(0xff);
+        std::fs::write(&path, &bytes).unwrap();
+        let ledger = ledger(dir.path(), Owner::me().unwrap());
+        assert_eq!(ledger.lock().unwrap().others(), claims(&[(0, 2 * G, 1)]));
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size < 4096, "{size} bytes left");
+        assert_eq!(read(&path).1, 0);
+    }
+
+    #[test]
+    fn a_ledger_removed_is_made_again_with_what_each_daemon_knew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let peer = Peer::start();
+        let a = ledger(dir.path(), Owner::me().unwrap());
+        let b = ledger(dir.path(), peer.owner());
+        a.publish(&claims(&[(0, G, 1)])).unwrap();
+        b.publish(&claims(&[(0, 2 * G, 1)])).unwrap();
+        assert_eq!(
+            a.read_neighbours().unwrap().claims,
+            claims(&[(0, 2 * G, 1)])
+        );
+        std::fs::remove_file(&path).unwrap();
+        // The next lock makes it again, with its own entry and the other's it knew.
+        assert_eq!(a.lock().unwrap().others(), claims(&[(0, 2 * G, 1)]));
+        let (back, bad) = read(&path);
+        assert_eq!(bad, 0);
+        assert_eq!(back.beats.len(), 2, "{back:?}");
+        assert_eq!(b.read_neighbours().unwrap().claims, claims(&[(0, G, 1)]));
+        // Emptied rather than removed: the same.
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(b.lock().unwrap().others(), claims(&[(0, G, 1)]));
+        assert_eq!(read(&path).0.beats.len(), 2);
+    }
+
+    #[test]
+    fn a_ledger_removed_while_one_daemon_holds_its_lock_loses_neither_daemons_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let peer = Peer::start();
+        let a = ledger(dir.path(), Owner::me().unwrap());
+        let b = ledger(dir.path(), peer.owner());
+        a.publish(&claims(&[(0, G, 1)])).unwrap();
+        b.publish(&Claims::new()).unwrap();
+        let held = a.lock().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // b locks the file made anew, not the one a holds, and still counts a's claims.
+        let lb = b.lock().unwrap();
+        assert_eq!(lb.others(), claims(&[(0, G, 1)]));
+        lb.write(&claims(&[(0, 2 * G, 1)])).unwrap();
+        // a's write went to the file removed: it is written again where b can read it.
+        held.write(&claims(&[(0, 3 * G, 2)])).unwrap();
+        assert_eq!(
+            b.read_neighbours().unwrap().claims,
+            claims(&[(0, 3 * G, 2)])
+        );
+        assert_eq!(
+            a.read_neighbours().unwrap().claims,
+            claims(&[(0, 2 * G, 1)])
+        );
+    }
+
+    #[test]
+    fn a_daemon_that_admits_nothing_still_beats() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let me = Owner::me().unwrap();
+        let a = ledger(dir.path(), me);
+        a.publish(&claims(&[(0, G, 1)])).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        // Written just now: nothing to do.
+        a.beat().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        a.state().written = Some(Instant::now() - BEAT);
+        let first = read(&path).0.beats[&me];
+        std::thread::sleep(Duration::from_millis(20));
+        a.beat().unwrap();
+        let (after, _) = read(&path);
+        assert!(after.beats[&me] > first);
+        assert_eq!(after.entries, read_entries(&before));
+    }
+
+    fn read_entries(bytes: &[u8]) -> Vec<entry::Entry> {
+        text::parse(bytes).0.entries
+    }
+
+    #[test]
+    fn a_warning_is_said_at_most_once_a_minute_with_how_often_it_was_not() {
+        let t = Instant::now();
+        let mut said = Said::default();
+        assert_eq!(said.due(t), Some(0));
+        assert_eq!(said.due(t + Duration::from_secs(1)), None);
+        assert_eq!(said.due(t + Duration::from_secs(30)), None);
+        assert_eq!(said.due(t + Duration::from_secs(61)), Some(2));
+        assert_eq!(said.due(t + Duration::from_secs(62)), None);
     }
 
     fn held(device: u32, running: usize, idle: u64, bounds: &[u64]) -> Claims {
@@ -1010,7 +940,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger");
         let me = Owner::me().unwrap();
-        let ledger = Ledger::open(path, me).unwrap();
+        let ledger = ledger(dir.path(), me);
         let watch = ledger.watch().unwrap();
         // Locking and reading writes nothing.
         ledger.read_neighbours().unwrap();
@@ -1018,6 +948,13 @@ mod tests {
         ledger.publish(&claims(&[(0, G, 1)])).unwrap();
         assert!(watch.drain());
         assert!(!watch.drain());
+        // Another file beside it is not the ledger; the ledger removed, and made again, is.
+        std::fs::write(dir.path().join("ledger.peaks-0"), "x\n").unwrap();
+        assert!(!watch.drain());
+        std::fs::remove_file(&path).unwrap();
+        assert!(watch.drain());
+        ledger.publish(&claims(&[(0, G, 1)])).unwrap();
+        assert!(watch.drain());
     }
 
     #[test]
@@ -1025,7 +962,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger");
         let me = Owner::me().unwrap();
-        let a = Ledger::open(path.clone(), me).unwrap();
+        let a = ledger(dir.path(), me);
         let held = a.lock().unwrap();
         // A second open file description cannot take the lock while it is held.
         let f = std::fs::OpenOptions::new()
@@ -1039,44 +976,5 @@ mod tests {
         };
         held.write(&claims(&[(0, G, 1)])).unwrap();
         assert!(Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok());
-    }
-
-    #[test]
-    fn the_ledger_is_where_the_environment_says_else_in_a_runtime_directory() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| std::ffi::OsString::from(v))
-            }
-        };
-        let tmp = Path::new("/tmp");
-        let all: &[(&str, &str)] = &[
-            (LEDGER_ENV, "/srv/shared/ledger"),
-            ("RUNTIME_DIRECTORY", "/run/sweepd:/run/other"),
-            ("XDG_RUNTIME_DIR", "/run/user/1000"),
-        ];
-        assert_eq!(
-            path_from(env(all), true, tmp, 7),
-            Path::new("/srv/shared/ledger")
-        );
-        assert_eq!(
-            path_from(env(&all[1..]), true, tmp, 7),
-            Path::new("/run/sweepd/gpu-ledger")
-        );
-        assert_eq!(
-            path_from(env(&all[2..]), true, tmp, 7),
-            Path::new("/run/user/1000/sweepd/gpu-ledger")
-        );
-        // An empty variable counts as unset.
-        assert_eq!(
-            path_from(env(&[(LEDGER_ENV, "")]), true, tmp, 7),
-            Path::new("/run/sweepd/gpu-ledger")
-        );
-        assert_eq!(
-            path_from(env(&[]), false, tmp, 7),
-            Path::new("/tmp/sweepd-7/gpu-ledger")
-        );
     }
 }
