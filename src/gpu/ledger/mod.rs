@@ -180,8 +180,14 @@ struct State {
     others: Sheet,
     /// The file last locked (device, inode): another one at the path was made anew.
     id: Option<(u64, u64)>,
+    /// What was said of a file holding what no daemon of ours wrote, of a file made anew, and
+    /// of our own line lost.
     repaired: Said,
+    made_again: Said,
     lost: Said,
+    /// The heartbeat we last wrote: a file whose line of ours has another was written by
+    /// someone else (another daemon putting back what it remembered of us).
+    beat: Option<u64>,
 }
 
 /// A warning said at most once a minute, with how many were not said in between.
@@ -317,7 +323,7 @@ impl Ledger {
     ) -> std::io::Result<Locked> {
         let inner = &self.0;
         let (read, unreadable) = text::parse(bytes);
-        let lost_mine = !read.beats.contains_key(&inner.me);
+        let our_beat = read.beats.get(&inner.me).copied();
         let now = valid::now_ms();
         // Nobody wrote while we waited for the lock: their heartbeats are that much older.
         let expires = (EXPIRES + waited).as_millis() as u64;
@@ -334,7 +340,7 @@ impl Ledger {
         let (sheet, dropped) = valid::sift(read, inner.me, now, expires, &st.totals, &mut process);
         let (sheet, restored) = valid::merge(sheet, &st.others, now, expires, &mut process);
         let made_again = created && st.id.is_some_and(|old| old != id);
-        let lost_mine = lost_mine && st.written.is_some();
+        let lost_mine = st.written.is_some() && our_beat != st.beat;
         st.id = Some(id);
         st.others = sheet.clone();
         let at = Instant::now();
@@ -355,19 +361,22 @@ impl Ledger {
                 );
             }
         }
-        if made_again || lost_mine {
-            if let Some(quiet) = st.lost.due(at) {
-                let what = if made_again {
-                    "was gone (deleted?): made again"
-                } else {
-                    "no longer held this daemon's entry (emptied, or replaced?)"
-                };
-                warn!(
-                    ledger = %inner.path.display(),
-                    "the GPU ledger {what}; this daemon's entry and those it knew of the others written again{}",
-                    unsaid(quiet)
-                );
-            }
+        let said = if made_again {
+            st.made_again
+                .due(at)
+                .map(|q| ("was gone (deleted?): made again", q))
+        } else if lost_mine {
+            let what = "no longer held this daemon's own entry as written (emptied, or made again by another daemon?)";
+            st.lost.due(at).map(|q| (what, q))
+        } else {
+            None
+        };
+        if let Some((what, quiet)) = said {
+            warn!(
+                ledger = %inner.path.display(),
+                "the GPU ledger {what}; this daemon's entry and those it knew of the others written again{}",
+                unsaid(quiet)
+            );
         }
         let mine = st.mine.clone();
         drop(st);
@@ -501,9 +510,8 @@ impl Locked {
 
     /// Writes the file: the others' live entries, our claims `mine` and our heartbeat.
     fn put(&mut self, mine: &Claims) -> std::io::Result<()> {
-        let sheet = self
-            .sheet
-            .with_mine(self.ledger.0.me, mine, valid::now_ms());
+        let now = valid::now_ms();
+        let sheet = self.sheet.with_mine(self.ledger.0.me, mine, now);
         let text = text::format(&sheet);
         self.file.seek(SeekFrom::Start(0))?;
         self.file.set_len(0)?;
@@ -512,6 +520,7 @@ impl Locked {
         let mut st = self.ledger.state();
         st.mine = mine.clone();
         st.written = Some(Instant::now());
+        st.beat = Some(now);
         Ok(())
     }
 
