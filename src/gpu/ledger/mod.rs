@@ -336,9 +336,15 @@ impl Ledger {
                 })
                 .clone()
         };
+        // /proc is read without holding the state (the lock of the file keeps the others of
+        // this process out meanwhile).
+        let (totals, remembered) = {
+            let st = self.state();
+            (st.totals.clone(), st.others.clone())
+        };
+        let (sheet, dropped) = valid::sift(read, inner.me, now, expires, &totals, &mut process);
+        let (sheet, restored) = valid::merge(sheet, &remembered, now, expires, &mut process);
         let mut st = self.state();
-        let (sheet, dropped) = valid::sift(read, inner.me, now, expires, &st.totals, &mut process);
-        let (sheet, restored) = valid::merge(sheet, &st.others, now, expires, &mut process);
         let made_again = created && st.id.is_some_and(|old| old != id);
         let lost_mine = st.written.is_some() && our_beat != st.beat;
         st.id = Some(id);
