@@ -8,55 +8,11 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-const LIMIT: Duration = Duration::from_secs(180);
-
-const X_PARAM: &str = r#"
-[params.x]
-type = "float"
-low = 0.0
-high = 1.0
-"#;
-
-/// A study of simulated GPU trials on `gpus`.
-fn gpu_sweep(
-    gpus: &[&str],
-    n: u64,
-    max_par: usize,
-    gpu_extra: &str,
-    env: &[(&str, &str)],
-) -> (Sweep, FakeGpus) {
-    let mut cfg = Cfg {
-        n_trials: Some(n),
-        max_par,
-        command: gpu_sim_worker(),
-        params: X_PARAM.into(),
-        ..Cfg::default()
-    };
-    for (k, v) in env {
-        cfg = cfg.env(k, v);
-    }
-    let gpu = format!(
-        "devices = \"all\"\nheadroom = \"1GiB\"\nmax_par_per_device = 8\npoll_interval = \"100ms\"\n{gpu_extra}"
-    );
-    gpu_study(&cfg, gpus, &gpu)
-}
+const LIMIT: Duration = GPU_LIMIT;
 
 fn parse_time(s: &str) -> f64 {
     let t = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").unwrap();
     t.and_utc().timestamp_micros() as f64 / 1e6
-}
-
-/// A second study on the card `gpus` simulates: another daemon of the same host.
-fn gpu_sweep_beside(
-    gpus: &FakeGpus,
-    n: u64,
-    max_par: usize,
-    gpu_extra: &str,
-    env: &[(&str, &str)],
-) -> Sweep {
-    let (mut sweep, _own_card) = gpu_sweep(&["24G Fake A10"], n, max_par, gpu_extra, env);
-    sweep.env = gpus.env();
-    sweep
 }
 
 /// The most trials that ran at once on each device.
@@ -100,29 +56,11 @@ fn drop_fast_polling(sweep: &Sweep) {
     std::fs::write(&sweep.config, toml).unwrap();
 }
 
-/// Waits for two daemons of one card, each of which must finish its study without a FAIL.
-fn both_finish(a: &Sweep, ca: std::process::Child, b: &Sweep, cb: std::process::Child) {
-    let oa = wait_output(ca, LIMIT);
-    let ob = wait_output(cb, LIMIT);
-    assert!(oa.status.success(), "{}", a.daemon_stderr());
-    assert!(ob.status.success(), "{}", b.daemon_stderr());
-    assert!(fails(a).is_empty(), "{:?}", fails(a));
-    assert!(fails(b).is_empty(), "{:?}", fails(b));
-}
-
 /// When trial `n` of `sweep` started or completed (`key`), in seconds.
 fn stamp(sweep: &Sweep, n: i64, key: &str) -> f64 {
     let t = sweep.trials();
     let t = t.iter().find(|t| t["number"] == n).unwrap();
     parse_time(t[key].as_str().unwrap())
-}
-
-fn fails(sweep: &Sweep) -> Vec<Value> {
-    sweep
-        .trials()
-        .into_iter()
-        .filter(|t| t["state"] == "FAIL")
-        .collect()
 }
 
 #[test]
@@ -814,38 +752,13 @@ fn a_lone_trial_that_outgrew_its_estimate_beside_a_foreign_job_is_not_marked_inf
 
 #[test]
 fn two_daemons_on_one_fake_card_never_over_admit() {
-    // Two studies share one 24 GiB card. Their trials take 6 GiB, and only after 3 s: daemon b
-    // starts while a's first three trials have not allocated anything, so NVML shows the card
-    // free. Through the host's ledger b counts a's trials still to claim, and together they
-    // never run four (without it, b starts three more and they run out of memory).
-    let env = [
-        ("SIM_MEM", "6G"),
-        ("SIM_CONTEXT", "256M"),
-        ("SIM_DELAY_START_S", "3"),
-        ("SIM_HOLD_S", "0.4"),
-    ];
-    let (a, gpus) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"6GiB\"", &env);
-    let b = gpu_sweep_beside(&gpus, 6, 4, "trial_memory = \"6GiB\"", &env);
-    let ca = a.spawn_run();
-    wait_until(LIMIT, "daemon a runs three trials", || {
-        a.db.exists() && a.sql("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'") == vec!["3"]
-    });
-    let cb = b.spawn_run();
-    both_finish(&a, ca, &b, cb);
+    // Two studies share one 24 GiB card (`two_daemons_on_one_card`): daemon b starts while a's
+    // first three trials have not allocated anything yet, so NVML shows the card free. Through
+    // the host's ledger b counts a's trials still to claim, and together they never run four
+    // (without it, b starts three more and they run out of memory).
+    let (a, b, gpus) = two_daemons_on_one_card(|_| {});
     assert_eq!(a.count("COMPLETE") + b.count("COMPLETE"), 12);
-    // Replaying the fake card's log of allocations: never more than three trials holding
-    // their memory at once (a fourth would not fit: 4 × 6.25 GiB > 24 GiB).
-    let state = std::fs::read_to_string(&gpus.state).unwrap();
-    let (mut holding, mut most) = (HashSet::new(), 0);
-    for line in state.lines().filter(|l| l.starts_with("proc ")) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f[3].parse::<u64>().unwrap_or(0) > 1 << 30 {
-            holding.insert(f[2].to_owned());
-        } else {
-            holding.remove(f[2]);
-        }
-        most = most.max(holding.len());
-    }
+    let most = most_holding_at_once(&gpus);
     assert!(most <= 3, "{most} trials held memory at once");
 }
 

@@ -27,6 +27,7 @@ pub mod memory_model;
 pub mod monitor;
 pub mod nvml;
 pub mod peak_log;
+pub mod runtime_dir;
 
 pub use admission::{Capacity, Decision, IdleWorker, Reclaim};
 pub use ledger::Ledger;

@@ -22,18 +22,28 @@
 //! The file is not trimmed: a line per trial, and it lives in the runtime directory (a tmpfs
 //! emptied at boot).
 //!
+//! The file is opened as the ledger is, relative to the runtime directory that was checked,
+//! without following a link, and refused unless it is this user's alone (or its group's, in a
+//! group's directory: `super::runtime_dir`). It is read [`CHUNK`] bytes at a time, so that a
+//! huge line or file never takes more memory than that.
+//!
 //! A line also names the daemon that wrote it (pid and start time, as the ledger keys it): a
 //! daemon killed or crashed never writes its running trials' ends, and their levels would count
 //! in the others' models until those restarted. A reader drops the levels of a daemon gone.
 
 use super::ledger::Owner;
+use super::runtime_dir::RuntimeDir;
 use crate::study::{Params, SearchSpace};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The most read at once: a line longer than this is skipped (counted as not reading back).
+pub const CHUNK: u64 = 4 << 20;
 
 /// A 64-bit FNV-1a hash: stable across builds and platforms (the standard library's hasher is
 /// not), so two daemons of one host name the same program's file alike.
@@ -110,6 +120,8 @@ pub struct Appended {
 /// This daemon's view of its program's file.
 #[derive(Debug)]
 pub struct PeakLog {
+    dir: Arc<RuntimeDir>,
+    name: OsString,
     path: PathBuf,
     study: String,
     /// This daemon, named on every line it appends.
@@ -119,22 +131,22 @@ pub struct PeakLog {
 }
 
 impl PeakLog {
-    /// The file for the program of fingerprint `program`, next to the ledger at `ledger`
+    /// The file for the program of fingerprint `program`, next to the ledger `ledger` in `dir`
     /// (`gpu-ledger.peaks-<hex>`), for the study of key `study`; created if missing.
     /// `me`: this daemon, named on its lines.
     pub fn open(
-        ledger: &Path,
+        dir: &Arc<RuntimeDir>,
+        ledger: &OsStr,
         program: u64,
         study: u64,
         me: Option<Owner>,
     ) -> std::io::Result<PeakLog> {
-        let mut name = ledger
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "gpu-ledger".into());
+        let mut name = ledger.to_os_string();
         name.push(format!(".peaks-{program:016x}"));
         let log = PeakLog {
-            path: ledger.with_file_name(name),
+            path: dir.path().join(&name),
+            dir: dir.clone(),
+            name,
             study: format!("{study:016x}"),
             me,
             offset: 0,
@@ -148,12 +160,10 @@ impl PeakLog {
     }
 
     fn file(&self) -> std::io::Result<File> {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o660)
-            .open(&self.path)
+        let opened = self
+            .dir
+            .open_file(&self.name, true, "the file of a memory group's peaks")?;
+        Ok(opened.file)
     }
 
     /// Appends one of our trials' measured peak.
@@ -213,27 +223,54 @@ impl PeakLog {
             // Removed and made again (by hand, or a runtime directory emptied): read it anew.
             self.offset = 0;
         }
-        if len <= self.offset {
-            return Ok(Appended::default());
-        }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        // A line still being written is read next time.
-        let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        self.offset += whole as u64;
         let mut out = Appended::default();
-        for line in bytes[..whole].split(|b| *b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            match parse(line, space) {
-                Some((study, _)) if study == self.study => {}
-                Some((_, shared)) => out.trials.push(shared),
-                None => out.bad += 1,
+        while self.offset < len {
+            file.seek(SeekFrom::Start(self.offset))?;
+            let mut bytes = Vec::new();
+            (&file).take(CHUNK).read_to_end(&mut bytes)?;
+            // A line still being written is read next time; one longer than a chunk never
+            // reads back, and is skipped.
+            let whole = match bytes.iter().rposition(|b| *b == b'\n') {
+                Some(i) => i + 1,
+                None if bytes.len() as u64 == CHUNK => {
+                    out.bad += 1;
+                    self.offset += CHUNK;
+                    self.skip_to_line(&mut file)?;
+                    continue;
+                }
+                None => break,
+            };
+            self.offset += whole as u64;
+            for line in bytes[..whole].split(|b| *b == b'\n') {
+                if line.is_empty() {
+                    continue;
+                }
+                match parse(line, space) {
+                    Some((study, _)) if study == self.study => {}
+                    Some((_, shared)) => out.trials.push(shared),
+                    None => out.bad += 1,
+                }
             }
         }
         Ok(out)
+    }
+
+    /// Moves the offset past the end of the line it is in (to the end of the file, if that
+    /// line has no end yet), a chunk at a time.
+    fn skip_to_line(&mut self, file: &mut File) -> std::io::Result<()> {
+        loop {
+            file.seek(SeekFrom::Start(self.offset))?;
+            let mut bytes = Vec::new();
+            (&*file).take(CHUNK).read_to_end(&mut bytes)?;
+            match bytes.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    self.offset += i as u64 + 1;
+                    return Ok(());
+                }
+                None if bytes.is_empty() => return Ok(()),
+                None => self.offset += bytes.len() as u64,
+            }
+        }
     }
 }
 
@@ -286,6 +323,10 @@ fn parse(line: &[u8], space: &SearchSpace) -> Option<(String, Shared)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn runtime(dir: &Path) -> Arc<RuntimeDir> {
+        Arc::new(RuntimeDir::open(dir, crate::gpu::runtime_dir::Origin::Named).unwrap())
+    }
     use crate::study::space::test_util::{cat, float, int, spec};
     use crate::study::ParamValue;
 
@@ -323,10 +364,10 @@ mod tests {
     #[test]
     fn another_study_reads_what_one_appends_bit_for_bit_and_its_own_lines_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = dir.path().join("gpu-ledger");
+        let rt = runtime(dir.path());
         let program = fingerprint("python train.py");
-        let mut a = PeakLog::open(&ledger, program, 1, None).unwrap();
-        let mut b = PeakLog::open(&ledger, program, 2, None).unwrap();
+        let mut a = PeakLog::open(&rt, OsStr::new("gpu-ledger"), program, 1, None).unwrap();
+        let mut b = PeakLog::open(&rt, OsStr::new("gpu-ledger"), program, 2, None).unwrap();
         assert_eq!(a.path(), b.path());
         let p = params(663, 1, 7.942474088347347e-5);
         a.peak(&space(), 1, &p, 10_800_332_800).unwrap();
@@ -344,7 +385,14 @@ mod tests {
             vec![(params(64, 0, 0.1), 2 << 30)]
         );
         // Another program, another file.
-        let mut c = PeakLog::open(&ledger, fingerprint("python other.py"), 3, None).unwrap();
+        let mut c = PeakLog::open(
+            &rt,
+            OsStr::new("gpu-ledger"),
+            fingerprint("python other.py"),
+            3,
+            None,
+        )
+        .unwrap();
         assert_ne!(c.path(), a.path());
         assert_eq!(c.read_new(&space()).unwrap(), Appended::default());
     }
@@ -352,9 +400,9 @@ mod tests {
     #[test]
     fn a_running_trials_level_then_its_peak_or_its_end_name_it_by_one_key() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = dir.path().join("gpu-ledger");
-        let a = PeakLog::open(&ledger, 7, 1, Owner::me()).unwrap();
-        let mut b = PeakLog::open(&ledger, 7, 2, None).unwrap();
+        let rt = runtime(dir.path());
+        let a = PeakLog::open(&rt, OsStr::new("gpu-ledger"), 7, 1, Owner::me()).unwrap();
+        let mut b = PeakLog::open(&rt, OsStr::new("gpu-ledger"), 7, 2, None).unwrap();
         let p = params(256, 0, 0.01);
         a.level(&space(), 7, &p, 3 << 30).unwrap();
         a.peak(&space(), 7, &p, 4 << 30).unwrap();
@@ -378,8 +426,8 @@ mod tests {
     #[test]
     fn a_partial_line_waits_and_lines_that_do_not_read_back_are_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = dir.path().join("gpu-ledger");
-        let mut log = PeakLog::open(&ledger, 7, 1, None).unwrap();
+        let rt = runtime(dir.path());
+        let mut log = PeakLog::open(&rt, OsStr::new("gpu-ledger"), 7, 1, None).unwrap();
         let mut raw = std::fs::OpenOptions::new()
             .append(true)
             .open(log.path())
@@ -401,5 +449,42 @@ mod tests {
             .into_iter()
             .collect();
         assert_eq!((peaks(&second), second.bad), (vec![(opt, 5)], 0));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_chunk_is_skipped_and_the_lines_after_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let a = PeakLog::open(&rt, OsStr::new("gpu-ledger"), 7, 1, None).unwrap();
+        let mut b = PeakLog::open(&rt, OsStr::new("gpu-ledger"), 7, 2, None).unwrap();
+        let mut raw = std::fs::OpenOptions::new()
+            .append(true)
+            .open(a.path())
+            .unwrap();
+        raw.write_all(&vec![b'x'; 2 * CHUNK as usize + 10]).unwrap();
+        raw.write_all(b"\n").unwrap();
+        a.peak(&space(), 1, &params(64, 0, 0.1), 1 << 30).unwrap();
+        let read = b.read_new(&space()).unwrap();
+        assert_eq!(
+            (peaks(&read), read.bad),
+            (vec![(params(64, 0, 0.1), 1 << 30)], 1)
+        );
+    }
+
+    #[test]
+    fn a_peak_file_that_is_a_link_is_refused_and_its_target_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "mine\n").unwrap();
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.path().join("gpu-ledger.peaks-0000000000000007"),
+        )
+        .unwrap();
+        let e = PeakLog::open(&runtime(dir.path()), OsStr::new("gpu-ledger"), 7, 1, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
     }
 }

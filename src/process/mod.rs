@@ -23,7 +23,8 @@ mod spawn;
 pub use channel::{numbers, parse_line, Event, FrameworkMemory, Message, CHANNEL_FD, MAX_LINE};
 pub use output::{create_private_dir, log_path};
 pub use procfs::{
-    group_members, group_members_off_runtime, kill_pid, kill_stale_group, proc_stat, ProcStat,
+    group_members, group_members_off_runtime, kill_pid, kill_stale_group, proc_identity, proc_stat,
+    ProcStat,
 };
 pub use spawn::SpawnSpec;
 

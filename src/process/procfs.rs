@@ -105,6 +105,21 @@ pub fn proc_stat(pid: i32) -> Option<ProcStat> {
     })
 }
 
+/// The program a process runs and who runs it: its `comm` (the name of the file it executed,
+/// at most 15 bytes) and its real user id (`None`: no such process).
+pub fn proc_identity(pid: i32) -> Option<(String, u32)> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((comm.trim_end_matches('\n').to_owned(), uid))
+}
+
 /// Kills the process group led by `pid` if, and only if, that pid is still the process that
 /// started at `start_time` (a pid reused by an unrelated process is left alone).
 pub fn kill_stale_group(pid: i32, start_time: u64) -> bool {
@@ -127,5 +142,10 @@ mod tests {
         let st = proc_stat(me).expect("own stat");
         assert_eq!(st.pgrp, nix::unistd::getpgrp().as_raw());
         assert!(st.start_time > 0);
+        let (comm, uid) = proc_identity(me).expect("own identity");
+        assert_eq!(uid, nix::unistd::getuid().as_raw());
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy();
+        assert!(name.starts_with(&comm) && !comm.is_empty(), "{comm} {name}");
     }
 }

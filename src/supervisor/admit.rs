@@ -22,7 +22,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// The GPU side of the decision: readings, admission and the memory model.
 pub(super) struct GpuCtl {
@@ -277,6 +277,9 @@ impl Core {
             }
         }
         let mut others_started = None;
+        if let Some(l) = &g.ledger {
+            l.know_totals(views.iter().map(|v| (v.index, v.total)));
+        }
         let ledger = match g.ledger.as_ref().map(Ledger::lock) {
             None => None,
             Some(Ok(locked)) => {
@@ -286,7 +289,7 @@ impl Core {
             Some(Err(e)) => {
                 if !g.ledger_failing {
                     g.ledger_failing = true;
-                    warn!("the GPU ledger shared with other daemons cannot be read ({e}); admitting as if this daemon were alone on its GPUs");
+                    error!("the GPU ledger shared with other daemons cannot be read ({e}); admitting as if this daemon were alone on its GPUs until it can");
                 }
                 None
             }

@@ -280,6 +280,41 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
     }
 }
 
+/// Writes our line in the host's ledger again at least every `gpu::ledger::BEAT`, with a fresh
+/// heartbeat, also while no admission round writes it (every slot busy with a long trial, a
+/// long `poll_interval`, the core's lock held through a database outage): the other daemons
+/// drop an entry that stops beating. The lock may wait for another daemon's decision, so not
+/// on the runtime's threads.
+pub(super) async fn beat_ledger(sh: Arc<Shared>, done: CancellationToken) {
+    let ledger = {
+        let core = sh.core.lock().await;
+        match core.gpu.as_ref().and_then(|g| g.ledger.clone()) {
+            Some(l) => l,
+            None => return,
+        }
+    };
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ledger::BEAT / 2) => {}
+            _ = done.cancelled() => return,
+        }
+        let l = ledger.clone();
+        match tokio::task::spawn_blocking(move || l.beat()).await {
+            Ok(Ok(())) => failing = false,
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                error!(
+                    "could not write this daemon's heartbeat to the GPU ledger {} ({e}): the other daemons on this host stop counting its trials in {}s",
+                    ledger.path().display(),
+                    ledger::EXPIRES.as_secs()
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Reads the GPUs while our trials ramp up, as often as [`gpu::monitor::next_look`] asks, and
 /// wakes the slots waiting for room when a reading finds a trial settled: from then on it counts
 /// at what it uses, not at its expected peak (in our entry of the host's ledger too). The polls

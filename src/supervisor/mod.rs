@@ -455,10 +455,11 @@ async fn run_locked(
     );
     let metrics = Arc::new(Metrics::new(&me.host));
     metrics.set_counts(&counts);
-    let ledger = monitor.as_ref().and_then(|_| open_ledger());
-    let peak_log = ledger
-        .as_ref()
-        .and_then(|l| open_peak_log(&config, l.path()));
+    let ledger = match &monitor {
+        Some(m) => open_ledger(m)?,
+        None => None,
+    };
+    let peak_log = ledger.as_ref().and_then(|l| open_peak_log(&config, l));
     let mut gpu = monitor.as_ref().map(|m| GpuCtl {
         monitor: m.clone(),
         capacity: Capacity::new(
@@ -566,6 +567,10 @@ async fn run_locked(
         slots_done.clone(),
     ));
     tokio::spawn(housekeeping::watch_neighbours(
+        shared.clone(),
+        slots_done.clone(),
+    ));
+    tokio::spawn(housekeeping::beat_ledger(
         shared.clone(),
         slots_done.clone(),
     ));
@@ -723,37 +728,61 @@ async fn open_gpus(config: &Config) -> Result<Option<Arc<Monitor>>, RunError> {
     Ok(Some(monitor))
 }
 
-/// The host's GPU ledger (`gpu::ledger`), or `None`, said once, where it cannot be opened.
-fn open_ledger() -> Option<crate::gpu::Ledger> {
-    let me = crate::gpu::ledger::Owner::me()?;
-    let path = crate::gpu::Ledger::default_path();
-    match crate::gpu::Ledger::open(path.clone(), me) {
+/// The host's GPU ledger (`gpu::ledger`) in its runtime directory (`gpu::runtime_dir`), or
+/// `None` where the operator runs this daemon without one (`SWEEPD_LEDGER=none`, said). A
+/// ledger sweepd refuses (a link, another user's file or directory, …) or cannot open stops
+/// the run with what to fix: admitting as if alone would over-admit beside the other daemons
+/// of the host, and the file it refused is never written.
+fn open_ledger(monitor: &Monitor) -> Result<Option<crate::gpu::Ledger>, RunError> {
+    use crate::gpu::runtime_dir::{self, RuntimeDir, RuntimeError, LEDGER_ENV, OFF};
+    let fail = |e: String| {
+        RunError::Gpu(format!(
+            "{e}\n(or set {LEDGER_ENV}={OFF} to run this daemon without a ledger, counting only its own trials on its GPUs)"
+        ))
+    };
+    let Some(place) = runtime_dir::from_env().map_err(fail)? else {
+        warn!("{LEDGER_ENV}={OFF}: no GPU ledger; this daemon counts only its own trials on its GPUs, and other sweepd daemons on this host do not see them");
+        return Ok(None);
+    };
+    let me = crate::gpu::ledger::Owner::me().ok_or_else(|| {
+        fail(
+            "/proc does not say this process's start time, which the GPU ledger names daemons by"
+                .into(),
+        )
+    })?;
+    let dir = RuntimeDir::open(&place.dir, place.origin).map_err(|e| fail(e.to_string()))?;
+    let totals = monitor
+        .readings()
+        .into_iter()
+        .filter_map(|(d, r)| Some((d, r.ok()?.total)));
+    match crate::gpu::Ledger::open(Arc::new(dir), &place.name, me, totals) {
         Ok(l) => {
-            info!(ledger = %path.display(), "GPU ledger shared with the other daemons on this host");
-            Some(l)
+            info!(ledger = %l.path().display(), "GPU ledger shared with the other daemons on this host");
+            Ok(Some(l))
         }
-        Err(e) => {
-            warn!(
-                "cannot open the GPU ledger {} ({e}): other sweepd daemons on this host will not see this one's trials, nor it theirs (set SWEEPD_LEDGER to a writable file)",
-                path.display()
-            );
-            None
-        }
+        // Its message names the file.
+        Err(e) if e.get_ref().is_some_and(|e| e.is::<RuntimeError>()) => Err(fail(e.to_string())),
+        Err(e) => Err(fail(format!(
+            "the GPU ledger {}: {e}",
+            place.path().display()
+        ))),
     }
 }
 
 /// The file through which the studies on this host of our `[gpu] memory_group` that run our
-/// command over our params share their measured peaks (`gpu::peak_log`); `None` without a
-/// group or where it cannot be opened (said once).
-fn open_peak_log(config: &Config, ledger: &std::path::Path) -> Option<crate::gpu::PeakLog> {
+/// command over our params share their measured peaks (`gpu::peak_log`), beside the ledger;
+/// `None` without a group or where it cannot be opened or is refused (said once: this study
+/// then learns memory from its own trials only, and a file refused is never written).
+fn open_peak_log(config: &Config, ledger: &crate::gpu::Ledger) -> Option<crate::gpu::PeakLog> {
     use crate::gpu::peak_log::fingerprint;
     let program = program_of(config)?;
     let study = format!("{}\n{}", config.storage.path.display(), config.study.name);
     let me = crate::gpu::ledger::Owner::me();
-    match crate::gpu::PeakLog::open(ledger, fingerprint(&program), fingerprint(&study), me) {
+    let (program, study) = (fingerprint(&program), fingerprint(&study));
+    match crate::gpu::PeakLog::open(ledger.dir(), ledger.name(), program, study, me) {
         Ok(log) => Some(log),
         Err(e) => {
-            warn!("cannot open the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
+            error!("cannot use the file of peaks shared with the other studies of this memory_group on this host ({e}): this study learns memory from its own trials only");
             None
         }
     }

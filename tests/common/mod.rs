@@ -2,7 +2,10 @@
 //! real Python workers, and the database read back with sqlx or with real Optuna.
 #![allow(dead_code)]
 
+mod gpu;
 mod postgres;
+#[allow(unused_imports)] // not every test file uses GPUs
+pub use gpu::*;
 #[allow(unused_imports)] // not every test file uses PostgreSQL
 pub use postgres::*;
 
@@ -550,10 +553,7 @@ impl FakeGpus {
             // fake cards, must not count against it.
             (
                 "SWEEPD_LEDGER".into(),
-                self.state
-                    .with_file_name("gpu-ledger")
-                    .to_string_lossy()
-                    .into_owned(),
+                ledger_of(self).to_string_lossy().into_owned(),
             ),
         ]
     }

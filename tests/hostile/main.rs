@@ -4,3 +4,4 @@
 mod common;
 mod doors;
 mod hosts;
+mod ledger;
