@@ -5,6 +5,7 @@
 //! may use them (config, store, samplers, the supervisor), so the arrows between those never
 //! have to point back.
 
+mod decimal;
 pub mod pareto;
 pub mod pyjson;
 pub mod space;
