@@ -8,6 +8,7 @@
 mod decimal;
 pub mod pareto;
 pub mod pyjson;
+pub mod rules;
 pub mod space;
 mod tally;
 mod trial;
