@@ -20,6 +20,9 @@ pub const CHANNEL_FD: i32 = 3;
 pub const MAX_LINE: usize = 1 << 20;
 /// How long a send may wait for a worker that does not read its channel.
 const SEND_LIMIT: Duration = Duration::from_secs(10);
+/// The most a drain after a worker's exit reads (a grandchild may keep the channel open and
+/// write to it): what a worker says as it exits is a few messages, not megabytes.
+const MAX_DRAIN_BYTES: usize = 4 * MAX_LINE;
 
 /// A message from a worker (see docs/protocol.md).
 #[derive(Debug, Clone, PartialEq)]
@@ -126,15 +129,21 @@ impl Channel {
     /// (A line past [`MAX_LINE`] comes as garbage, and the codec reads nothing after it: the same
     /// `None` follows.) Cancel-safe: dropping the future loses no line.
     pub(super) async fn recv(&mut self) -> Option<Event> {
+        self.recv_sized().await.map(|(event, _)| event)
+    }
+
+    /// [`Channel::recv`], with the length of the line the event came from.
+    async fn recv_sized(&mut self) -> Option<(Event, usize)> {
         if self.closed {
             return None;
         }
         match self.reader.next().await {
-            Some(Ok(line)) => Some(parse_line(&line)),
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Some(Event::Garbage(format!(
-                "a protocol line longer than {MAX_LINE} bytes"
-            ))),
-            Some(Err(e)) => Some(Event::Garbage(e.to_string())),
+            Some(Ok(line)) => Some((parse_line(&line), line.len())),
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Some((
+                Event::Garbage(format!("a protocol line longer than {MAX_LINE} bytes")),
+                MAX_LINE,
+            )),
+            Some(Err(e)) => Some((Event::Garbage(e.to_string()), 0)),
             None => {
                 self.closed = true;
                 None
@@ -146,13 +155,18 @@ impl Channel {
         self.closed
     }
 
-    /// What is still in the socket, read for at most `limit` (a forked grandchild may hold the
-    /// channel open forever).
+    /// What is still in the socket, read for at most `limit` and at most [`MAX_DRAIN_BYTES`]
+    /// of lines (a forked grandchild may hold the channel open forever, and write to it).
     pub(super) async fn drain(&mut self, limit: Duration) -> Vec<Event> {
         let mut events = Vec::new();
+        let mut read = 0;
         let _ = tokio::time::timeout(limit, async {
-            while let Some(event) = self.recv().await {
+            while read < MAX_DRAIN_BYTES {
+                let Some((event, len)) = self.recv_sized().await else {
+                    break;
+                };
                 events.push(event);
+                read += len + 1;
             }
         })
         .await;
@@ -449,6 +463,32 @@ mod tests {
         }
         // The codec gives up on the stream after that error: what follows is never read.
         assert!(ch.recv().await.is_none());
+        drop(ch);
+        writer.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_drain_reads_a_bounded_amount() {
+        use std::io::Write;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ch = Channel::new(ours).unwrap();
+        // Lines of almost MAX_LINE, for as long as the channel takes them.
+        let writer = std::thread::spawn(move || {
+            let line = format!(
+                "{{\"type\":\"heartbeat\",\"pad\":\"{}\"}}\n",
+                "x".repeat(MAX_LINE - 64)
+            );
+            for _ in 0..64 {
+                if theirs.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        let events = ch.drain(Duration::from_secs(30)).await;
+        assert!(!events.is_empty());
+        // The bound, and the one line read across it.
+        let most = MAX_DRAIN_BYTES / (MAX_LINE - 64) + 1;
+        assert!(events.len() <= most, "{} events", events.len());
         drop(ch);
         writer.join().unwrap();
     }

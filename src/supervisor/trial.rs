@@ -318,9 +318,30 @@ pub(super) fn judge_values(values: Vec<f64>, n_objectives: usize, what: &str) ->
 }
 
 /// A oneshot result file: a bare number, `{"value": x}`, a JSON array of one number per
-/// objective or `{"values": [...]}`. `None` when absent or empty.
+/// objective or `{"values": [...]}`. `None` when absent or empty. Read up to
+/// [`process::MAX_LINE`], as a protocol line is: a larger file is not a result, and is not read
+/// into memory whole.
 pub(super) fn read_result_file(path: &PathBuf, n_objectives: usize) -> Option<Outcome> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(process::MAX_LINE as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() > process::MAX_LINE {
+        return Some(Outcome::Failed {
+            kind: FailureKind::BadValue,
+            reason: format!(
+                "the result file holds more than {} (a result is a number, or one per \
+                 objective)",
+                units::format_size(process::MAX_LINE as u64)
+            ),
+            tail: None,
+            error: None,
+        });
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -429,5 +450,11 @@ mod tests {
             read("nan", 1),
             Some(Err("the result file holds NaN".into()))
         );
+        // Read up to a protocol line's length, never whole: a larger file is not a result.
+        let just = format!("{}1.5", " ".repeat(process::MAX_LINE - 3));
+        assert_eq!(read(&just, 1), Some(Ok(vec![1.5])));
+        let past = format!("{}1.5", " ".repeat(process::MAX_LINE - 2));
+        let why = read(&past, 1).unwrap().unwrap_err();
+        assert!(why.contains("more than 1 MiB"), "{why}");
     }
 }
