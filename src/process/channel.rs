@@ -69,6 +69,23 @@ pub enum Message {
     Other(String),
 }
 
+impl Message {
+    /// Its `type` on the wire, for log lines.
+    pub fn kind(&self) -> &str {
+        match self {
+            Message::Ready => "ready",
+            Message::Report { .. } => "report",
+            Message::Result { .. } => "result",
+            Message::Pruned { .. } => "pruned",
+            Message::Error { .. } => "error",
+            Message::Heartbeat => "heartbeat",
+            Message::Suggest { .. } => "suggest",
+            Message::UserAttr { .. } => "user_attr",
+            Message::Other(ty) => ty,
+        }
+    }
+}
+
 /// What the worker's framework (PyTorch's caching allocator) saw of the trial that just ended,
 /// sent with its final message by the helper in persistent mode (docs/protocol.md). NVML stays
 /// the authority; these fill in a peak that readings seconds apart missed in a short trial.

@@ -85,7 +85,7 @@ pub(super) async fn run_trial(
             ev = w.next_event() => {
                 heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
                 match ev {
-                Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id => {
+                Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id && outcome.is_none() => {
                     let n_objectives = cfg.study.directions.len();
                     let answer = if n_objectives > 1 {
                         // As Optuna's `Trial.report`: refused, nothing recorded; the helper
@@ -98,14 +98,14 @@ pub(super) async fn run_trial(
                     };
                     let _ = w.send(&answer).await;
                 }
-                Event::Msg(Message::Suggest { trial_id, name, distribution }) if trial_id == c.trial_id => {
+                Event::Msg(Message::Suggest { trial_id, name, distribution }) if trial_id == c.trial_id && outcome.is_none() => {
                     let answer = match sh.core.lock().await.suggest(c, &name, &distribution).await {
                         Ok(value) => json!({"type": "param", "trial_id": trial_id, "name": name, "value": value}),
                         Err(error) => json!({"type": "param", "trial_id": trial_id, "name": name, "error": error}),
                     };
                     let _ = w.send(&answer).await;
                 }
-                Event::Msg(Message::UserAttr { trial_id, key, value }) if trial_id == c.trial_id => {
+                Event::Msg(Message::UserAttr { trial_id, key, value }) if trial_id == c.trial_id && outcome.is_none() => {
                     if let Err(e) = sh.store.set_user_attr(trial_id, &key, &value).await {
                         warn!(trial = c.number, "could not record user attribute `{key}`: {e}");
                     }
@@ -145,9 +145,15 @@ pub(super) async fn run_trial(
                         break (o, Fate::Keep);
                     }
                 }
-                Event::Msg(Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
+                Event::Msg(m @ (Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
                     | Message::Pruned { trial_id, .. } | Message::Error { trial_id, .. }
-                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. }) => {
+                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. })) => {
+                    // For a trial that already ended (this one once a oneshot worker gave its
+                    // outcome, or one this worker ran before): dropped, charged to no trial.
+                    if trial_id == c.trial_id || w.ran(trial_id) {
+                        warn!(trial = c.number, "dropped a late `{}` for trial_id {trial_id}, which already ended", m.kind());
+                        continue;
+                    }
                     let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
                     w.kill_group(KILL_GRACE).await;
                     break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
@@ -244,6 +250,7 @@ pub(super) async fn run_trial(
             }
         }
     };
+    w.trial_ended(c.trial_id);
     let end = match &result {
         Outcome::Complete(v) => format!("COMPLETE {}", values_text(v)),
         Outcome::Pruned => "PRUNED".into(),
