@@ -105,6 +105,14 @@ PROTOCOL_VERSION = 2
 #: Longest line (including the trailing newline) either side may send.
 MAX_LINE_BYTES = 1 << 20
 
+#: What sweepd refuses of a user attribute or a report, as both its databases must store it
+#: (Optuna's VARCHAR(512) key, PostgreSQL's 32-bit step), and as its JSON reads it.
+MAX_KEY_CHARS = 512
+MAX_STEP = 2 ** 31 - 1
+_RESERVED_PREFIX = "sweepd:"
+_MAX_VALUE_DEPTH = 126
+_INT_RANGE = (-(2 ** 63), 2 ** 64 - 1)
+
 # Caps on the free-text fields we send, so a message always fits in a line.
 _MAX_MESSAGE_BYTES = 64 * 1024
 _MAX_TRACEBACK_BYTES = 512 * 1024
@@ -330,7 +338,48 @@ def _as_step(step):
         )
     if as_int < 0:
         raise ValueError("`step=%r` must be non-negative." % (as_int,))
+    if as_int > MAX_STEP:
+        raise ValueError(
+            "`step=%r` is too large: a step is at most %d (the INTEGER column of Optuna's "
+            "trial_intermediate_values)" % (as_int, MAX_STEP)
+        )
     return as_int
+
+
+def _check_user_attr_key(key):
+    # sweepd's rule (study::rules::user_attr_key): what PostgreSQL cannot store is refused on
+    # SQLite too, and sweepd's own keys are its own.
+    if "\0" in key:
+        raise ValueError("a user attribute key may not contain NUL bytes (PostgreSQL cannot "
+                         "store them)")
+    if len(key) > MAX_KEY_CHARS:
+        raise ValueError("a user attribute key is at most %d characters (Optuna's "
+                         "VARCHAR(512)), got %d" % (MAX_KEY_CHARS, len(key)))
+    if key.startswith(_RESERVED_PREFIX):
+        raise ValueError("user attribute keys starting with %r are reserved for sweepd"
+                         % (_RESERVED_PREFIX,))
+
+
+def _check_carried(value, key):
+    """A user attribute's value as sweepd reads it: nested at most _MAX_VALUE_DEPTH deep, and
+    integers within 64 bits (beyond, they would come back as floats)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list, tuple)):
+            if depth + 1 > _MAX_VALUE_DEPTH:
+                raise ValueError(
+                    "Trial.set_user_attr(%r, ...): the value is nested too deep: sweepd reads "
+                    "at most %d levels of lists and dicts" % (key, _MAX_VALUE_DEPTH)
+                )
+            items = v.values() if isinstance(v, dict) else v
+            stack.extend((item, depth + 1) for item in items)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            if not _INT_RANGE[0] <= v <= _INT_RANGE[1]:
+                raise ValueError(
+                    "Trial.set_user_attr(%r, ...): the integer %d is beyond what sweepd keeps "
+                    "exactly (-2**63 to 2**64-1)" % (key, v)
+                )
 
 
 def _exc_type_name(exc):
@@ -745,6 +794,7 @@ class _Channel(object):
                     sys.exit(0)
                 if kind == "trial":
                     _warn("ignoring a trial message received while a trial is running")
+                _note_refusal(answer)
                 # Anything else (stale answers, unknown types): ignore.
 
     def request_prune(self, trial_id, step, value):
@@ -766,6 +816,13 @@ class _Channel(object):
             lambda m: (m.get("type") == "param" and m.get("trial_id") == trial_id
                        and m.get("name") == name),
         )
+
+
+def _note_refusal(msg):
+    """sweepd refused a user attribute (it has no answer to wait for): say so on stderr."""
+    if msg.get("type") == "user_attr_refused":
+        _warn("sweepd refused user attribute %r: %s"
+              % (_clean_str(str(msg.get("key")))[:100], _clean_str(str(msg.get("error")))))
 
 
 def _open_channel(required):
@@ -1030,6 +1087,7 @@ class Trial(object):
         if not isinstance(key, str):
             raise TypeError("Trial.set_user_attr(): the key must be a str, got %s"
                             % (_short_repr(key),))
+        _check_user_attr_key(key)
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -1037,6 +1095,7 @@ class Trial(object):
                 "Trial.set_user_attr(%r, ...): the value must be JSON-serializable "
                 "(and finite): %s" % (key, exc)
             )
+        _check_carried(value, key)
         if self._channel is not None and self._protocol >= 2:
             self._channel.send(
                 {"type": "user_attr", "trial_id": self.id, "key": key, "value": value}
@@ -1303,6 +1362,8 @@ def _serve_persistent(objective, protocol):
         elif kind == "shutdown":
             _flush_std_streams()
             sys.exit(0)
+        else:
+            _note_refusal(msg)
         # "prune" outside a report, or unknown types: ignore.
 
 

@@ -29,6 +29,8 @@ mod reload;
 mod storage;
 mod validate;
 
+pub use validate::helper_dir;
+
 pub use storage::{
     parse_storage_url, postgres_url, redact, StorageUrl, DEFAULT_HOST_TIMEOUT, DEFAULT_STORAGE_URL,
 };
@@ -42,9 +44,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use validate::Validator;
-
-/// The longest param name (Optuna's `trial_params.param_name` is VARCHAR(512)).
-pub(crate) use validate::MAX_NAME_CHARS as MAX_PARAM_NAME_CHARS;
 
 /// A validated `supervisor.toml`.
 #[derive(Debug, Clone, PartialEq)]

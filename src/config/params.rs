@@ -8,7 +8,8 @@
 
 use super::raw::{dotted, Entries, RawParam, RawStudy, Table};
 use super::validate::*;
-use crate::study::space::{grid_points, MAX_GRID_POINTS};
+use crate::study::rules::{self, Attr};
+use crate::study::space::{grid_points, json_eq, MAX_GRID_POINTS};
 use crate::study::{Distribution, ParamSpec, SearchSpace};
 use crate::units::format_size;
 use toml::Spanned;
@@ -57,17 +58,9 @@ impl Validator<'_> {
     pub(crate) fn param(&mut self, name: &Spanned<String>, raw: &RawParam) -> Option<Distribution> {
         let before = self.problems.len();
         let base = dotted(&["params", name.get_ref()]);
-        if name.get_ref().is_empty() {
-            self.at(name, &base, "param names must not be empty");
-        } else if let Err(message) = check_name(name.get_ref()) {
-            // Names reach Optuna's `trial_params` and a oneshot worker's `--name=value`.
-            self.at(name, &base, format!("param name {message}"));
-        } else if name.get_ref().starts_with(RESERVED_PARAM_PREFIX) {
-            self.at(
-                name,
-                &base,
-                format!("param names may not start with {RESERVED_PARAM_PREFIX:?} (reserved)"),
-            );
+        // The rule a worker's `suggest` is held to as well.
+        if let Err(message) = rules::param_name(name.get_ref()) {
+            self.at(name, &base, message);
         }
         let p = ParamCtx {
             base: &base,
@@ -101,121 +94,96 @@ impl Validator<'_> {
     }
 
     pub(crate) fn float_param(&mut self, p: &ParamCtx) -> Option<Distribution> {
-        if let Some(c) = &p.raw.choices {
-            self.at(
-                c,
-                &p.key("choices"),
-                "only categorical params take `choices`",
-            );
-        }
+        self.no_choices(p);
         let low = self.bound(p, "low", &p.raw.low, float_value);
         let high = self.bound(p, "high", &p.raw.high, float_value);
-        let step = p.raw.step.as_ref().and_then(|s| {
-            let v = self.value_of(p, "step", s, float_value)?;
-            if v <= 0.0 {
-                self.at(
-                    s,
-                    &p.key("step"),
-                    format!("must be greater than 0 (got {v})"),
-                );
-                return None;
-            }
-            Some(v)
-        });
+        let step = match &p.raw.step {
+            None => Some(None),
+            Some(s) => self.value_of(p, "step", s, float_value).map(Some),
+        };
         let log = p.raw.log.as_ref().is_some_and(|l| *l.get_ref());
-        if let (true, Some(s)) = (log, &p.raw.step) {
-            self.at(
-                s,
-                &p.key("step"),
-                "cannot be combined with log = true (Optuna refuses a stepped log-scale float)",
-            );
-        }
-        let (low, high) = (low?, high?);
+        let (low, high, step) = (low?, high?, step?);
         if !self.ordered(p, low, high) {
             return None;
         }
-        if log && low <= 0.0 {
-            self.log_needs_positive(p, low);
-        }
-        if let (Some(st), Some(s)) = (step, &p.raw.step) {
-            let k = (high - low) / st;
-            if (k - k.round()).abs() > 1e-8 * k.abs().max(1.0) {
+        let dist = self.ruled(p, rules::float(low, high, step, log))?;
+        if let (Distribution::Float { high: last, .. }, Some(s)) = (&dist, &p.raw.step) {
+            if *last != high {
                 self.at(
                     s,
                     &p.key("step"),
-                    format!("step ({st}) does not divide high - low ({})", high - low),
+                    format!(
+                        "step ({}) does not divide high - low ({}): Optuna would lower high to \
+                         {}, the last step",
+                        step.unwrap_or_default(),
+                        high - low,
+                        last
+                    ),
                 );
             }
         }
-        Some(Distribution::Float {
-            low,
-            high,
-            step,
-            log,
-        })
+        Some(dist)
     }
 
     pub(crate) fn int_param(&mut self, p: &ParamCtx) -> Option<Distribution> {
-        if let Some(c) = &p.raw.choices {
-            self.at(
-                c,
-                &p.key("choices"),
-                "only categorical params take `choices`",
-            );
-        }
+        self.no_choices(p);
         let low = self.bound(p, "low", &p.raw.low, int_value);
         let high = self.bound(p, "high", &p.raw.high, int_value);
         let log = p.raw.log.as_ref().is_some_and(|l| *l.get_ref());
         let step = match &p.raw.step {
             None => Some(1),
-            Some(s) => self.value_of(p, "step", s, int_value).and_then(|v| {
-                if v <= 0 {
-                    self.at(
-                        s,
-                        &p.key("step"),
-                        format!("must be greater than 0 (got {v})"),
-                    );
-                    None
-                } else if log && v != 1 {
-                    self.at(
-                        s,
-                        &p.key("step"),
-                        format!("must be 1 with log = true (got {v}; Optuna refuses other steps)"),
-                    );
-                    None
-                } else {
-                    Some(v)
-                }
-            }),
+            Some(s) => self.value_of(p, "step", s, int_value),
         };
-        let (low, high) = (low?, high?);
+        let (low, high, step) = (low?, high?, step?);
         if !self.ordered(p, low as f64, high as f64) {
             return None;
         }
-        if log && low <= 0 {
-            self.log_needs_positive(p, low as f64);
+        let dist = self.ruled(p, rules::int(low, high, step, log))?;
+        if let (Distribution::Int { high: last, .. }, Some(s)) = (&dist, &p.raw.step) {
+            if *last != high {
+                // i128: high - low can overflow i64 for extreme bounds.
+                let span = i128::from(high) - i128::from(low);
+                self.at(
+                    s,
+                    &p.key("step"),
+                    format!("step ({step}) does not divide high - low ({span})"),
+                );
+            }
         }
-        let step = step?;
-        // i128: high - low can overflow i64 for extreme bounds.
-        let span = i128::from(high) - i128::from(low);
-        if span % i128::from(step) != 0 {
-            let s = p
-                .raw
-                .step
-                .as_ref()
-                .expect("a step other than 1 was written");
+        Some(dist)
+    }
+
+    fn no_choices(&mut self, p: &ParamCtx) {
+        if let Some(c) = &p.raw.choices {
             self.at(
-                s,
-                &p.key("step"),
-                format!("step ({step}) does not divide high - low ({span})"),
+                c,
+                &p.key("choices"),
+                "only categorical params take `choices`",
             );
         }
-        Some(Distribution::Int {
-            low,
-            high,
-            step,
-            log,
-        })
+    }
+
+    /// The shared rule's verdict (`study::rules`, what a worker's `suggest` is held to too),
+    /// a refusal reported at the key it names.
+    fn ruled(
+        &mut self,
+        p: &ParamCtx,
+        verdict: Result<Distribution, rules::Refusal>,
+    ) -> Option<Distribution> {
+        let refusal = match verdict {
+            Ok(dist) => return Some(dist),
+            Err(r) => r,
+        };
+        let (field, raw) = match refusal.attr {
+            Attr::Low => ("low", p.raw.low.as_ref().map(Spanned::span)),
+            Attr::High => ("high", p.raw.high.as_ref().map(Spanned::span)),
+            Attr::Step => ("step", p.raw.step.as_ref().map(Spanned::span)),
+            Attr::Log => ("log", p.raw.log.as_ref().map(Spanned::span)),
+            Attr::Choices => ("choices", p.raw.choices.as_ref().map(Spanned::span)),
+        };
+        let span = raw.or_else(|| Some(p.name.span()));
+        self.report(span, Some(p.key(field)), refusal.message);
+        None
     }
 
     pub(crate) fn categorical_param(&mut self, p: &ParamCtx) -> Option<Distribution> {
@@ -292,13 +260,13 @@ impl Validator<'_> {
                 }
             }
             // Python's equality (1 == 1.0): Optuna would map both to the same index.
-            if choices.iter().any(|seen| same_choice(seen, &json)) {
+            if choices.iter().any(|seen| json_eq(seen, &json)) {
                 self.at(c, &p.key("choices"), format!("duplicate choice {json}"));
                 continue;
             }
             choices.push(json);
         }
-        let dist = Distribution::Categorical { choices };
+        let dist = self.ruled(p, rules::categorical(choices))?;
         let len = dist.optuna_json().len();
         if len > MAX_DISTRIBUTION_JSON_BYTES {
             self.at(
@@ -359,15 +327,6 @@ impl Validator<'_> {
             format!("low ({low}) must be less than high ({high})"),
         );
         false
-    }
-
-    pub(crate) fn log_needs_positive(&mut self, p: &ParamCtx, low: f64) {
-        let at = p.raw.log.as_ref().expect("log is true, so it was written");
-        self.at(
-            at,
-            &p.key("log"),
-            format!("a log scale needs low > 0 (got low = {low})"),
-        );
     }
 
     /// Grid-specific checks, once every param is otherwise valid.
@@ -455,12 +414,5 @@ pub(crate) fn int_value(v: &toml::Value) -> Result<i64, String> {
             "int params need integer values, not {}",
             other.type_str()
         )),
-    }
-}
-
-pub(crate) fn same_choice(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    match (a, b) {
-        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => x.as_f64() == y.as_f64(),
-        _ => a == b,
     }
 }

@@ -963,6 +963,10 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::zero_float_step(cfg("", "", "[params.x]\ntype = \"float\"\nlow = 0\nhigh = 1\nstep = 0\n"), "params.x.step", &[])]
 #[case::negative_int_step(cfg("", "", "[params.n]\ntype = \"int\"\nlow = 0\nhigh = 4\nstep = -2\n"), "params.n.step", &[])]
 #[case::float_step_not_dividing_the_range(cfg("", "", "[params.x]\ntype = \"float\"\nlow = 0\nhigh = 1\nstep = 0.3\n"), "params.x.step", &["does not divide"])]
+#[case::float_step_not_dividing_the_range_in_decimals(cfg("", "", "[params.x]\ntype = \"float\"\nlow = 0.1\nhigh = 0.30000000000000004\nstep = 0.1\n"), "params.x.step", &["does not divide", "lower high to 0.3"])]
+#[case::float_step_of_10_pow_28_steps(cfg("", "", "[params.x]\ntype = \"float\"\nlow = 0\nhigh = 1\nstep = 1e-30\n"), "params.x.step", &["decimal.InvalidOperation"])]
+#[case::int_high_past_2_pow_53(cfg("", "", "[params.n]\ntype = \"int\"\nlow = 0\nhigh = 3864557551897539457\n"), "params.n.high", &["2^53"])]
+#[case::int_low_past_minus_2_pow_53(cfg("", "", "[params.n]\ntype = \"int\"\nlow = -9007199254740993\nhigh = 0\n"), "params.n.low", &["2^53"])]
 #[case::int_step_not_dividing_the_range(cfg("", "", "[params.n]\ntype = \"int\"\nlow = 0\nhigh = 5\nstep = 2\n"), "params.n.step", &[])]
 #[case::categorical_without_choices(cfg("", "", "[params.c]\ntype = \"categorical\"\n"), "params.c.choices", &[])]
 #[case::categorical_with_no_choice(cfg("", "", "[params.c]\ntype = \"categorical\"\nchoices = []\n"), "params.c.choices", &[])]
@@ -991,6 +995,10 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::missing_cwd(cfg("", "cwd = \"nope\"", PX), "worker.cwd", &["nope"])]
 #[case::unparseable_trial_timeout(cfg("", "trial_timeout = \"1 fortnight\"", PX), "worker.trial_timeout", &[])]
 #[case::zero_shutdown_grace(cfg("", "shutdown_grace = \"0s\"", PX), "worker.shutdown_grace", &["greater than zero"])]
+#[case::startup_timeout_of_1ns(cfg("", "startup_timeout = \"1ns\"", PX), "worker.startup_timeout", &["too short", "at least 1s"])]
+#[case::startup_timeout_of_500ms(cfg("", "startup_timeout = \"500ms\"", PX), "worker.startup_timeout", &["at least 1s"])]
+#[case::pythonpath_without_the_helper(cfg("", "", &format!("{PX}[worker.env]\nPYTHONPATH = \"/nonexistent/lib\"\n")), "worker.env.PYTHONPATH", &["sweepd_worker.py", "/python:/nonexistent/lib"])]
+#[case::empty_pythonpath(cfg("", "", &format!("{PX}[worker.env]\nPYTHONPATH = \"\"\n")), "worker.env.PYTHONPATH", &["import sweepd_worker"])]
 #[case::zero_startup_timeout(cfg("", "startup_timeout = \"0m\"", PX), "worker.startup_timeout", &[])]
 #[case::zero_heartbeat_timeout(with("heartbeat_timeout = \"0s\"", ""), "worker.heartbeat_timeout", &[])]
 #[case::zero_max_par(cfg("", "max_par = 0", PX), "worker.max_par", &[])]
@@ -1240,4 +1248,24 @@ fn several_objectives_with_names_and_nsga2_settings() {
     let one = parse_in(dir.path(), &cfg("metric_names = [\"loss\"]", "", PX)).unwrap();
     assert_eq!(one.study.directions, [Direction::Minimize]);
     assert_eq!(one.study.metric_names, Some(vec!["loss".to_owned()]));
+}
+
+#[test]
+fn a_pythonpath_that_keeps_the_helper_is_accepted_relative_entries_from_cwd() {
+    let helper = crate::config::helper_dir().expect("the source tree's python/");
+    let text = |path: &str| {
+        cfg(
+            "",
+            "",
+            &format!("{PX}[worker.env]\nPYTHONPATH = \"{path}\"\n"),
+        )
+    };
+    let c = parsed(&text(&format!("/nonexistent/lib:{}", helper.display())));
+    assert!(c.worker.env["PYTHONPATH"].ends_with("/python"));
+    // A relative entry is the workers' own: from `cwd`, the config's directory here.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("vendored")).unwrap();
+    std::fs::write(dir.path().join("vendored/sweepd_worker.py"), "").unwrap();
+    assert!(parse_in(dir.path(), &text("vendored")).is_ok());
+    assert!(parse_in(dir.path(), &text("elsewhere")).is_err());
 }

@@ -20,6 +20,12 @@ pub const CHANNEL_FD: i32 = 3;
 pub const MAX_LINE: usize = 1 << 20;
 /// How long a send may wait for a worker that does not read its channel.
 const SEND_LIMIT: Duration = Duration::from_secs(10);
+/// The most a drain after a worker's exit reads (a grandchild may keep the channel open and
+/// write to it): what a worker says as it exits is a few messages, not megabytes.
+const MAX_DRAIN_BYTES: usize = 4 * MAX_LINE;
+/// The deepest nesting serde_json reads (its recursion limit): the message's own object and
+/// 126 levels of arrays and objects inside it.
+pub const MAX_DEPTH: usize = 127;
 
 /// A message from a worker (see docs/protocol.md).
 #[derive(Debug, Clone, PartialEq)]
@@ -55,15 +61,37 @@ pub enum Message {
         trial_id: i64,
         name: String,
         distribution: Value,
+        /// An integer in the message that JSON reading here cannot hold exactly (beyond 64
+        /// bits), which would come back as a float: the message is to be refused.
+        inexact: Option<String>,
     },
     /// Protocol 2: Optuna's `trial.set_user_attr(key, value)`.
     UserAttr {
         trial_id: i64,
         key: String,
         value: Value,
+        /// As in `Suggest`.
+        inexact: Option<String>,
     },
     /// A well-formed message of a type this version does not know: ignored.
     Other(String),
+}
+
+impl Message {
+    /// Its `type` on the wire, for log lines.
+    pub fn kind(&self) -> &str {
+        match self {
+            Message::Ready => "ready",
+            Message::Report { .. } => "report",
+            Message::Result { .. } => "result",
+            Message::Pruned { .. } => "pruned",
+            Message::Error { .. } => "error",
+            Message::Heartbeat => "heartbeat",
+            Message::Suggest { .. } => "suggest",
+            Message::UserAttr { .. } => "user_attr",
+            Message::Other(ty) => ty,
+        }
+    }
 }
 
 /// What the worker's framework (PyTorch's caching allocator) saw of the trial that just ended,
@@ -126,15 +154,21 @@ impl Channel {
     /// (A line past [`MAX_LINE`] comes as garbage, and the codec reads nothing after it: the same
     /// `None` follows.) Cancel-safe: dropping the future loses no line.
     pub(super) async fn recv(&mut self) -> Option<Event> {
+        self.recv_sized().await.map(|(event, _)| event)
+    }
+
+    /// [`Channel::recv`], with the length of the line the event came from.
+    async fn recv_sized(&mut self) -> Option<(Event, usize)> {
         if self.closed {
             return None;
         }
         match self.reader.next().await {
-            Some(Ok(line)) => Some(parse_line(&line)),
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Some(Event::Garbage(format!(
-                "a protocol line longer than {MAX_LINE} bytes"
-            ))),
-            Some(Err(e)) => Some(Event::Garbage(e.to_string())),
+            Some(Ok(line)) => Some((parse_line(&line), line.len())),
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Some((
+                Event::Garbage(format!("a protocol line longer than {MAX_LINE} bytes")),
+                MAX_LINE,
+            )),
+            Some(Err(e)) => Some((Event::Garbage(e.to_string()), 0)),
             None => {
                 self.closed = true;
                 None
@@ -146,13 +180,18 @@ impl Channel {
         self.closed
     }
 
-    /// What is still in the socket, read for at most `limit` (a forked grandchild may hold the
-    /// channel open forever).
+    /// What is still in the socket, read for at most `limit` and at most [`MAX_DRAIN_BYTES`]
+    /// of lines (a forked grandchild may hold the channel open forever, and write to it).
     pub(super) async fn drain(&mut self, limit: Duration) -> Vec<Event> {
         let mut events = Vec::new();
+        let mut read = 0;
         let _ = tokio::time::timeout(limit, async {
-            while let Some(event) = self.recv().await {
+            while read < MAX_DRAIN_BYTES {
+                let Some((event, len)) = self.recv_sized().await else {
+                    break;
+                };
                 events.push(event);
+                read += len + 1;
             }
         })
         .await;
@@ -177,6 +216,14 @@ impl Channel {
 pub fn parse_line(line: &str) -> Event {
     let v: Value = match serde_json::from_str(line) {
         Ok(v @ Value::Object(_)) => v,
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return Event::Garbage(format!(
+                "a message nested too deep: sweepd reads JSON nested at most {MAX_DEPTH} \
+                 levels (the message's object and {} levels of arrays and objects in it): {}",
+                MAX_DEPTH - 1,
+                clip(line, 200)
+            ))
+        }
         _ => return Event::Garbage(format!("not a JSON object: {}", clip(line, 200))),
     };
     let trial_id = v["trial_id"].as_i64();
@@ -226,6 +273,7 @@ pub fn parse_line(line: &str) -> Event {
                     trial_id,
                     name: name.to_owned(),
                     distribution: d.clone(),
+                    inexact: inexact_integer(line).map(str::to_owned),
                 })
             }
             _ => Event::Garbage(format!("malformed suggest: {}", clip(line, 200))),
@@ -235,12 +283,54 @@ pub fn parse_line(line: &str) -> Event {
                 trial_id,
                 key: key.to_owned(),
                 value: value.clone(),
+                inexact: inexact_integer(line).map(str::to_owned),
             }),
             _ => Event::Garbage(format!("malformed user_attr: {}", clip(line, 200))),
         },
         "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
         other => Event::Msg(Message::Other(other.to_owned())),
     }
+}
+
+/// The first integer of a JSON text (outside its strings) that serde_json cannot hold exactly:
+/// one past i64 and u64, which it reads as the nearest float. Python's json reads any integer
+/// exactly, and Optuna stores it so.
+fn inexact_integer(json: &str) -> Option<&str> {
+    let bytes = json.as_bytes();
+    let (mut i, mut in_string) = (0, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len()
+                && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+            {
+                i += 1;
+            }
+            let token = &json[start..i];
+            let integral = !token.contains(['.', 'e', 'E']);
+            if integral && token.parse::<i64>().is_err() && token.parse::<u64>().is_err() {
+                return Some(token);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// An objective's values: one protocol number, or an array of them (one per objective).
@@ -375,6 +465,7 @@ mod tests {
                 trial_id: 7,
                 name,
                 distribution,
+                inexact: None,
             }) => {
                 assert_eq!(name, "lr");
                 assert_eq!(distribution["attributes"]["low"], 1e-5);
@@ -386,6 +477,7 @@ mod tests {
                 trial_id: 7,
                 key,
                 value,
+                inexact: None,
             }) => assert_eq!(
                 (key.as_str(), value),
                 ("k", serde_json::json!({"a": [1, null]}))
@@ -449,6 +541,88 @@ mod tests {
         }
         // The codec gives up on the stream after that error: what follows is never read.
         assert!(ch.recv().await.is_none());
+        drop(ch);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn integers_past_64_bits_are_found_outside_strings() {
+        for (json, want) in [
+            (
+                r#"{"choices":[18446744073709551616, 1]}"#,
+                Some("18446744073709551616"),
+            ),
+            (
+                r#"{"choices":[-9223372036854775809]}"#,
+                Some("-9223372036854775809"),
+            ),
+            (
+                r#"{"choices":[18446744073709551615, -9223372036854775808]}"#,
+                None,
+            ),
+            (r#"{"v":[1e400, 1.5, -0.0, 12345678901234567890.5]}"#, None),
+            (
+                r#"{"k":"99999999999999999999999","\"99999999999999999999\"":1}"#,
+                None,
+            ),
+            (
+                r#"{"k":"a\\","v":99999999999999999999999}"#,
+                Some("99999999999999999999999"),
+            ),
+        ] {
+            assert_eq!(inexact_integer(json), want, "{json}");
+        }
+        match parse_line(
+            r#"{"type":"suggest","trial_id":1,"name":"c","distribution":{"name":"CategoricalDistribution","attributes":{"choices":[18446744073709551616]}}}"#,
+        ) {
+            Event::Msg(Message::Suggest { inexact, .. }) => {
+                assert_eq!(inexact.as_deref(), Some("18446744073709551616"))
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn json_nested_too_deep_says_so() {
+        let line = |depth: usize| {
+            format!(
+                r#"{{"type":"user_attr","trial_id":1,"key":"k","value":{}{}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        assert!(matches!(
+            parse_line(&line(MAX_DEPTH - 1)),
+            Event::Msg(Message::UserAttr { .. })
+        ));
+        match parse_line(&line(200)) {
+            Event::Garbage(why) => assert!(why.contains("nested too deep"), "{why}"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_drain_reads_a_bounded_amount() {
+        use std::io::Write;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ch = Channel::new(ours).unwrap();
+        // Lines of almost MAX_LINE, for as long as the channel takes them.
+        let writer = std::thread::spawn(move || {
+            let line = format!(
+                "{{\"type\":\"heartbeat\",\"pad\":\"{}\"}}\n",
+                "x".repeat(MAX_LINE - 64)
+            );
+            for _ in 0..64 {
+                if theirs.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        let events = ch.drain(Duration::from_secs(30)).await;
+        assert!(!events.is_empty());
+        // The bound, and the one line read across it.
+        let most = MAX_DRAIN_BYTES / (MAX_LINE - 64) + 1;
+        assert!(events.len() <= most, "{} events", events.len());
         drop(ch);
         writer.join().unwrap();
     }

@@ -47,6 +47,9 @@ use tokio::io::AsyncRead;
 const EXIT_AFTER_CLOSE: Duration = Duration::from_millis(500);
 /// How long the leader's exit may take to be seen once its group is gone.
 const EXIT_AFTER_KILL: Duration = Duration::from_secs(5);
+/// How many of its last trials a worker remembers, to tell a late message for one of them
+/// from a message for a trial it never ran.
+const ENDED_KEPT: usize = 64;
 
 /// A running worker process and its end of the channel.
 pub struct Worker {
@@ -59,6 +62,8 @@ pub struct Worker {
     /// Events already read but not yet handed out (messages drained after the process exited).
     pending: VecDeque<Event>,
     exit: Option<ExitStatus>,
+    /// The trial ids of the last trials it ran ([`ENDED_KEPT`]), newest last.
+    ended: VecDeque<i64>,
 }
 
 impl Worker {
@@ -92,7 +97,21 @@ impl Worker {
             output,
             pending: VecDeque::new(),
             exit: None,
+            ended: VecDeque::new(),
         })
+    }
+
+    /// Trial `trial_id` ended on this worker: a message for it from now on is late.
+    pub fn trial_ended(&mut self, trial_id: i64) {
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(trial_id);
+    }
+
+    /// Whether this worker ran trial `trial_id` (one of its last [`ENDED_KEPT`]) and it ended.
+    pub fn ran(&self, trial_id: i64) -> bool {
+        self.ended.contains(&trial_id)
     }
 
     /// The next message, garbage line, channel close or exit. Cancel-safe: dropping the future

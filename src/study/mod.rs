@@ -5,8 +5,10 @@
 //! may use them (config, store, samplers, the supervisor), so the arrows between those never
 //! have to point back.
 
+mod decimal;
 pub mod pareto;
 pub mod pyjson;
+pub mod rules;
 pub mod space;
 mod tally;
 mod trial;

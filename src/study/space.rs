@@ -350,154 +350,6 @@ impl Distribution {
         }
     }
 
-    /// A distribution a worker asks for (the protocol's `suggest`, in Optuna's JSON form),
-    /// checked with the rules and messages of Optuna's distribution constructors, and made what
-    /// Optuna would make of it: float bounds as floats, an int `high` lowered to its last step.
-    /// sweepd also needs every number finite and every choice a JSON scalar.
-    pub fn from_request(v: &Value) -> Result<Distribution, String> {
-        let name = v["name"].as_str().unwrap_or_default();
-        let a = &v["attributes"];
-        if !a.is_object() {
-            return Err(format!(
-                "the distribution has no `attributes` object: {}",
-                crate_clip(&v.to_string())
-            ));
-        }
-        let num = |k: &str| -> Result<f64, String> {
-            match a.get(k) {
-                Some(Value::Number(n)) => n
-                    .as_f64()
-                    .filter(|x| x.is_finite())
-                    .ok_or_else(|| format!("{name}: `{k}` must be a finite number, got {n}")),
-                other => Err(format!(
-                    "{name}: `{k}` must be a finite number, got {}",
-                    other.map_or("nothing".into(), Value::to_string)
-                )),
-            }
-        };
-        let int = |k: &str| -> Result<i64, String> {
-            let x = num(k)?;
-            if x.fract() != 0.0 || x.abs() > 9.007_199_254_740_992e15 {
-                return Err(format!("{name}: `{k}` must be an integer, got {x}"));
-            }
-            Ok(x as i64)
-        };
-        let log = match a.get("log") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => return Err(format!("{name}: `log` must be true or false, got {other}")),
-        };
-        let dist = match name {
-            "FloatDistribution" => {
-                let (low, high) = (num("low")?, num("high")?);
-                let step = match a.get("step") {
-                    None | Some(Value::Null) => None,
-                    Some(_) => Some(num("step")?),
-                };
-                if log && step.is_some() {
-                    return Err("The parameter `step` is not supported when `log` is true.".into());
-                }
-                if low > high {
-                    return Err(format!(
-                        "`low <= high` must hold, but got (low={}, high={}).",
-                        pyjson::float_repr(low),
-                        pyjson::float_repr(high)
-                    ));
-                }
-                if log && low <= 0.0 {
-                    return Err(format!(
-                        "`low > 0` must hold for `log=True`, but got (low={}, high={}).",
-                        pyjson::float_repr(low),
-                        pyjson::float_repr(high)
-                    ));
-                }
-                if let Some(s) = step {
-                    if s <= 0.0 {
-                        return Err(format!(
-                            "`step > 0` must hold, but got step={}.",
-                            pyjson::float_repr(s)
-                        ));
-                    }
-                    // Optuna lowers such a `high` to the last step with decimal arithmetic; a
-                    // worker that did not is told what to send rather than guessed for.
-                    let k = (high - low) / s;
-                    if (k - k.round()).abs() > 1e-8 * k.abs().max(1.0) {
-                        let last = low + s * last_grid_index(low, high, s) as f64;
-                        return Err(format!(
-                            "FloatDistribution: the step {} does not divide high - low; Optuna                              lowers `high` to the last step, {}: send that",
-                            pyjson::float_repr(s),
-                            pyjson::float_repr(last)
-                        ));
-                    }
-                }
-                Distribution::Float {
-                    low,
-                    high,
-                    step,
-                    log,
-                }
-            }
-            "IntDistribution" => {
-                let (low, high) = (int("low")?, int("high")?);
-                let step = match a.get("step") {
-                    None | Some(Value::Null) => 1,
-                    Some(_) => int("step")?,
-                };
-                if log && step != 1 {
-                    return Err(format!(
-                        "Samplers and other components in Optuna only accept step is 1 when                          `log` argument is True, but got step={step}."
-                    ));
-                }
-                if low > high {
-                    return Err(format!(
-                        "`low <= high` must hold, but got (low={low}, high={high})."
-                    ));
-                }
-                if log && low < 1 {
-                    return Err(format!(
-                        "`low >= 1` must hold for `log=True`, but got (low={low}, high={high})."
-                    ));
-                }
-                if step <= 0 {
-                    return Err(format!("`step > 0` must hold, but got step={step}."));
-                }
-                let high = low + step * last_int_index(low, high, step) as i64;
-                Distribution::Int {
-                    low,
-                    high,
-                    step,
-                    log,
-                }
-            }
-            "CategoricalDistribution" => {
-                let choices = a["choices"].as_array().ok_or_else(|| {
-                    format!("{name}: `choices` must be a list, got {}", a["choices"])
-                })?;
-                if choices.is_empty() {
-                    return Err("The `choices` must contain one or more elements.".into());
-                }
-                for c in choices {
-                    if matches!(c, Value::Array(_) | Value::Object(_)) {
-                        return Err(format!(
-                            "Choices for a categorical distribution should be a tuple of None,                              bool, int, float and str, but contains {}",
-                            crate_clip(&c.to_string())
-                        ));
-                    }
-                }
-                Distribution::Categorical {
-                    choices: choices.clone(),
-                }
-            }
-            other => {
-                return Err(format!(
-                    "unknown distribution `{}`: expected FloatDistribution, IntDistribution or                      CategoricalDistribution",
-                    crate_clip(other)
-                ))
-            }
-        };
-        Ok(dist)
-    }
-
     /// Why no sampler can draw from this distribution, if none can: bounds not finite or not in
     /// order, a step that is not positive, a log scale over values that are not positive, no
     /// choices. Config rejects all of these with a located message; the samplers check again so
@@ -585,22 +437,38 @@ impl Distribution {
 }
 
 /// At most 200 characters of `s`, for messages that quote a worker's input.
-fn crate_clip(s: &str) -> String {
+pub(super) fn crate_clip(s: &str) -> String {
     match s.char_indices().nth(200) {
         Some((i, _)) => format!("{}...", &s[..i]),
         None => s.to_owned(),
     }
 }
 
-/// Equality of JSON scalars as Python's `==`: 1, 1.0 and true are the same number.
-fn json_eq(a: &Value, b: &Value) -> bool {
+/// Equality of JSON scalars as Python's `==`: 1, 1.0 and true are the same number, and
+/// integers compare exactly (2^53 + 1 is not 2^53, though both read as the same double).
+pub fn json_eq(a: &Value, b: &Value) -> bool {
+    enum Num {
+        Int(i128),
+        Float(f64),
+    }
     let num = |v: &Value| match v {
-        Value::Number(n) => n.as_f64(),
-        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        Value::Number(n) => Some(match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Num::Int(i.into()),
+            (None, Some(u)) => Num::Int(u.into()),
+            _ => Num::Float(n.as_f64()?),
+        }),
+        Value::Bool(b) => Some(Num::Int(i128::from(*b))),
         _ => None,
     };
+    // A float equals an integer only when it is that integer exactly (i128 holds every
+    // integer a JSON number here can be, and a float past it equals none of them).
+    let same = |i: i128, x: f64| x.fract() == 0.0 && x.abs() < 1.7e38 && x as i128 == i;
     match (num(a), num(b)) {
-        (Some(x), Some(y)) => x == y,
+        (Some(Num::Int(i)), Some(Num::Int(j))) => i == j,
+        (Some(Num::Float(x)), Some(Num::Float(y))) => x == y,
+        (Some(Num::Int(i)), Some(Num::Float(x))) | (Some(Num::Float(x)), Some(Num::Int(i))) => {
+            same(i, x)
+        }
         _ => a == b,
     }
 }

@@ -22,10 +22,10 @@ use crate::sampler::{Proposal, Sampler};
 use crate::store::{
     DaemonId, Feed, ParamRefused, Runner, StartCtx, StartOp, Started, Store, Waiting,
 };
+use crate::study::rules;
 use crate::study::space::external_json;
 use crate::study::{
-    Claimed, Distribution, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord,
-    TrialState,
+    Claimed, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
 };
 use crate::units;
 use serde_json::json;
@@ -546,13 +546,9 @@ impl Core {
         name: &str,
         dist: &serde_json::Value,
     ) -> Result<serde_json::Value, String> {
-        let dist = Distribution::from_request(dist)?;
-        if name.chars().count() > crate::config::MAX_PARAM_NAME_CHARS {
-            return Err(format!(
-                "a param name is at most {} characters (Optuna's trial_params.param_name)",
-                crate::config::MAX_PARAM_NAME_CHARS
-            ));
-        }
+        // The rules `check` applies to [params], and Optuna's constructors.
+        rules::param_name(name)?;
+        let dist = rules::requested(dist)?;
         let Some(live) = self.live.get(&c.trial_id) else {
             return Err("the trial is not running".into());
         };

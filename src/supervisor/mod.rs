@@ -837,24 +837,10 @@ async fn reap_previous_instance(
     Ok(())
 }
 
-/// Where `sweepd_worker.py` lives, put on the workers' PYTHONPATH so scripts need no install:
-/// `$SWEEPD_PYTHON_DIR`, else `<prefix>/share/sweepd/python` beside an installed binary, else
-/// the source tree this binary was built from.
+/// Where `sweepd_worker.py` lives, put on the workers' PYTHONPATH (`config::helper_dir`,
+/// which `check` also asks, to refuse a `[worker.env] PYTHONPATH` that hides it).
 pub fn python_dir() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("SWEEPD_PYTHON_DIR").map(PathBuf::from),
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| Some(exe.parent()?.parent()?.join("share/sweepd/python"))),
-        Some(PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/python"
-        ))),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|d| d.join("sweepd_worker.py").is_file())
+    crate::config::helper_dir()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::{Shared, KILL_GRACE};
 use crate::classify;
 use crate::clock;
 use crate::process::{self, Event, FrameworkMemory, Message, Worker};
-use crate::study::{Claimed, FailureKind};
+use crate::study::{rules, Claimed, FailureKind};
 use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
@@ -85,30 +85,9 @@ pub(super) async fn run_trial(
             ev = w.next_event() => {
                 heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
                 match ev {
-                Event::Msg(Message::Report { trial_id, step, value }) if trial_id == c.trial_id => {
-                    let n_objectives = cfg.study.directions.len();
-                    let answer = if n_objectives > 1 {
-                        // As Optuna's `Trial.report`: refused, nothing recorded; the helper
-                        // raises this as NotImplementedError.
-                        json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": false,
-                               "error": report_refused(n_objectives)})
-                    } else {
-                        let prune = sh.core.lock().await.report(c, step, value).await;
-                        json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": prune})
-                    };
-                    let _ = w.send(&answer).await;
-                }
-                Event::Msg(Message::Suggest { trial_id, name, distribution }) if trial_id == c.trial_id => {
-                    let answer = match sh.core.lock().await.suggest(c, &name, &distribution).await {
-                        Ok(value) => json!({"type": "param", "trial_id": trial_id, "name": name, "value": value}),
-                        Err(error) => json!({"type": "param", "trial_id": trial_id, "name": name, "error": error}),
-                    };
-                    let _ = w.send(&answer).await;
-                }
-                Event::Msg(Message::UserAttr { trial_id, key, value }) if trial_id == c.trial_id => {
-                    if let Err(e) = sh.store.set_user_attr(trial_id, &key, &value).await {
-                        warn!(trial = c.number, "could not record user attribute `{key}`: {e}");
-                    }
+                Event::Msg(m @ (Message::Report { trial_id, .. } | Message::Suggest { trial_id, .. }
+                    | Message::UserAttr { trial_id, .. })) if trial_id == c.trial_id && outcome.is_none() => {
+                    asked(sh, w, c, cfg.study.directions.len(), m).await;
                 }
                 Event::Msg(Message::Result { trial_id, value, memory }) if trial_id == c.trial_id => {
                     framework = memory;
@@ -145,9 +124,15 @@ pub(super) async fn run_trial(
                         break (o, Fate::Keep);
                     }
                 }
-                Event::Msg(Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
+                Event::Msg(m @ (Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
                     | Message::Pruned { trial_id, .. } | Message::Error { trial_id, .. }
-                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. }) => {
+                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. })) => {
+                    // For a trial that already ended (this one once a oneshot worker gave its
+                    // outcome, or one this worker ran before): dropped, charged to no trial.
+                    if trial_id == c.trial_id || w.ran(trial_id) {
+                        warn!(trial = c.number, "dropped a late `{}` for trial_id {trial_id}, which already ended", m.kind());
+                        continue;
+                    }
                     let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
                     w.kill_group(KILL_GRACE).await;
                     break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
@@ -244,6 +229,7 @@ pub(super) async fn run_trial(
             }
         }
     };
+    w.trial_ended(c.trial_id);
     let end = match &result {
         Outcome::Complete(v) => format!("COMPLETE {}", values_text(v)),
         Outcome::Pruned => "PRUNED".into(),
@@ -267,6 +253,99 @@ pub(super) async fn run_trial(
             .await;
     }
     (result, fate, framework)
+}
+
+/// A message of the running trial that asks for something: a report (answered with the
+/// pruner's decision), a suggest (the param's value), a user attribute (recorded). What
+/// `study::rules` refuses, and what cannot be kept exactly, is not recorded: the reason goes
+/// back to the worker (in the answer; a user attribute has none, so `user_attr_refused`) and
+/// to the log. The trial goes on: the objective raises it as Optuna would.
+async fn asked(sh: &Shared, w: &mut Worker, c: &Claimed, n_objectives: usize, m: Message) {
+    let refused = |what: String, why: &str| {
+        warn!(trial = c.number, "refused {what}: {why}");
+    };
+    let answer = match m {
+        Message::Report {
+            trial_id,
+            step,
+            value,
+        } => {
+            // As Optuna's `Trial.report`: refused, nothing recorded; the helper raises the
+            // first as NotImplementedError.
+            let why = if n_objectives > 1 {
+                Some(report_refused(n_objectives))
+            } else {
+                rules::report_step(step).err()
+            };
+            match why {
+                Some(why) => {
+                    if n_objectives == 1 {
+                        refused(format!("a report at step {step}"), &why);
+                    }
+                    json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": false, "error": why})
+                }
+                None => {
+                    let prune = sh.core.lock().await.report(c, step, value).await;
+                    json!({"type": "prune", "trial_id": trial_id, "step": step, "prune": prune})
+                }
+            }
+        }
+        Message::Suggest {
+            trial_id,
+            name,
+            distribution,
+            inexact,
+        } => {
+            let got = match inexact {
+                Some(int) => Err(inexact_refused(&int)),
+                None => sh.core.lock().await.suggest(c, &name, &distribution).await,
+            };
+            match got {
+                Ok(value) => {
+                    json!({"type": "param", "trial_id": trial_id, "name": name, "value": value})
+                }
+                Err(error) => {
+                    refused(format!("suggest {:?}", process::clip(&name, 100)), &error);
+                    json!({"type": "param", "trial_id": trial_id, "name": name, "error": error})
+                }
+            }
+        }
+        Message::UserAttr {
+            trial_id,
+            key,
+            value,
+            inexact,
+        } => {
+            let why = rules::user_attr_key(&key)
+                .err()
+                .or_else(|| inexact.map(|int| inexact_refused(&int)));
+            let Some(why) = why else {
+                if let Err(e) = sh.store.set_user_attr(trial_id, &key, &value).await {
+                    warn!(
+                        trial = c.number,
+                        "could not record user attribute `{key}`: {e}"
+                    );
+                }
+                return;
+            };
+            refused(
+                format!("user attribute {:?}", process::clip(&key, 100)),
+                &why,
+            );
+            json!({"type": "user_attr_refused", "trial_id": trial_id, "key": key, "error": why})
+        }
+        _ => return,
+    };
+    let _ = w.send(&answer).await;
+}
+
+/// Why a message holding an integer past 64 bits is refused.
+fn inexact_refused(int: &str) -> String {
+    format!(
+        "the integer {} is beyond what sweepd keeps exactly (-2^63 to 2^64-1): it would be \
+         stored and come back as a float",
+        process::clip(int, 100)
+    )
 }
 
 /// The answer to a `report` from a study with several objectives (Optuna refuses
@@ -318,9 +397,30 @@ pub(super) fn judge_values(values: Vec<f64>, n_objectives: usize, what: &str) ->
 }
 
 /// A oneshot result file: a bare number, `{"value": x}`, a JSON array of one number per
-/// objective or `{"values": [...]}`. `None` when absent or empty.
+/// objective or `{"values": [...]}`. `None` when absent or empty. Read up to
+/// [`process::MAX_LINE`], as a protocol line is: a larger file is not a result, and is not read
+/// into memory whole.
 pub(super) fn read_result_file(path: &PathBuf, n_objectives: usize) -> Option<Outcome> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(process::MAX_LINE as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() > process::MAX_LINE {
+        return Some(Outcome::Failed {
+            kind: FailureKind::BadValue,
+            reason: format!(
+                "the result file holds more than {} (a result is a number, or one per \
+                 objective)",
+                units::format_size(process::MAX_LINE as u64)
+            ),
+            tail: None,
+            error: None,
+        });
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -429,5 +529,11 @@ mod tests {
             read("nan", 1),
             Some(Err("the result file holds NaN".into()))
         );
+        // Read up to a protocol line's length, never whole: a larger file is not a result.
+        let just = format!("{}1.5", " ".repeat(process::MAX_LINE - 3));
+        assert_eq!(read(&just, 1), Some(Ok(vec![1.5])));
+        let past = format!("{}1.5", " ".repeat(process::MAX_LINE - 2));
+        let why = read(&past, 1).unwrap().unwrap_err();
+        assert!(why.contains("more than 1 MiB"), "{why}");
     }
 }

@@ -5,3 +5,4 @@ mod common;
 mod doors;
 mod hosts;
 mod ledger;
+mod protocol;

@@ -1205,6 +1205,32 @@ class SuggestWireTests(Base):
                                  "notes": {"lr": [1e-05, 0.1], "ok": True, "s": "é"}})
         self.assertIn("JSON-serializable", bad)
 
+    def test_a_refused_user_attr_is_said_on_stderr_and_the_trial_goes_on(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                trial.set_user_attr("k", 1)
+                return trial.suggest_int("n", 1, 3)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 4, "number": 0, "params": {}})
+        self.assertEqual(w.recv()["type"], "user_attr")
+        w.send({"type": "user_attr_refused", "trial_id": 4, "key": "k", "error": "no room"})
+        suggest = w.recv()
+        self.assertEqual(suggest["type"], "suggest")
+        w.send({"type": "param", "trial_id": 4, "name": "n", "value": 2})
+        self.assertEqual(w.recv(), {"type": "result", "trial_id": 4, "value": 2.0})
+        # Between trials too.
+        w.send({"type": "user_attr_refused", "trial_id": 4, "key": "late", "error": "ended"})
+        _, final = w.run_trial(5, 1, {})
+        self.assertEqual(final["type"], "result")
+        self.assertIn("sweepd refused user attribute 'k': no room", w.stderr())
+        self.assertIn("sweepd refused user attribute 'late': ended", w.stderr())
+
     def test_datetime_start(self):
         script = self.write_script("""
             import sweepd_worker
@@ -1433,6 +1459,36 @@ class SuggestLocalTests(unittest.TestCase):
         self.assertEqual(trial.user_attrs, {"k": (1, 2)})
         self.assertEqual(chan.sent, [{"type": "user_attr", "trial_id": 1, "key": "k",
                                       "value": (1, 2)}])
+
+    def test_set_user_attr_refuses_what_sweepd_would(self):
+        # What PostgreSQL cannot store is refused on SQLite too, and as sweepd reads JSON.
+        trial, chan = self.trial()
+
+        def nested(levels):
+            v = []
+            for _ in range(levels - 1):
+                v = [v]
+            return v
+
+        deep = nested(127)
+        for key, value, text in [
+            ("k" * 513, 1, "at most 512 characters"),
+            ("a\0b", 1, "NUL"),
+            ("sweepd:fail_reason", "forged", "reserved for sweepd"),
+            ("deep", deep, "nested too deep"),
+            ("big", {"n": [2 ** 64]}, "the integer 18446744073709551616"),
+            ("small", -(2 ** 63) - 1, "beyond what sweepd keeps exactly"),
+        ]:
+            self.assertRaisesRegex(ValueError, re.escape(text), trial.set_user_attr, key, value)
+        self.assertEqual(chan.sent, [])
+        trial.set_user_attr("k" * 512, [nested(125), 2 ** 64 - 1, -(2 ** 63)])
+        self.assertEqual(len(chan.sent), 1)
+
+    def test_report_refuses_a_step_postgresql_cannot_store(self):
+        trial, chan = self.trial()
+        self.assertRaisesRegex(ValueError, "at most 2147483647", trial.report, 1.0, 2 ** 31)
+        trial.report(1.0, 2 ** 31 - 1)
+        self.assertEqual([m["step"] for m in chan.sent], [2 ** 31 - 1])
 
     def test_finished_trial_refuses(self):
         trial, _ = self.trial()

@@ -10,6 +10,8 @@
 mod gpu;
 mod worker;
 
+pub use worker::helper_dir;
+
 use super::raw::{line_col, KeyIndex, RawMetrics, RawPruner, RawSampler, RawStorage, RawStudy};
 use super::storage::{self, absolute_hint, parse_storage_url, DEFAULT_STORAGE_URL};
 use super::{
@@ -64,6 +66,11 @@ pub(crate) const MAX_TRIAL_TIMEOUT: Duration = YEAR;
 /// Time between two messages of one trial (an epoch without a report).
 pub(crate) const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(7 * 86_400);
 pub(crate) const MAX_STARTUP_TIMEOUT: Duration = DAY;
+/// The least `[worker] startup_timeout`: a worker starts a process, its interpreter (tens of
+/// milliseconds for Python on an idle machine, several times that on a loaded one), imports
+/// the helper and sends `ready`. Below a second that fails for no fault of the worker, and a
+/// value that small is a slip of the unit ("1ns", "5ms").
+pub(crate) const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const MAX_SHUTDOWN_GRACE: Duration = DAY;
 /// The loop that polls the GPUs also feeds the systemd watchdog (`WatchdogSec=60s` in the
 /// shipped unit): a longer interval would get the daemon killed as hung.
@@ -76,7 +83,7 @@ pub(crate) const MAX_OOM_RECOVERY: Duration = DAY;
 /// `max_par` of them.
 pub(crate) const MAX_SIZE: u64 = 1 << 50;
 /// `studies.study_name` and `trial_params.param_name` are VARCHAR(512) in Optuna's schema.
-pub(crate) const MAX_NAME_CHARS: usize = 512;
+pub(crate) const MAX_NAME_CHARS: usize = crate::study::rules::MAX_NAME_CHARS;
 /// One string choice of a categorical param.
 pub(crate) const MAX_CHOICE_BYTES: usize = 4 * KIB as usize;
 /// The params of one trial as JSON, at their longest: they travel in one protocol line (at most
@@ -102,8 +109,6 @@ pub(crate) const USIZE_MAX: i64 = if usize::BITS >= 64 {
     usize::MAX as i64
 };
 pub(crate) const U32_MAX: i64 = u32::MAX as i64;
-/// Names Optuna and sweepd reserve for their own attributes.
-pub(crate) const RESERVED_PARAM_PREFIX: &str = "sweepd:";
 
 pub(crate) struct Validator<'a> {
     pub(crate) file: &'a Path,

@@ -66,6 +66,22 @@ impl Validator<'_> {
                 "worker.startup_timeout",
                 MAX_STARTUP_TIMEOUT,
             )
+            .filter(|d| {
+                let short = *d < MIN_STARTUP_TIMEOUT;
+                if let (true, Some(t)) = (short, &raw.startup_timeout) {
+                    self.at(
+                        t,
+                        "worker.startup_timeout",
+                        format!(
+                            "{:?} is too short: at least {} (a worker has to start its \
+                             interpreter, import the helper and send `ready` in that time)",
+                            t.get_ref(),
+                            format_duration(MIN_STARTUP_TIMEOUT)
+                        ),
+                    );
+                }
+                !short
+            })
             .unwrap_or(Duration::from_secs(120));
         let shutdown_grace = self
             .duration(
@@ -113,6 +129,7 @@ impl Validator<'_> {
             }
         }
         let env = self.env(raw.env.as_ref());
+        self.pythonpath(raw.env.as_ref(), &env, &cwd);
         let heartbeat_timeout = self.duration(
             raw.heartbeat_timeout.as_ref(),
             "worker.heartbeat_timeout",
@@ -304,6 +321,66 @@ impl Validator<'_> {
         }
         env
     }
+}
+
+impl Validator<'_> {
+    /// A `[worker.env] PYTHONPATH` replaces the one sweepd gives its workers, which holds the
+    /// helper (`sweepd_worker.py`, [`helper_dir`]): one where no directory holds it would have
+    /// every Python worker fail at `import sweepd_worker`, so it must name the helper's
+    /// directory (or another that holds the helper). Relative entries are the workers'
+    /// (`cwd`). Nothing to check when sweepd has no helper to give.
+    pub(crate) fn pythonpath(
+        &mut self,
+        raw: Option<&Entries<Spanned<toml::Value>>>,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+    ) {
+        let (Some(path), Some(dir)) = (env.get("PYTHONPATH"), helper_dir()) else {
+            return;
+        };
+        let holds = |entry: &str| resolve(cwd, Path::new(entry)).join(HELPER).is_file();
+        if path.split(':').any(holds) {
+            return;
+        }
+        let message = format!(
+            "replaces the PYTHONPATH sweepd gives its workers, and none of its directories \
+             holds the helper {HELPER}, so `import sweepd_worker` would fail: add sweepd's \
+             {} to it, e.g. PYTHONPATH = \"{}:{path}\"",
+            dir.display(),
+            dir.display()
+        );
+        let at = raw
+            .map_or(&[][..], |e| &e.0)
+            .iter()
+            .find(|(name, _)| name.get_ref() == "PYTHONPATH");
+        match at {
+            Some((_, value)) => self.at(value, "worker.env.PYTHONPATH", message),
+            None => self.at_key("worker.env.PYTHONPATH", message),
+        }
+    }
+}
+
+/// The Python helper's file name.
+const HELPER: &str = "sweepd_worker.py";
+
+/// Where the Python helper lives, put on the workers' PYTHONPATH so that scripts need no
+/// install: `$SWEEPD_PYTHON_DIR`, else `<prefix>/share/sweepd/python` beside an installed
+/// binary, else the source tree this binary was built from. `None` when none holds it.
+pub fn helper_dir() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("SWEEPD_PYTHON_DIR").map(PathBuf::from),
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.parent()?.join("share/sweepd/python"))),
+        Some(PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/python"
+        ))),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join(HELPER).is_file())
 }
 
 /// `[worker] max_par` and `--par`: each slot is a task and a worker, at most [`MAX_PAR`].
