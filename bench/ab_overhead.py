@@ -3,11 +3,11 @@
 
 usage: .venv/bin/python bench/ab_overhead.py BINARY_A BINARY_B [--sizes 1000,10000] [--reps 3]
 
-Runs the whole-daemon overhead study (persistent Python workers, instant objective, TPE,
-max_par 2; see ``search_bench.py overhead``) with A and B in turn, A B A B ..., and prints
-each run and the ratio B/A of ms per trial pair by pair, so that a comparison holds when the
-shared machine's speed drifts. Used for before/after figures in docs/benchmarks.md (build the
-"before" binary from the old commit into another path first).
+Runs the whole-daemon overhead study (``benchlib.run_daemon``: persistent Python workers,
+instant objective, TPE, max_par 2; see ``search_bench.py overhead``) with A and B in turn,
+A B A B ..., and prints each run and the ratio B/A of ms per trial pair by pair, so that a
+comparison holds when the shared machine's speed drifts. Used for before/after figures in
+docs/decisions.md (build the "before" binary from the old commit into another path first).
 """
 
 import argparse
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import search_bench  # noqa: E402
+import benchlib as bl  # noqa: E402
 
 
 def main():
@@ -31,13 +31,13 @@ def main():
     ap.add_argument("--deadline", type=float, default=600)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sweepd-ab-"))
-    print("machine:", search_bench.machine_info())
+    print("machine:", bl.machine_info())
     for n in [int(s) for s in args.sizes.split(",")]:
         ratios, per = [], {"A": [], "B": []}
         for rep in range(args.reps):
             pair = {}
             for name, binary in (("A", args.a), ("B", args.b)):
-                r = search_bench.run_daemon(Path(binary), work / name, n, args.par, args.deadline)
+                r = bl.run_daemon(Path(binary).resolve(), work / name, n, args.par, args.deadline)
                 ms = 1e3 * r["wall_s"] / max(r["complete"], 1)
                 cpu = 1e3 * r["daemon_cpu_s"] / max(r["complete"], 1)
                 pair[name] = ms

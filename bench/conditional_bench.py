@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import search_bench as sb  # noqa: E402  (shared helpers: machine lines, doc sections, stats)
+import benchlib as bl  # noqa: E402
 
 SWEEPD = ["sweepd-tpe", "sweepd-tpe-group", "sweepd-random"]
 OPTUNA = ["optuna-tpe", "optuna-tpe-group", "optuna-random"]
@@ -150,7 +150,7 @@ def check(example):
         worst = max(worst, err)
         if err > 1e-9 or g["asked"] != asked:
             raise SystemExit("Rust and Python disagree on %s: %r vs %r" % (q, g, (value, asked)))
-    sb.log("Rust and Python objectives agree on %d trials (max rel. error %.1e)"
+    bl.log("Rust and Python objectives agree on %d trials (max rel. error %.1e)"
            % (len(got), worst))
     return worst
 
@@ -187,13 +187,13 @@ def _init():
 
 
 def run(args):
-    info = dict(sb.machine_info(), commit=sb.source_state())
+    info = dict(bl.machine_info(), commit=bl.source_state())
     t0 = time.perf_counter()
-    sb.cargo_build(args, ["--example", "conditional_bench"])
-    example = sb.target_dir(args) / "release" / "examples" / "conditional_bench"
+    bl.cargo_build(args, ["--example", "conditional_bench", "--bin", "sweepd"])
+    example = bl.target_dir(args) / "release" / "examples" / "conditional_bench"
     max_err = check(example)
     names = list(FUNCS)
-    sb.log("sweepd samplers: %d functions x %d seeds x %d trials" % (len(names), args.seeds, args.trials))
+    bl.log("sweepd samplers: %d functions x %d seeds x %d trials" % (len(names), args.seeds, args.trials))
     procs = [subprocess.Popen([str(example), "--funcs", n, "--seeds", str(args.seeds),
                                "--trials", str(args.trials)], stdout=subprocess.PIPE, text=True)
              for n in names]
@@ -205,20 +205,17 @@ def run(args):
         results += [json.loads(line) for line in out.splitlines()]
     sweepd_wall = time.perf_counter() - t0
     jobs = [(n, s, seed, args.trials) for n in names for s in OPTUNA for seed in range(args.seeds)]
-    sb.log("Optuna samplers: %d runs on %d processes" % (len(jobs), args.jobs))
+    bl.log("Optuna samplers: %d runs on %d processes" % (len(jobs), args.jobs))
     t1 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_init) as ex:
         results += list(ex.map(optuna_run, jobs, chunksize=1))
     optuna_wall = time.perf_counter() - t1
     raw = {"info": info, "args": vars(args), "results": results, "max_err": max_err,
            "sweepd_wall": sweepd_wall, "optuna_wall": optuna_wall,
-           "total_wall": time.perf_counter() - t0, "load_end": os.getloadavg()}
-    sb.save_raw("conditional_bench.json", raw)
-    body = render(raw)
-    if args.no_doc:
-        print(body)
-    else:
-        sb.write_section("conditional", body)
+           "total_wall": time.perf_counter() - t0, "load_end": os.getloadavg(),
+           "internals": bl.internals(bl.target_dir(args) / "release" / "sweepd")}
+    bl.save_raw("conditional_bench.json", raw)
+    bl.publish("conditional", render(raw), args.no_doc)
 
 
 def render(raw):
@@ -230,41 +227,36 @@ def render(raw):
     for r in raw["results"]:
         by.setdefault((r["func"], r["sampler"]), []).append(r["curve"])
     L = ["## Sampler quality on conditional (define-by-run) spaces", ""]
-    L += sb.machine_lines(info, raw["load_end"])
+    L += bl.machine_lines(info, raw["load_end"])
     L.append("- Command: `make bench` (runs `.venv/bin/python bench/conditional_bench.py`); this "
              "section alone: `.venv/bin/python bench/conditional_bench.py --seeds %d --trials %d "
              "--jobs %d`" % (args.seeds, T, args.jobs))
     L.append("- Runtime: %.0f s in all (sweepd samplers %.1f s, Optuna samplers %.0f s)"
              % (raw["total_wall"], raw["sweepd_wall"], raw["optuna_wall"]))
     L.append("")
-    L.append("**Protocol.** Each objective chooses its params as it runs (`trial.suggest_*` behind "
-             "branches and loops). It is minimized from seeds 0..%d, %d trials per run, one at a "
-             "time; the figure is the best value after %s trials (lower is better). sweepd's "
-             "samplers are driven by `bench/conditional_bench.rs` through the calls the daemon "
-             "makes over protocol 2 (`propose` with no `[params]`, then each suggest answered from "
-             "the relative values or by `suggest`, `observe`, `tell` with the trial's "
-             "distributions); Optuna's by `study.ask()`, the objective, `study.tell`."
-             % (args.seeds - 1, T, " and ".join(map(str, checkpoints))))
-    L.append("")
-    L.append("- `sweepd-tpe`: `[sampler]` defaults, which are Optuna's: `multivariate = true` "
-             "(relative sampling over the params every trial has, the rest independent), "
-             "`group = false`, `n_startup_trials = 10`, `n_ei_candidates = 24`.")
-    L.append("- `sweepd-tpe-group`: the same with `group = true`: relative sampling per group "
-             "of params that always occur together.")
-    L.append("- `optuna-tpe`: `TPESampler(seed=s)`, Optuna %s's defaults (`multivariate` resolves "
-             "to True, `group=False`). `optuna-tpe-group`: `TPESampler(seed=s, multivariate=True, "
-             "group=True)`." % info["optuna"])
-    L.append("- `sweepd-random`, `optuna-random`: `RandomSampler` with `seed = s`.")
-    L.append("")
-    L.append("**Objectives** (minimized; defined identically in `bench/conditional_bench.rs` and "
-             "`bench/conditional_bench.py`, checked before each run: same values and the same "
-             "params asked in the same order on 300 random trials, to a relative error of %.0e):"
-             % max(raw["max_err"], 1e-16))
+    tpe = bl.internal(raw.get("internals") or bl.internals(), "defaults.sampler")
+    L.append("**What is measured.** Each objective below chooses its params as it runs "
+             "(`trial.suggest_*` behind branches and loops) and is minimized from seeds 0..%d, %d "
+             "trials per run, one at a time; the figure is the best value after %s trials (lower "
+             "is better). sweepd's samplers are driven by `bench/conditional_bench.rs` through the "
+             "calls the daemon makes over protocol 2 (`propose` with no `[params]`, each suggest "
+             "answered from the relative values or by `suggest`, then `observe` and `tell`); "
+             "Optuna's by `study.ask()`, the objective and `study.tell`. `sweepd-tpe` has the "
+             "`[sampler]` defaults, which are Optuna's (`multivariate = true`, `group = false`, "
+             "`n_startup_trials = %d`, `n_ei_candidates = %d`); `optuna-tpe` is Optuna %s's "
+             "`TPESampler(seed=s)`; the `-group` rows add `group = true` (Optuna: "
+             "`multivariate=True, group=True`), relative sampling per group of params that always "
+             "occur together; both random samplers are `RandomSampler(seed=s)`. The objectives are "
+             "defined identically in `bench/conditional_bench.rs` and `bench/conditional_bench.py`, "
+             "checked before each run (the same values and the same params asked in the same order "
+             "on 300 random trials, to a relative error of %.0e)."
+             % (args.seeds - 1, T, " and ".join(map(str, checkpoints)), tpe["n_startup_trials"],
+                tpe["n_ei_candidates"], info["optuna"], max(raw["max_err"], 1e-16)))
     L.append("")
     L.append("| objective | params | known minimum |")
     L.append("|---|---|---|")
     for n, (_, opt, desc) in FUNCS.items():
-        L.append("| `%s` | %s | %s |" % (n, desc, sb.fmt(opt)))
+        L.append("| `%s` | %s | %s |" % (n, desc, bl.fmt(opt)))
     L.append("")
     L.append("### Best value found: median [25%, 75%] over the seeds")
     L.append("")
@@ -279,9 +271,9 @@ def render(raw):
             cells = []
             for c in checkpoints:
                 vals = [cv[c - 1] for cv in curves]
-                cells.append("%s [%s, %s]" % (sb.fmt(sb.percentile(vals, 50)),
-                                              sb.fmt(sb.percentile(vals, 25)),
-                                              sb.fmt(sb.percentile(vals, 75))))
+                cells.append("%s [%s, %s]" % (bl.fmt(bl.percentile(vals, 50)),
+                                              bl.fmt(bl.percentile(vals, 25)),
+                                              bl.fmt(bl.percentile(vals, 75))))
             final[(n, s)] = [cv[-1] for cv in curves]
             label = "**%s**" % s if s == "sweepd-tpe" else s
             L.append("| `%s` | %s | %s |" % (n, label, " | ".join(cells)))
@@ -296,8 +288,8 @@ def render(raw):
              "sweepd-tpe-group | optuna-tpe-group | P(group: sweepd < optuna) | "
              "P(sweepd-tpe < sweepd-random) | P(sweepd-tpe < optuna-random) |")
     L.append("|---|---|---|---|---|---|---|---|---|")
-    med = lambda n, s: sb.percentile(final[(n, s)], 50)  # noqa: E731
-    P = lambda n, a, b: sb.prob_less(final[(n, a)], final[(n, b)])  # noqa: E731
+    med = lambda n, s: bl.percentile(final[(n, s)], 50)  # noqa: E731
+    P = lambda n, a, b: bl.prob_less(final[(n, a)], final[(n, b)])  # noqa: E731
     at_least, vs_random, close = 0, 0, 0
     for n in FUNCS:
         p_default = P(n, "sweepd-tpe", "optuna-tpe")
@@ -306,36 +298,32 @@ def render(raw):
         close += p_default >= 0.35
         vs_random += p_rand >= 0.75
         L.append("| `%s` | %s | %s | %.2f | %s | %s | %.2f | %.2f | %.2f |" % (
-            n, sb.fmt(med(n, "sweepd-tpe")), sb.fmt(med(n, "optuna-tpe")), p_default,
-            sb.fmt(med(n, "sweepd-tpe-group")), sb.fmt(med(n, "optuna-tpe-group")),
+            n, bl.fmt(med(n, "sweepd-tpe")), bl.fmt(med(n, "optuna-tpe")), p_default,
+            bl.fmt(med(n, "sweepd-tpe-group")), bl.fmt(med(n, "optuna-tpe-group")),
             P(n, "sweepd-tpe-group", "optuna-tpe-group"), P(n, "sweepd-tpe", "sweepd-random"),
             P(n, "sweepd-tpe", "optuna-random")))
     L.append("")
     k = len(FUNCS)
-    L.append("**sweepd TPE's median best@%d is <= Optuna's default TPE's on %d of %d objectives; "
-             "P(sweepd-tpe < optuna-tpe) >= 0.35 (no real gap at %d seeds) on %d of %d; it beats "
-             "both random samplers with P >= 0.75 on %d of %d.**"
-             % (T, at_least, k, args.seeds, close, k, vs_random, k))
-    L.append("")
-    L.append("### Interpretation")
-    L.append("")
+    reading = ("sweepd TPE's median best@%d is at most Optuna's default TPE's on %d of %d "
+               "objectives, with P(sweepd-tpe < optuna-tpe) at least 0.35 (no real gap at %d "
+               "seeds) on %d of %d, and it beats both random samplers with P >= 0.75 on %d of %d."
+               % (T, at_least, k, args.seeds, close, k, vs_random, k))
     behind = [(n, P(n, "sweepd-tpe", "optuna-tpe")) for n in FUNCS
               if P(n, "sweepd-tpe", "optuna-tpe") < 0.5]
     if behind:
-        L.append("- Default TPE, sweepd behind Optuna (P < 0.5) on: " + ", ".join(
-            "`%s` (%.2f)" % x for x in behind) + ". A P within 0.35..0.65 is inside the "
-            "seed-to-seed spread at %d seeds, not a measured gap." % args.seeds)
-    else:
-        L.append("- Default TPE: sweepd's is at least even with Optuna's on every objective.")
+        reading += (" With the defaults sweepd is behind Optuna (P < 0.5) on %s: a P within "
+                    "0.35..0.65 is inside the seed-to-seed spread, not a measured gap."
+                    % ", ".join("`%s` (%.2f)" % x for x in behind))
     gaps = [(n, P(n, "sweepd-tpe-group", "optuna-tpe-group")) for n in FUNCS
             if P(n, "sweepd-tpe-group", "optuna-tpe-group") < 0.35]
     if gaps:
-        L.append("- With `group`, sweepd's TPE ends behind Optuna's (P < 0.35) on: " + ", ".join(
-            "`%s` (%.2f)" % x for x in gaps) + "; the group decomposition and the estimators "
-            "are Optuna's (the estimators checked against Optuna's to 1e-9), so this is the "
-            "random streams and seed-to-seed spread, or a difference not found yet.")
-    L.append("- `group` changes little for either implementation on these objectives, which is "
-             "why sweepd keeps Optuna's default (`group = false`).")
+        reading += (" With `group` it ends behind Optuna's (P < 0.35) on %s; the group "
+                    "decomposition and the estimators are Optuna's (checked to 1e-9), so that is "
+                    "the random streams and the spread of the seeds, or a difference not found yet."
+                    % ", ".join("`%s` (%.2f)" % x for x in gaps))
+    reading += (" `group` changes little for either implementation on these objectives, which is "
+                "why sweepd keeps Optuna's default, `group = false`.")
+    L.append("**Reading.** " + reading)
     return "\n".join(L)
 
 
@@ -350,8 +338,7 @@ def main():
     ap.add_argument("--render", action="store_true", help="rewrite the section from the raw results")
     args = ap.parse_args()
     if args.render:
-        raw = json.loads((sb.RAW_DIR / "conditional_bench.json").read_text())
-        sb.write_section("conditional", render(raw))
+        bl.publish("conditional", render(bl.load_raw("conditional_bench.json")), args.no_doc)
         return
     run(args)
 

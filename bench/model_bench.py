@@ -4,6 +4,7 @@ the model driven directly, no daemon), written to the ``model`` section of docs/
 
     .venv/bin/python bench/model_bench.py              # what `make bench` runs
     .venv/bin/python bench/model_bench.py --no-doc     # print only
+    .venv/bin/python bench/model_bench.py --render     # rewrite the doc from target/bench/model.json
     .venv/bin/python bench/model_bench.py --against OTHER_BINARY --no-doc
         # side by side with another build of the example, runs alternating (A B A B)
 
@@ -15,13 +16,14 @@ up to a few dozen params, most of which do nothing to memory.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import search_bench as sb  # noqa: E402  (the doc, machine and build helpers)
+import benchlib as bl  # noqa: E402
 
 CONFIGS = [(3, 2000), (10, 2000), (30, 500), (30, 2000)]
 
@@ -62,51 +64,62 @@ def table(rows, against):
     return "\n".join(lines)
 
 
+def render(raw):
+    """The model section from the raw results of `main`."""
+    rows = [((p, t), f) for p, t, f in raw["rows"]]
+    against = [((p, t), f, g) for p, t, f, g in raw["against"]]
+    return "\n".join([
+        "## The GPU memory model: what an estimate costs as trials pile up",
+        "",
+    ] + bl.machine_lines(raw["info"], raw["load_end"]) + [
+        "- Command: `make bench` (runs `.venv/bin/python bench/model_bench.py`); raw results: "
+        "`target/bench/model.json`",
+        "",
+        "**What is measured.** `bench/model_bench.rs` drives `gpu::MemoryModel` directly, as the "
+        "supervisor does: each trial is estimated (its admission), then its peak recorded (it "
+        "ended), so each estimate fits again on every trial measured so far, and every tenth more "
+        "trials the params that drive memory are chosen again (the worst figure). Params: `width` "
+        "and `depth` drive memory (the packing bench's continuous workload), the rest are floats of "
+        "no effect. One run per row; wall-clock times of one core.",
+        "",
+        table(rows, against),
+        "",
+        "**Reading.** An admission round estimates each candidate in its line once the model has "
+        "fitted again, so a round costs about one figure of the third column plus a few estimates "
+        "of the fitted model (tens of microseconds each).",
+    ])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-doc", action="store_true", help="print, do not write docs/benchmarks.md")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--target-dir")
     ap.add_argument("--against", help="another build of the model_bench example, run alternately")
+    ap.add_argument("--render", action="store_true", help="rewrite the section from the raw results")
     args = ap.parse_args()
-    info = sb.machine_info()
-    info["commit"] = sb.source_state()
-    sb.cargo_build(args, ["--example", "model_bench"])
-    example = sb.target_dir(args) / "release" / "examples" / "model_bench"
+    if args.render:
+        bl.publish("model", render(bl.load_raw("model.json")), args.no_doc)
+        return
+    info = bl.machine_info()
+    info["commit"] = bl.source_state()
+    bl.cargo_build(args, ["--example", "model_bench"])
+    example = bl.target_dir(args) / "release" / "examples" / "model_bench"
     rows, against = [], []
     for p, t in CONFIGS:
-        sb.log("model_bench: %d params, %d trials" % (p, t))
+        bl.log("model_bench: %d params, %d trials" % (p, t))
         if args.against:
             # A B A B: the machine's load drifts; each build's figure is the faster of its two.
             a1, b1, a2, b2 = (run(x, p, t) for x in (example, args.against, example, args.against))
             fa = min((figures(a1), figures(a2)), key=lambda f: f["total_s"])
             fb = min((figures(b1), figures(b2)), key=lambda f: f["total_s"])
-            rows.append(((p, t), fa))
-            against.append(((p, t), fa, fb))
+            rows.append((p, t, fa))
+            against.append((p, t, fa, fb))
         else:
-            rows.append(((p, t), figures(run(example, p, t))))
-    load_end = sb.os.getloadavg()
-    body = "\n".join([
-        "## The GPU memory model: what an estimate costs as trials pile up",
-        "",
-    ] + sb.machine_lines(info, load_end) + [
-        "- Command: `make bench` (runs `.venv/bin/python bench/model_bench.py`)",
-        "- Setup: `bench/model_bench.rs` drives `gpu::MemoryModel` directly, as the supervisor does: "
-        "each trial is estimated (its admission), then its peak recorded (it ended), so each "
-        "estimate fits again on every trial measured so far, and every tenth more trials the "
-        "params that drive memory are chosen again (the worst figure). Params: `width` and "
-        "`depth` drive memory (the packing bench's continuous workload), the rest are floats of "
-        "no effect. One run per row; wall-clock times of one core.",
-        "",
-        table(rows, against),
-        "",
-        "An admission round estimates each candidate in line (up to 8) once the model has fitted "
-        "again, so a round costs about one figure of the third column plus a few estimates of "
-        "the fitted model (tens of microseconds each).",
-    ])
-    print(body)
-    if not args.no_doc:
-        sb.write_section("model", body)
+            rows.append((p, t, figures(run(example, p, t))))
+    raw = {"info": info, "rows": rows, "against": against, "load_end": os.getloadavg()}
+    bl.save_raw("model.json", raw)
+    bl.publish("model", render(raw), args.no_doc)
 
 
 if __name__ == "__main__":

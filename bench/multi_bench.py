@@ -43,9 +43,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import search_bench as sb  # noqa: E402  (the doc, machine and build helpers)
+import benchlib as bl  # noqa: E402
 
-ROOT = sb.ROOT
+ROOT = bl.ROOT
 DIMS = 10
 MIXED_CHOICES = [("a", 0.0, 0.5), ("b", 0.5, 0.0), ("c", 0.2, 0.2), ("d", 0.6, 0.6)]
 PROBLEMS = ["zdt1", "zdt2", "dtlz2", "mixed"]
@@ -160,7 +160,7 @@ Z80 = 0.841621  # one-sided 80 % power
 
 def p_at_least(mine, theirs):
     """P(a seed of ours scores at least one of theirs), ties counted half (0.5: no difference)."""
-    return 1 - sb.prob_less(mine, theirs) + 0.5 * sum(
+    return 1 - bl.prob_less(mine, theirs) + 0.5 * sum(
         a == b for a in mine for b in theirs) / (len(mine) * len(theirs))
 
 
@@ -211,35 +211,38 @@ def render(raw, more=None):
     s = raw["summary"]
     cps = raw["checkpoints"]
     info = raw["info"]
+    d = bl.internal(raw.get("internals") or bl.internals(), "defaults.sampler")
     lines = [
         "## Several objectives: hypervolume against Optuna's NSGA-II and multi-objective TPE",
         "",
-        "`%s` (`make bench`): %d seeds, %d sequential trials per run, every sampler with its "
-        "defaults (NSGA-II: population 50, uniform crossover 0.9/0.5, mutation 1/n by a random "
-        "draw; TPE: 10 random startup trials, 24 candidates, independent sampling with several "
-        "objectives, constant liar)." % (raw["command"], raw["seeds"], raw["trials"]),
+    ] + bl.machine_lines(info, raw["load_end"]) + [
+        "- Command: `make bench` (runs `.venv/bin/python bench/multi_bench.py`); this run: `%s`"
+        % raw["command"],
+        "- Runtime: %.0f s in all (sweepd %.1f s, Optuna %.0f s, %d at once); raw results: "
+        "`target/bench/multi.json`%s" % (raw["wall_s"], raw["sweepd_wall_s"], raw["optuna_wall_s"],
+                                         raw["jobs"], " and `multi_more.json`" if more else ""),
         "",
-    ] + sb.machine_lines(info, raw["load_end"]) + [
-        "- Problems (both objectives minimized): ZDT1 and ZDT2 with 10 variables, DTLZ2 with two "
-        "objectives and 10 variables, and `mixed`: a float, an int, a log int and a categorical "
-        "whose choices trade one objective for the other (definitions in `bench/multi_bench.rs` "
-        "and `.py`, checked to agree: largest difference %.1g). Scaled for this 2-core machine: "
-        "10 variables where ZDT has 30 and DTLZ2 11, so that Optuna's TPE (most of the run time) "
-        "finishes 20 seeds of 300 trials on 4 problems in minutes." % raw["agreement"],
-        "- Hypervolume: Optuna's `compute_hypervolume` of every trial's values, for every "
-        "sampler, against the reference point %s; higher is better. `P(ours >= theirs)`: the "
-        "probability that a seed of sweepd's sampler scores at least one of Optuna's (0.5: no "
-        "difference). `d`: sweepd's mean minus Optuna's, in Optuna's standard deviations, with "
-        "its 95%% confidence interval." % ", ".join("%s %s" % (p, REFERENCE[p]) for p in PROBLEMS),
-        "- Ask: the time of one proposal in ms, mean over every trial and over the last 50 of "
-        "each run (sweepd: `Sampler::sample`, in-process Rust; Optuna: `study.ask` with "
-        "in-memory storage, in Python).",
+        "**What is measured.** %d seeds, %d sequential trials per run, every sampler with its "
+        "defaults (NSGA-II: population %d, uniform crossover %g/%g, mutation 1/n by a random "
+        "draw; TPE: %d random startup trials, %d candidates, independent sampling with several "
+        "objectives, constant liar), on four problems whose two objectives are both minimized: "
+        "ZDT1 and ZDT2 with 10 variables, DTLZ2 with 10, and `mixed` (a float, an int, a log int "
+        "and a categorical whose choices trade one objective for the other), defined in "
+        "`bench/multi_bench.rs` and `.py` and checked to agree (largest difference %.1g); fewer "
+        "variables than the literature's so that Optuna's TPE finishes in minutes on 2 cores. "
+        "Quality is Optuna's `compute_hypervolume` of every trial's values against the reference "
+        "point %s (higher is better); `P(ours ≥ Optuna)` is the probability that a seed of "
+        "sweepd's sampler scores at least one of Optuna's (0.5: no difference). Ask: the time of "
+        "one proposal in ms, mean over every trial and over the last 50 of each run (sweepd: "
+        "`Sampler::sample`, in-process Rust; Optuna: `study.ask` on in-memory storage)." % (
+            raw["seeds"], raw["trials"], d["population_size"], d["crossover_prob"],
+            d["swapping_prob"], d["n_startup_trials"], d["n_ei_candidates"], raw["agreement"],
+            ", ".join("%s %s" % (p, REFERENCE[p]) for p in PROBLEMS)),
         "",
     ]
     header = "| problem | sampler |" + "".join(" HV@%d mean (sd) |" % c for c in cps) + \
         "".join(" P(ours ≥ Optuna) @%d |" % c for c in cps) + " ask ms (mean / last 50) |"
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
-    verdicts = []
     for problem in PROBLEMS:
         for algo in ("nsga2", "tpe"):
             for who in ("sweepd", "optuna"):
@@ -248,46 +251,15 @@ def render(raw, more=None):
                 row = "| %s | %s %s |" % (problem, who, algo_name(algo))
                 for c in cps:
                     hv = r["hv"][str(c)]
-                    row += " %s (%s) |" % (sb.fmt(statistics.fmean(hv)),
-                                           sb.fmt(statistics.pstdev(hv)))
+                    row += " %s (%s) |" % (bl.fmt(statistics.fmean(hv)),
+                                           bl.fmt(statistics.pstdev(hv)))
                 for c in cps:
                     if who == "sweepd":
-                        cmp = compare(r["hv"][str(c)], theirs["hv"][str(c)])
-                        row += " %.2f |" % cmp["p"]
-                        verdicts.append((problem, algo, c, cmp))
+                        row += " %.2f |" % compare(r["hv"][str(c)], theirs["hv"][str(c)])["p"]
                     else:
                         row += " |"
-                row += " %s / %s |" % (sb.fmt(r["ask_ms_mean"]), sb.fmt(r["ask_ms_last50"]))
+                row += " %s / %s |" % (bl.fmt(r["ask_ms_mean"]), bl.fmt(r["ask_ms_last50"]))
                 lines.append(row)
-    behind = [v for v in verdicts if v[3]["d"] < 0]
-    ps = [v[3]["p"] for v in verdicts]
-    mde = verdicts[0][3]["mde"]
-    lines.append("")
-    lines.append("sweepd's mean hypervolume is below Optuna's in %d of %d cells%s" % (
-        len(behind), len(verdicts), ":" if behind else "."))
-    for p, a, c, cmp in behind:
-        lines.append("- %s %s @%d: d = %+.2f [%+.2f, %+.2f], P(ours >= theirs) %.2f "
-                     "(Mann-Whitney p = %.2f)" % (p, algo_name(a), c, cmp["d"], cmp["lo"],
-                                                  cmp["hi"], cmp["p"], cmp["p_value"]))
-    significant = [v for v in verdicts if v[3]["p_value"] < 0.05]
-    lines.append("")
-    lines.append(
-        "Over all %d cells P(ours >= theirs) lies between %.2f and %.2f; the largest gap of the "
-        "means is %.2f of Optuna's standard deviation; %d cell%s differ%s at the 5%% level "
-        "(Mann-Whitney, two-sided, not corrected for the %d comparisons)%s. Power: with %d "
-        "seeds a side, a difference of the means below %.2f sd goes undetected more than one "
-        "time in five (80%% power, two-sided 5%%), so this table alone can show a large gap, "
-        "not rule out a small one." % (
-            len(verdicts), min(ps), max(ps), max(abs(v[3]["d"]) for v in verdicts),
-            len(significant), "" if len(significant) == 1 else "s",
-            "s" if len(significant) == 1 else "", len(verdicts),
-            (": " + "; ".join("%s %s @%d (%s)" % (p, algo_name(a), c,
-                                                  "ours higher" if cmp["d"] > 0 else "ours lower")
-                              for p, a, c, cmp in significant)) if significant else "",
-            raw["seeds"], mde))
-    lines.append("")
-    lines.append("Run time: %.0f s in all (sweepd %.1f s, Optuna %.0f s on %d processes)."
-                 % (raw["wall_s"], raw["sweepd_wall_s"], raw["optuna_wall_s"], raw["jobs"]))
     if more:
         lines += render_more(more, cps)
     lines += render_reading(raw, more, cps)
@@ -314,29 +286,23 @@ def pooled(raw, more):
 
 
 def render_reading(raw, more, cps):
-    """What the figures say about the goal, from every seed run."""
+    """What the figures say about the goal, from every seed run (the table's and, with `more`,
+    the extra runs', all seeds distinct, in a table of their own)."""
     pool = pooled(raw, more)
-    lines = [
-        "",
-        "### Reading",
-        "",
-        "sweepd's samplers are checked against Optuna's own code, not against these figures: "
-        "NSGA-II gives replayed Optuna studies the same generations and parent populations trial "
-        "for trial, and children of fixed parents made of the same parents' values as often "
-        "(`src/sampler/nsga2/tests.rs`); multi-objective TPE puts the same trials below and "
-        "scores every param as Optuna's does, to 1e-9 (`src/sampler/tpe/multi.rs`); generation "
-        "0 and TPE's startup are the random sampler, which draws from Optuna's distributions. "
-        "What differs by design is the random numbers (ChaCha8 streams keyed by seed, trial and "
-        "param, not NumPy's Mersenne Twister), so a seed of sweepd and a seed of Optuna are two "
-        "draws of the same kind of run and the gaps above are expected to be noise. Every seed "
-        "run, pooled (the table's and the extra runs', all distinct). Extra seeds were run "
-        "where a cell looked low, so a pool holding the run that looked low leans that way; "
-        "the runs made after it are the unbiased check:",
-        "",
-    ]
-    header = "| problem | sampler | seeds a side |" + "".join(
-        " d @%d [95%% CI] | P(ours ≥ Optuna) @%d (p) |" % (c, c) for c in cps)
-    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    lines = []
+    if more:
+        lines += [
+            "",
+            "### Every seed run, pooled",
+            "",
+            "The table's seeds and the extra runs' together (extra seeds were run where a cell looked "
+            "low, so a pool holding that run leans that way; the runs made after it are the "
+            "unbiased check):",
+            "",
+        ]
+        header = "| problem | sampler | seeds a side |" + "".join(
+            " d @%d [95%% CI] | P(ours ≥ Optuna) @%d (p) |" % (c, c) for c in cps)
+        lines += [header, "|" + "---|" * (header.count("|") - 1)]
     results = []
     for problem in PROBLEMS:
         for algo in ("nsga2", "tpe"):
@@ -347,7 +313,8 @@ def render_reading(raw, more, cps):
                 row += " %+.2f [%+.2f, %+.2f] | %.2f (%.2f) |" % (
                     cmp["d"], cmp["lo"], cmp["hi"], cmp["p"], cmp["p_value"])
                 results.append((problem, algo, c, len(cell[c][0]), cmp))
-            lines.append(row)
+            if more:
+                lines.append(row)
     holm(results)
     below = [r for r in results if r[4]["d"] < 0 and r[4]["p_holm"] < 0.05]
     above = [r for r in results if r[4]["d"] > 0 and r[4]["p_holm"] < 0.05]
@@ -359,30 +326,36 @@ def render_reading(raw, more, cps):
             "after Holm)" % (r[0], algo_name(r[1]), r[2], r[3], r[4]["d"], r[4]["lo"],
                              r[4]["hi"], r[4]["p_value"], r[4]["p_holm"])
 
-    lines.append("")
+    behind = sum(r[4]["d"] < 0 for r in results)
+    text = ("sweepd's mean hypervolume is below Optuna's in %d of %d cells%s, and `d`, sweepd's "
+            "mean minus Optuna's in units of Optuna's standard deviation, lies between %+.2f and "
+            "%+.2f. " % (behind, len(results), " (every seed run pooled)" if more else "",
+                            min(r[4]["d"] for r in results), max(r[4]["d"] for r in results)))
     if below:
-        lines.append("**Goal (hypervolume at least Optuna's on each problem): not met** where "
-                     "sweepd is below Optuna's at the 5%% level after Holm's correction for the "
-                     "%d comparisons: %s." % (len(results), "; ".join(name(r) for r in below)))
+        text += ("**Goal (hypervolume at least Optuna's on each problem): not met** where sweepd is "
+                 "below Optuna's at the 5%% level after Holm's correction for the %d comparisons: "
+                 "%s. " % (len(results), "; ".join(name(r) for r in below)))
     else:
-        lines.append(
-            "**Goal (hypervolume at least Optuna's on each problem): met to the resolution of "
-            "this benchmark.** No cell is below Optuna's at the 5%% level (Mann-Whitney, "
-            "Holm's correction for the %d comparisons). No benchmark can show two samplers "
-            "exactly equal; what these seeds rule out, at 95%% confidence, is a shortfall of "
-            "sweepd's mean larger than %.2f of Optuna's standard deviation in any cell (the "
-            "weakest bound: %s)." % (len(results), -worst[4]["lo"], name(worst)))
+        text += ("**Goal (hypervolume at least Optuna's on each problem): met to the resolution of "
+                 "this benchmark**: no cell is below Optuna's at the 5%% level (Mann-Whitney, "
+                 "Holm's correction for the %d comparisons), and what these seeds rule out at 95%% "
+                 "confidence is a shortfall larger than %.2f sd in any cell (the weakest bound: "
+                 "%s). " % (len(results), -worst[4]["lo"], name(worst)))
     if above:
-        lines.append("")
-        lines.append("Above Optuna's at the 5%% level after Holm's correction: %s."
-                     % "; ".join(name(r) for r in above))
-    lines.append("")
-    lines.append("Without the correction, %s." % (
-        "no cell differs at the 5% level, by the interval or by Mann-Whitney" if not loose else
-        "these differ at the 5%% level, by the interval or by Mann-Whitney (about %.1f of %d "
-        "such are expected by chance alone): %s" % (0.05 * len(results), len(results),
-                                                      "; ".join(name(r) for r in loose))))
-    return lines
+        text += "Above Optuna's after Holm's correction: %s. " % "; ".join(name(r) for r in above)
+    fewest = min(r[3] for r in results)
+    text += ("With %d seeds a side, a difference below %.2f sd goes undetected more than one time "
+             "in five (80%% power, two-sided 5%%). " % (fewest, (Z95 + Z80) * math.sqrt(2.0 / fewest)))
+    text += "Without the correction, %s. " % (
+        "no cell differs at the 5% level" if not loose else
+        "%s differ%s at the 5%% level (about %.1f of %d are expected by chance alone)" % (
+            "; ".join(name(r) for r in loose), "s" if len(loose) == 1 else "",
+            0.05 * len(results), len(results)))
+    text += ("The samplers are checked against Optuna's own code in unit tests "
+             "(`src/sampler/nsga2/tests.rs`, `src/sampler/tpe/multi.rs`) and differ by design only "
+             "in their random numbers, so a seed of each is a draw of the same kind of run and the "
+             "gaps are expected to be noise.")
+    return lines + ["", "**Reading.** " + text]
 
 
 def holm(results):
@@ -409,17 +382,14 @@ def render_more(more, cps):
         runs.setdefault(cell["command"], cell)
     for command, cell in runs.items():
         info = cell["info"]
-        lines.append("- `%s`: %s, sweepd %s, `%s`, %s, nproc %s, load average %s at start, "
-                     "%s at end; %.0f s" % (
-                         command, info["date_utc"], info["commit"], info["arch"], info["cpu"],
-                         info["nproc"], "/".join("%.2f" % x for x in info["loadavg"]),
-                         "/".join("%.2f" % x for x in cell["load_end"]), cell["wall_s"]))
+        lines.append("- `%s`: %s, sweepd %s, nproc %s, load average %.2f at start, %.2f at end; "
+                     "%.0f s" % (command, info["date_utc"], info["commit"], info["nproc"],
+                                 info["loadavg"][0], cell["load_end"][0], cell["wall_s"]))
     lines.append("")
     header = "| problem | sampler | seeds a side |" + "".join(
         " HV@%d sweepd / Optuna mean |" % c for c in cps) + "".join(
         " d @%d [95%% CI] | P(ours ≥ Optuna) @%d (p) |" % (c, c) for c in cps)
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
-    verdicts = []
     def order(key):
         problem, algo, first = key.split("/")
         return PROBLEMS.index(problem), algo, int(first)
@@ -432,29 +402,12 @@ def render_more(more, cps):
         cmps = []
         for c in cps:
             mine, theirs = cell["hv"]["sweepd"][str(c)], cell["hv"]["optuna"][str(c)]
-            row += " %s / %s |" % (sb.fmt(statistics.fmean(mine)), sb.fmt(statistics.fmean(theirs)))
+            row += " %s / %s |" % (bl.fmt(statistics.fmean(mine)), bl.fmt(statistics.fmean(theirs)))
             cmps.append(compare(mine, theirs))
         for cmp in cmps:
             row += " %+.2f [%+.2f, %+.2f] | %.2f (%.2f) |" % (
                 cmp["d"], cmp["lo"], cmp["hi"], cmp["p"], cmp["p_value"])
-            verdicts.append(cmp)
         lines.append(row)
-    lines.append("")
-    lo = min(v["lo"] for v in verdicts)
-    sig = [v for v in verdicts if v["p_value"] < 0.05 or v["lo"] > 0 or v["hi"] < 0]
-    sizes = sorted({len(c["seeds"]) for c in more["cells"].values()})
-    lines.append(
-        "Over these %d comparisons the lowest end of a 95%% interval is %+.2f sd; %d "
-        "comparison%s differ%s from Optuna at the 5%% level, by the interval or by Mann-Whitney "
-        "(two-sided, uncorrected; about %.1f are expected by chance alone)%s. The smallest "
-        "difference detected with 80%% power: %s." % (
-            len(verdicts), lo, len(sig), "" if len(sig) == 1 else "s",
-            "s" if len(sig) == 1 else "", 0.05 * len(verdicts),
-            (": " + ", ".join("d = %+.2f [%+.2f, %+.2f], p = %.2f"
-                              % (v["d"], v["lo"], v["hi"], v["p_value"]) for v in sig))
-            if sig else "",
-            ", ".join("%.2f sd with %d seeds a side" % ((Z95 + Z80) * math.sqrt(2.0 / n), n)
-                      for n in sizes)))
     return lines
 
 
@@ -474,14 +427,14 @@ def main():
     ap.add_argument("--target-dir", default=os.environ.get("CARGO_TARGET_DIR"))
     ap.add_argument("--render", action="store_true", help="rewrite the doc from the raw results")
     args = ap.parse_args()
-    raw_path = sb.RAW_DIR / "multi.json"
-    more_path = sb.RAW_DIR / "multi_more.json"
+    raw_path = bl.RAW_DIR / "multi.json"
+    more_path = bl.RAW_DIR / "multi_more.json"
 
     def load_more():
         return json.loads(more_path.read_text()) if more_path.exists() else None
 
     if args.render:
-        sb.write_section("multi", render(json.loads(raw_path.read_text()), load_more()))
+        bl.publish("multi", render(json.loads(raw_path.read_text()), load_more()), args.no_doc)
         return
     algos = args.algos.split(",") if args.more else ["nsga2", "tpe"]
     problems = args.problems.split(",") if args.more else PROBLEMS
@@ -490,10 +443,10 @@ def main():
     if args.more and args.first_seed < json.loads(raw_path.read_text())["seeds"]:
         raise SystemExit("--more needs fresh seeds: --first-seed at least the main run's --seeds")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    info = sb.machine_info()
-    info["commit"] = sb.source_state()
-    sb.cargo_build(args, ["--example", "multi_bench"])
-    example = sb.target_dir(args) / "release" / "examples" / "multi_bench"
+    info = bl.machine_info()
+    info["commit"] = bl.source_state()
+    bl.cargo_build(args, ["--example", "multi_bench", "--bin", "sweepd"])
+    example = bl.target_dir(args) / "release" / "examples" / "multi_bench"
     start = time.time()
     runs = {}
     t = time.time()
@@ -503,7 +456,7 @@ def main():
             runs[(kind, problem)] = sweepd_runs(example, kind, problem, seeds, args.trials)
     sweepd_wall = time.time() - t
     agreement = check_agreement(runs)
-    sb.log("sweepd: %.1f s; Optuna next (%d runs on %d processes)"
+    bl.log("sweepd: %.1f s; Optuna next (%d runs on %d processes)"
            % (sweepd_wall, len(algos) * len(problems) * len(seeds), args.jobs))
     t = time.time()
     jobs = [("optuna-" + algo, problem, seed, args.trials) for algo in algos
@@ -531,7 +484,7 @@ def main():
                     "hv": {who: summary[problem]["%s-%s" % (who, algo)]["hv"]
                            for who in ("sweepd", "optuna")},
                 }
-        sb.save_raw("multi_more.json", more)
+        bl.save_raw("multi_more.json", more)
         text = render(main_raw, more)
     else:
         raw = {
@@ -544,13 +497,12 @@ def main():
             "summary": summary,
             "sweepd_wall_s": sweepd_wall, "optuna_wall_s": optuna_wall,
             "wall_s": time.time() - start, "load_end": os.getloadavg(),
+            "internals": bl.internals(bl.target_dir(args) / "release" / "sweepd"),
         }
-        sb.save_raw("multi.json", raw)
+        bl.save_raw("multi.json", raw)
         # Extra runs of an earlier main run stay, each row naming its own commit and date.
         text = render(raw, load_more())
-    print(text)
-    if not args.no_doc:
-        sb.write_section("multi", text)
+    bl.publish("multi", text, args.no_doc)
 
 
 if __name__ == "__main__":

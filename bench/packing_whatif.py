@@ -3,11 +3,13 @@
 Usage: .venv/bin/python bench/packing_whatif.py DIR
 DIR: a run of bench/gpu_bench.py kept with GPU_BENCH_KEEP=1 (`kept /tmp/sweepd-pack-...`).
 
-Everything here is list scheduling of the run's own trials (their recorded peaks and lengths,
-studies interleaved in trial-number order, at most 8 at once per study), as a fraction of the
-oracle's throughput (the true peaks on 24 GiB). Learners and held estimates get 24 GiB less
-sweepd's 1 GiB headroom. A foreign process is left out (the card keeps its 24 GiB): read the
-figures of the foreign workload with that in mind. docs/benchmarks.md quotes these figures.
+Everything here is list scheduling (`benchlib.oracle`) of the run's own trials (their recorded
+peaks and lengths, studies interleaved in trial-number order, at most the run's `max_par` at once
+per study), as a fraction of the oracle's throughput (the true peaks on the run's card). Learners
+and held estimates get the card less sweepd's default headroom; sweepd's rule for a study's first
+trials and the defaults come from the binary (`sweepd internals --json`). A foreign process is
+left out (the card keeps its size): read the figures of the foreign workload with that in mind.
+docs/decisions.md quotes these figures.
 """
 
 import datetime
@@ -16,12 +18,16 @@ import math
 import os
 import sqlite3
 import sys
+import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpu_bench as gb  # noqa: E402
+import benchlib as bl  # noqa: E402
 
-GIB = gb.GIB
-CARD = gb.PACK_CARD - GIB
+# The fake NVML's state file, parsed as the simulated worker parses it.
+sys.path.insert(0, os.path.join(str(bl.ROOT), "tests", "workers"))
+from gpu_sim_worker import read_state  # noqa: E402
+
+GIB = bl.GIB
 
 
 def kept_run(root):
@@ -30,10 +36,10 @@ def kept_run(root):
     if not dirs:
         sys.exit("packing_whatif: no study directory in %s (keep a run with GPU_BENCH_KEEP=1)"
                  % root)
-    est = gb.estimates_in(dirs)
+    est = bl.estimates_in(dirs)
     rows, starts, ends = [], [], []
     for i, d in enumerate(dirs):
-        for n, (peak, dur, _) in gb.records_in(os.path.join(d, "record")).items():
+        for n, (peak, dur, _) in bl.records_in(os.path.join(d, "record")).items():
             rows.append(dict(study=i, n=n, peak=peak, dur=dur, est=est.get((i, n), peak)))
         conn = sqlite3.connect("file:%s?mode=ro" % os.path.join(d, "study.db"), uri=True)
         try:
@@ -47,13 +53,12 @@ def kept_run(root):
     return rows, (max(ends) - min(starts)) if starts else float("nan")
 
 
-def ramp_of(root):
-    """The trials' ramp (`SIM_RAMP_S` in the first study's config), in seconds."""
-    import tomllib
-
-    with open(glob.glob(os.path.join(root, "study*", "supervisor.toml"))[0], "rb") as f:
+def run_config(root):
+    """The first study's supervisor.toml and the card's size (the fake NVML's state file)."""
+    with open(sorted(glob.glob(os.path.join(root, "study*", "supervisor.toml")))[0], "rb") as f:
         config = tomllib.load(f)
-    return float(config.get("worker", {}).get("env", {}).get("SIM_RAMP_S", 0.2))
+    totals, _ = read_state(os.path.join(root, "nvml.state"))
+    return config, totals[0]
 
 
 def main():
@@ -61,39 +66,42 @@ def main():
         sys.exit(__doc__.strip().splitlines()[2])
     root = sys.argv[1]
     rows, sweepd_span = kept_run(root)
+    config, full = run_config(root)
+    internals = bl.internals()
+    k0 = bl.internal(internals, "consts.MIN_MEASURED")
+    margin = bl.internal(internals, "consts.PRIOR_MARGIN")
+    prior = int(bl.internal(internals, "defaults.gpu.trial_memory") * margin)
+    card = full - bl.internal(internals, "defaults.gpu.headroom")
     studies = [r["study"] for r in rows]
-    cap = gb.PACK_MAX_PAR * len(set(studies))
+    cap = config["worker"]["max_par"] * len(set(studies))
     peaks = [(r["peak"], r["dur"]) for r in rows]
-    span = gb.oracle(peaks, cap, gb.PACK_CARD)[0]
+    span = bl.oracle(peaks, cap, full)[0]
     print("oracle %.2f s; sweepd %.2f s: %.3f of the oracle" % (span, sweepd_span,
                                                                 span / sweepd_span))
-    ramp = ramp_of(root)
-    prior = gb.LEARN_PRIOR
-    print("learners (the true peaks, %d GiB):" % (CARD // GIB))
+    ramp = float(config.get("worker", {}).get("env", {}).get("SIM_RAMP_S", 0.2))
+    print("learners (the true peaks, %s):" % bl.gib(card))
     for what, k, k1, p, settle in [
-            ("sweepd's rule: first %d at the prior, known once they end" % gb.LEARN_K,
-             gb.LEARN_K, gb.LEARN_K, prior, math.inf),
-            ("known once 1 of the first %d has ended" % gb.LEARN_K, gb.LEARN_K, 1, prior,
+            ("sweepd's rule: first %d at the prior, known once they end" % k0, k0, k0, prior,
              math.inf),
+            ("known once 1 of the first %d has ended" % k0, k0, 1, prior, math.inf),
             ("only the first trial at the prior, known once it ends", 1, 1, prior, math.inf),
-            ("trial_memory 4 GiB (x %g)" % gb.LEARN_MARGIN, gb.LEARN_K, gb.LEARN_K,
-             int(4 * GIB * gb.LEARN_MARGIN), math.inf),
+            ("trial_memory 4 GiB (x %g)" % margin, k0, k0, int(4 * GIB * margin), math.inf),
             ("first trials settle %.1f s after they start (twice the ramp and a reading)"
-             % (2 * ramp + 0.1), gb.LEARN_K, gb.LEARN_K, prior, 2 * ramp + 0.1),
+             % (2 * ramp + 0.1), k0, k0, prior, 2 * ramp + 0.1),
             ("no learning: every peak known from the start", 0, 0, 0, math.inf)]:
-        got = gb.oracle(peaks, cap, CARD, learn=(studies, k, p, k1, settle))[0]
+        got = bl.oracle(peaks, cap, card, learn=(studies, k, p, k1, settle))[0]
         print("  %.3f  %s" % (span / got, what))
     for f in (1.05, 1.10):
         told = [(r["peak"] * f, r["dur"]) for r in rows]
         print("  %.3f  no learning, every peak x %.2f" % (
-            span / gb.oracle(told, cap, CARD)[0], f))
+            span / bl.oracle(told, cap, card)[0], f))
         print("  %.3f  sweepd's rule, every later peak x %.2f" % (
-            span / gb.oracle(told, cap, CARD, learn=(studies, gb.LEARN_K, prior))[0], f))
-    print("sweepd's estimates held whole (%d GiB), in these orders:" % (CARD // GIB))
+            span / bl.oracle(told, cap, card, learn=(studies, k0, prior))[0], f))
+    print("sweepd's estimates held whole (%s), in these orders:" % bl.gib(card))
     per = max(r["n"] for r in rows) + 1
 
     def held(order):
-        return span / gb.oracle([(r["est"], r["dur"]) for r in order], cap, CARD)[0]
+        return span / bl.oracle([(r["est"], r["dur"]) for r in order], cap, card)[0]
 
     print("  %.3f  trial-number order" % held(rows))
     print("  %.3f  largest first (every trial of the run known in advance)"

@@ -29,7 +29,6 @@ Writes its section of ``docs/benchmarks.md`` (between ``<!-- bench:postgres -->`
 """
 
 import argparse
-import json
 import os
 import pwd
 import shutil
@@ -41,13 +40,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_bench import ROOT, cargo_build, machine_info, save_raw, source_state, target_dir, write_section  # noqa: E402
+import benchlib as bl  # noqa: E402
 
 RAW = "postgres_bench.json"
 
 
-def log(msg):
-    print("[postgres_bench %s] %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+log = bl.log
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,63 +211,6 @@ class Cluster:
 # ----------------------------------------------------------------------------------------------
 # Measuring
 
-WORKER = '''\
-import time
-
-import sweepd_worker
-
-
-def objective(trial):
-    p = trial.params
-    if {sleep} > 0:
-        time.sleep({sleep})
-    return (float(p["x"]) - 1.5) ** 2 + 0.5 * (int(p["y"]) - 2) ** 2
-
-
-sweepd_worker.serve(objective)
-'''
-
-TOML = '''\
-[study]
-name = "bench"
-direction = "minimize"
-n_trials = {n}
-sampler = "random"
-seed = {seed}
-
-[storage]
-url = "{url}"
-
-[worker]
-command = [{python}, "worker.py"]
-mode = "persistent"
-max_par = {par}
-trial_timeout = "1m"
-log_dir = "logs"
-
-[params.x]
-type = "float"
-low = -5.0
-high = 5.0
-
-[params.y]
-type = "int"
-low = -4
-high = 8
-step = 2
-
-[params.optimizer]
-type = "categorical"
-choices = ["adam", "sgd", "rmsprop"]
-
-[params.lr]
-type = "float"
-low = 1e-5
-high = 1e-1
-log = true
-'''
-
-
 def sqlite_trials(path):
     """(state, start, complete) of a SQLite study's trials (the control run)."""
     import datetime
@@ -319,10 +260,8 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
     cpu0, t0 = cpu_busy(), time.time()
     for h in range(hosts):
         d = base / ("host%d" % h)
-        d.mkdir(parents=True)
-        (d / "worker.py").write_text(WORKER.format(sleep=sleep))
-        (d / "supervisor.toml").write_text(TOML.format(n=n, par=par, seed=h + 1, url=url,
-                                                       python=json.dumps(sys.executable)))
+        bl.write_instant_study(d, n, par, sampler="random", seed=h + 1, url=url, name="bench",
+                               sleep=sleep)
         env = dict(os.environ, SWEEPD_HOST_ID="h%d" % h, SWEEPD_LOG="warn")
         out = open(d / "daemon.log", "w")
         procs.append((subprocess.Popen([str(sweepd), "run", "-c", str(d / "supervisor.toml")], cwd=d,
@@ -375,20 +314,16 @@ def run_daemons(sweepd, cluster, workdir, name, hosts, par, n, sleep, sqlite=Fal
 
 OPTUNA_CHILD = '''
 import sys, time, optuna
+sys.path.insert(0, sys.argv[5])
+from benchlib import instant_objective
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 url, n, seed, deadline = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 study = optuna.load_study(study_name="bench", storage=url, sampler=optuna.samplers.RandomSampler(seed=seed))
 end = time.time() + deadline
-def objective(trial):
-    x = trial.suggest_float("x", -5.0, 5.0)
-    y = trial.suggest_int("y", -4, 8, step=2)
-    trial.suggest_categorical("optimizer", ["adam", "sgd", "rmsprop"])
-    trial.suggest_float("lr", 1e-5, 1e-1, log=True)
-    return (x - 1.5) ** 2 + 0.5 * (y - 2) ** 2
 def stop_at_deadline(study, trial):
     if time.time() > end:
         study.stop()
-study.optimize(objective, n_trials=n, callbacks=[stop_at_deadline])
+study.optimize(instant_objective, n_trials=n, callbacks=[stop_at_deadline])
 '''
 
 
@@ -405,7 +340,8 @@ def run_optuna(cluster, name, procs, n, deadline):
     # Each process runs its share of the study (`n_trials = n / procs`), as people split a
     # budget over processes; `MaxTrialsCallback` would read the whole study after every trial.
     shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
-    ps = [subprocess.Popen([sys.executable, "-c", OPTUNA_CHILD, url, str(shares[i]), str(i + 1), str(deadline)])
+    ps = [subprocess.Popen([sys.executable, "-c", OPTUNA_CHILD, url, str(shares[i]), str(i + 1), str(deadline),
+                           str(bl.BENCH_DIR)])
           for i in range(procs)]
     rcs, usage = [], []
     for p in ps:
@@ -446,18 +382,14 @@ def f(x, digits=1):
 def render(raw):
     info, args = raw["info"], raw["args"]
     L = ["## PostgreSQL: several hosts on one study, and Optuna's RDB storage", ""]
-    L += [
-        "- Date: %s" % info["date_utc"],
-        "- Machine: `%s`, %s, nproc %s, Linux %s (`uname -a`: `%s`)" % (info["arch"], info["cpu"], info["nproc"], info["kernel"], info["uname"]),
-        "- Software: sweepd %s (release build), %s, Python %s, Optuna %s, %s" % (info["commit"], info["rustc"], info["python"], info["optuna"], info["postgres"]),
-        "- Load average (1/5/15 min) at start %s, at end %s: other work on the machine inflates timings"
-        % ("/".join("%.2f" % x for x in info["loadavg"]), "/".join("%.2f" % x for x in raw["load_end"])),
+    L += bl.machine_lines(info, raw["load_end"], "other work on the machine inflates timings") + [
         "- Command: `make bench` (runs `.venv/bin/python bench/postgres_bench.py`); this run: `%s`" % raw["command"],
         "- Server: a throwaway cluster started by the script (`initdb`, `pg_ctl`) on a loopback port of the same machine, "
         "default durability (`fsync = on`, `synchronous_commit = on`: every commit waits for the WAL on disk), "
         "`shared_buffers = 128MB`. Every sweepd \"host\" is a `target/release/sweepd run` with its own `SWEEPD_HOST_ID`; "
-        "hosts, workers, Optuna processes and the server all share the machine's %s cores." % info["nproc"],
-        "- Runtime: %.0f s in all" % raw["total_s"],
+        "hosts, workers, Optuna processes and the server all share the machine's %s cores; %s."
+        % (info["nproc"], info["postgres"]),
+        "- Runtime: %.0f s in all; raw results: `target/bench/%s`" % (raw["total_s"], RAW),
         "",
         "### 1. Coordination: hosts of 2 slots, trials of exactly 50 ms",
         "",
@@ -502,8 +434,7 @@ def render(raw):
                 L.append("| `%s` | %.3f | %.3f |" % (text.replace("|", "\\|"), c / k, t / max(c, 1)))
     L += ["", "### 2. Per-trial cost: instant trials, sweepd against Optuna's RDB storage on the same server", "",
           "Both sides: the same 4 params (float, int with step, categorical, log float) and objective, random sampler "
-          "(this measures storage and coordination, not the samplers: sweepd's TPE and Optuna's are compared in "
-          "\"Sampler quality\" and \"Overhead\" above). sweepd: `max_par = 2` per host, persistent workers whose objective "
+          "(storage and coordination are measured here, not the samplers). sweepd: `max_par = 2` per host, persistent workers whose objective "
           "returns at once; Optuna: `optuna.load_study(storage=\"postgresql+psycopg2://...\")` then `study.optimize"
           "(n_trials=n / processes)` in each process, one trial at a time, stopped after %g s if not done. "
           "Trials/s from `datetime_complete`: `first 1k` = the first 1000 completions, `last 1k` = the last 1000 of the run; "
@@ -544,85 +475,76 @@ def render(raw):
         b = s10["rate_last_1k"] / o["rate_last_1k"] if s10 and s10["rate_last_1k"] and o["rate_last_1k"] else None
         note = "" if o["reached"] else " (Optuna's last 1k ended at trial %d, not %d)" % (o["complete"], o["n"])
         L.append("| %d | %s | %s%s |" % (h, "x" + f(a) if a else "n/a", "x" + f(b) if b else "n/a", note))
-    L += ["", "Flat from 1k to 10k (sweepd, trials/s of the 10k study's last 1000 / of the 1k study whole):", ""]
-    for h in sorted({r["hosts"] for r in raw["sweepd"]}):
-        s1 = next((r for r in raw["sweepd"] if r["hosts"] == h and r["n"] == min(args["sizes"])), None)
-        s10 = next((r for r in raw["sweepd"] if r["hosts"] == h and r["n"] == max(args["sizes"])), None)
-        if s1 and s10 and s1["rate_whole"] and s10["rate_last_1k"]:
-            L.append("- %d host%s: %s / %s = %s" % (h, "" if h == 1 else "s", f(s10["rate_last_1k"]), f(s1["rate_whole"]),
-                                                  f(s10["rate_last_1k"] / s1["rate_whole"], 2)))
-    L += ["", "### Against the goals", ""]
-    L += goals(raw)
-    L += ["", "The machine is shared with other work whose load changes from minute to minute (the load average "
-          "columns): runs minutes apart, and the sweepd and Optuna runs are minutes apart, see different machines. "
-          "Compare figures of one run (the columns of a row) before figures of different runs."]
-    L += ["", "Raw results: `target/bench/%s`." % RAW]
+    L += ["", "**Reading.** " + reading(raw)]
     return "\n".join(L) + "\n"
 
 
-def goals(raw):
+def reading(raw):
     """The goals, met or not, from the figures (nothing here is written by hand)."""
-    args, out = raw["args"], []
-    pg = [r for r in raw["coordination"] if r.get("engine") != "sqlite"]
+    args = raw["args"]
+    out = []
+    pg = [r for r in raw["coordination"] if r.get("engine") != "sqlite" and r["rate_middle80"]]
     control = next((r for r in raw["coordination"] if r.get("engine") == "sqlite"), None)
-    for r in pg:
-        if not r["rate_middle80"]:
-            continue
-        ideal = r["hosts"] * r["par"] / r["sleep_s"]
-        share = r["rate_middle80"] / ideal
-        ours = sum(r["cpu_s_daemons_and_workers"]) + (r.get("server_cpu_s") or 0.0)
-        line = "- Coordination at %d host%s: %.3f of ideal (%.1f of %.0f trials/s)" % (
-            r["hosts"], "" if r["hosts"] == 1 else "s", share, r["rate_middle80"], ideal)
-        if r is pg[-1]:
-            line += ", goal >= 0.9 at %d hosts: **%s**" % (r["hosts"], "met" if share >= 0.9 else "NOT met")
-        line += ". The machine's cores were %.0f%% busy; this run's own processes (daemons, workers, server) " \
-                "used %.0f%% of them, the rest was other work (load average %.1f -> %.1f)%s." % (
-                    100 * r["machine_busy"], 100 * ours / r["cores_s"] if r.get("cores_s") else float("nan"),
-                    r["load_start"][0], r["load_end"][0],
-                    ": CPU-bound" if r["machine_busy"] >= 0.9 else "")
-        out.append(line)
-    if control and control["rate_middle80"]:
-        ideal = control["hosts"] * control["par"] / control["sleep_s"]
-        out.append("- Control: the same daemon on SQLite (1 host, same invocation) reached %.3f of ideal: what this "
-                   "machine allows a daemon, its Python workers and 50 ms sleeps under the load it had, without PostgreSQL."
-                   % (control["rate_middle80"] / ideal))
+    share = {r["hosts"]: r["rate_middle80"] / (r["hosts"] * r["par"] / r["sleep_s"]) for r in pg}
+    if share:
+        most = max(share)
+        line = "Coordination reached %s of the ideal throughput at %s hosts (goal: at least 0.9 at " \
+            "%d hosts, **%s**)" % ("/".join("%.3f" % share[h] for h in sorted(share)),
+                                   "/".join(str(h) for h in sorted(share)), most,
+                                   "met" if share[most] >= 0.9 else "not met")
+        if control and control["rate_middle80"]:
+            line += ", against %.3f for the same daemon on SQLite, what this machine allows its " \
+                "workers and 50 ms sleeps" % (control["rate_middle80"] /
+                                             (control["hosts"] * control["par"] / control["sleep_s"]))
+        out.append(line + ".")
     opt = {r["procs"]: r for r in raw["optuna"]}
     small, large = min(args["sizes"]), max(args["sizes"])
+    x1, x10, flat, cpu, busy = [], [], [], [], []
+
+    def cpu_of(r, keys):
+        return sum(sum(v) if isinstance(v, list) else (v or 0.0) for v in (r.get(k) for k in keys))
+
     for h in sorted({r["hosts"] for r in raw["sweepd"]}):
         s1 = next((r for r in raw["sweepd"] if r["hosts"] == h and r["n"] == small), None)
         s10 = next((r for r in raw["sweepd"] if r["hosts"] == h and r["n"] == large), None)
         o = opt.get(h)
-        parts = []
         if o and s1 and s1["rate_whole"] and o["rate_first_1k"]:
-            x = s1["rate_whole"] / o["rate_first_1k"]
-            parts.append("x%.1f Optuna's throughput at %d trials (**%s**)" % (x, small, "met" if x >= 20 else "NOT met"))
+            x1.append(s1["rate_whole"] / o["rate_first_1k"])
         if o and s10 and s10["rate_last_1k"] and o["rate_last_1k"]:
-            x = s10["rate_last_1k"] / o["rate_last_1k"]
-            parts.append("x%.1f at %d (**%s**%s)" % (x, large, "met" if x >= 20 else "NOT met",
-                                                    "" if o["reached"] else "; Optuna stopped at %d trials after %g s" % (o["complete"], o["deadline_s"])))
+            x10.append(s10["rate_last_1k"] / o["rate_last_1k"])
         if s1 and s10 and s1["rate_whole"] and s10["rate_last_1k"]:
-            x = s10["rate_last_1k"] / s1["rate_whole"]
-            within = s10["rate_last_1k"] / s10["rate_first_1k"] if s10["rate_first_1k"] else None
-            parts.append("from %d to %d trials %.2f of the throughput (%s; within the %d-trial run, its last 1000 "
-                         "against its first: %s)" % (small, large, x, "flat" if x >= 0.8 else "NOT flat", large,
-                                                    f(within, 2)))
-        cpu = lambda r, keys: sum(sum(v) if isinstance(v, list) else (v or 0.0) for v in (r.get(k) for k in keys))
+            flat.append(s10["rate_last_1k"] / s1["rate_whole"])
         if o and s10 and s10["complete"] and o["complete"]:
-            ours = cpu(s10, ("cpu_s_daemons_and_workers", "server_cpu_s")) / s10["complete"]
-            theirs = cpu(o, ("client_cpu_s", "server_cpu_s")) / o["complete"]
+            ours = cpu_of(s10, ("cpu_s_daemons_and_workers", "server_cpu_s")) / s10["complete"]
+            theirs = cpu_of(o, ("client_cpu_s", "server_cpu_s")) / o["complete"]
             if ours > 0:
-                # What bounds the ratio once the machine is busy: the CPU a trial costs each side.
-                line = "CPU per trial, client + server, %.2f ms against Optuna's %.2f (x%.1f)" % (
-                    1e3 * ours, 1e3 * theirs, theirs / ours)
-                if o["machine_busy"] >= 0.9:
-                    line += (": Optuna kept the machine's cores %.0f%% busy, so no throughput ratio above that "
-                             "is possible here; x20 would take %.2f ms per trial, and the server's share alone "
-                             "is %.2f now" % (100 * o["machine_busy"], 1e3 * theirs / 20,
-                                              1e3 * cpu(s10, ("server_cpu_s",)) / s10["complete"]))
-                parts.append(line)
-        if parts:
-            out.append("- %d process%s: %s." % (h, "" if h == 1 else "es", "; ".join(parts)))
-    return out
+                cpu.append((1e3 * ours, 1e3 * theirs))
+            busy.append(o["machine_busy"])
+
+    if x1 or x10:
+        parts = []
+        if x1:
+            parts.append("x%s Optuna's throughput at %d trials" % (bl.span(x1, "%.1f"), small))
+        if x10:
+            parts.append("x%s at %d" % (bl.span(x10, "%.1f"), large))
+        every = x1 + x10
+        out.append("With 1 to %d processes a side, sweepd ran %s (goal: at least x20, **%s**)." % (
+            max(opt) if opt else 1, " and ".join(parts),
+            "met" if every and min(every) >= 20 else "not met"))
+    if flat:
+        out.append("sweepd's throughput over the last 1000 trials of a %d-trial study was %s of a %d-trial "
+                   "study's (%s)." % (large, bl.span(flat), small,
+                                      "flat" if min(flat) >= 0.8 else "not flat"))
+    if cpu:
+        line = "A trial cost %s ms of CPU, client and server, against Optuna's %s" % (
+            bl.span([c[0] for c in cpu]), bl.span([c[1] for c in cpu]))
+        if busy and max(busy) >= 0.9:
+            line += ("; Optuna kept the cores up to %.0f%% busy, so that ratio, not sweepd's own "
+                     "speed, bounds the throughput ratio here" % (100 * max(busy)))
+        out.append(line + ".")
+    out.append("The machine is shared with other work whose load moves from minute to minute (the "
+               "load columns): compare the figures of one row before those of different runs.")
+    return " ".join(out)
 
 
 def main():
@@ -644,17 +566,14 @@ def main():
                     help="rewrite the doc section from target/bench/%s (no measuring)" % RAW)
     args = ap.parse_args()
     if args.render:
-        from search_bench import RAW_DIR
-
-        body = render(json.loads((RAW_DIR / RAW).read_text()))
-        print(body) if args.no_doc else write_section("postgres", body)
+        bl.publish("postgres", render(bl.load_raw(RAW)), args.no_doc)
         return
     hosts = [int(x) for x in args.hosts.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
-    source = source_state()
-    cargo_build(args, ["--bin", "sweepd"])
-    sweepd = target_dir(args) / "release" / "sweepd"
-    info = dict(machine_info(), commit=source, uname=" ".join(os.uname()))
+    source = bl.source_state()
+    bl.cargo_build(args, ["--bin", "sweepd"])
+    sweepd = bl.target_dir(args) / "release" / "sweepd"
+    info = dict(bl.machine_info(), commit=source, uname=" ".join(os.uname()))
     t0 = time.time()
     workdir = tempfile.mkdtemp(prefix="sweepd-pgbench-runs-", dir=args.workdir)
     cluster = Cluster(args.workdir)
@@ -709,9 +628,8 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
     raw["total_s"] = time.time() - t0
     raw["load_end"] = os.getloadavg()
-    save_raw(RAW, raw)
-    body = render(raw)
-    print(body) if args.no_doc else write_section("postgres", body)
+    bl.save_raw(RAW, raw)
+    bl.publish("postgres", render(raw), args.no_doc)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ Run with the test venv's Python (Optuna 5.0 from requirements-test.txt)::
    defined identically in Rust and here; the run first checks that both definitions agree.
 2. ``overhead``: the whole daemon (``target/release/sweepd run``) with persistent Python workers
    whose objective returns at once, sampler TPE, at 1k/10k/100k trials; then Optuna with SQLite
-   storage and TPE on the same search space and instant objective.
+   storage and TPE on the same search space and instant objective (``benchlib``'s instant study).
 
 Each writes its section of ``docs/benchmarks.md`` (between ``<!-- bench:sampler -->`` and
 ``<!-- /bench:sampler -->``, resp. ``<!-- bench:overhead -->``...) and its raw results to
@@ -25,32 +25,19 @@ Each writes its section of ``docs/benchmarks.md`` (between ``<!-- bench:sampler 
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import math
 import os
-import platform
 import random
-import re
 import shutil
-import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
-RAW_DIR = ROOT / "target" / "bench"
-
-DOC_INTRO = """# Benchmarks
-
-Measured results, each section written by the script that produced it (`make bench` runs them
-all). Every section states its date, machine, command and parameters; figures from different
-machines or dates are not comparable.
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as bl  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------
 # Test functions: the same definitions as bench/sampler_bench.rs (checked by `check_functions`).
@@ -178,153 +165,6 @@ def functions():
 
 
 # ----------------------------------------------------------------------------------------------
-# Helpers
-
-
-def log(msg):
-    print("[search_bench %s] %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
-
-
-def percentile(xs, q):
-    """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def prob_less(a, b):
-    """P(A < B) + 0.5 P(A = B) for independent draws from samples a and b (the common-language
-    effect size of the Mann-Whitney U test): 0.5 = no difference, 1 = A always lower."""
-    wins = sum((x < y) + 0.5 * (x == y) for x in a for y in b)
-    return wins / (len(a) * len(b))
-
-
-def fmt(x):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if x == 0:
-        return "0"
-    a = abs(x)
-    if a >= 1000 or a < 1e-3:
-        return "%.3g" % x
-    if a >= 100:
-        return "%.1f" % x
-    if a >= 1:
-        return "%.3f" % x
-    return "%.4f" % x
-
-
-def machine_info():
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-
-    def out(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        except OSError:
-            return "unknown"
-
-    import optuna
-
-    return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "arch": platform.machine(),
-        "cpu": cpu,
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "optuna": optuna.__version__,
-        "rustc": out(["rustc", "--version"]),
-        "placeholder_tpe": tpe_is_placeholder(),
-        "loadavg": os.getloadavg(),
-    }
-
-
-def source_state():
-    """The commit the binaries are built from, read before building."""
-
-    def out(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        except OSError:
-            return "unknown"
-
-    commit = out(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
-    dirty = out(["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "Cargo.toml",
-                 "Cargo.lock", "migrations"])
-    return commit + (" + uncommitted changes in src/" if dirty else "")
-
-
-def machine_lines(info, load_end):
-    return [
-        "- Date: %s" % info["date_utc"],
-        "- Machine: `%s`, %s, nproc %s, Linux %s"
-        % (info["arch"], info["cpu"], info["nproc"], info["kernel"]),
-        "- Software: sweepd %s (release build), %s, Python %s, Optuna %s"
-        % (info["commit"], info["rustc"], info["python"], info["optuna"]),
-        "- Load average (1/5/15 min) at start %s, at end %s: other work on the machine inflates "
-        "timings, never the quality figures"
-        % ("/".join("%.2f" % x for x in info["loadavg"]), "/".join("%.2f" % x for x in load_end)),
-    ]
-
-
-def write_section(marker, body):
-    """Replaces the text between <!-- bench:MARKER --> and <!-- /bench:MARKER --> in the doc
-    (appending the section if absent), re-reading the file just before writing."""
-    start, end = "<!-- bench:%s -->" % marker, "<!-- /bench:%s -->" % marker
-    block = "%s\n%s\n%s" % (start, body.strip("\n"), end)
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    text = DOC.read_text() if DOC.exists() else DOC_INTRO
-    i, j = text.find(start), text.find(end)
-    if i >= 0 and j > i:
-        text = text[:i] + block + text[j + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = DOC.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, DOC)
-    log("wrote section %s of %s" % (marker, DOC.relative_to(ROOT)))
-
-
-def save_raw(name, data):
-    RAW_DIR.mkdir(parents=True, exist_ok=True)
-    path = RAW_DIR / name
-    path.write_text(json.dumps(data))
-    log("raw results: %s" % path.relative_to(ROOT))
-
-
-def cargo_build(args, what):
-    if args.no_build:
-        return
-    cargo = os.environ.get("CARGO", "cargo")
-    cmd = [cargo, "build", "--release"] + what
-    if args.target_dir:
-        cmd += ["--target-dir", str(args.target_dir)]
-    log(" ".join(cmd))
-    subprocess.run(cmd, cwd=ROOT, check=True)
-
-
-def target_dir(args):
-    return Path(args.target_dir) if args.target_dir else ROOT / "target"
-
-
-def tpe_is_placeholder():
-    try:
-        return "PLACEHOLDER" in (ROOT / "src" / "sampler" / "tpe" / "mod.rs").read_text()[:2000]
-    except OSError:
-        return False
-
-
-# ----------------------------------------------------------------------------------------------
 # Benchmark 1: sampler quality
 
 SAMPLERS = ["sweepd-tpe", "optuna-tpe", "sweepd-random", "optuna-random"]
@@ -367,7 +207,7 @@ def check_functions(example):
         worst = max(worst, err)
         if err > 1e-9:
             raise SystemExit("Rust and Python disagree on %s: %r vs %r" % (q, a, b))
-    log("Rust and Python functions agree on %d points (max rel. error %.1e)" % (len(got), worst))
+    bl.log("Rust and Python functions agree on %d points (max rel. error %.1e)" % (len(got), worst))
     return worst
 
 
@@ -444,97 +284,79 @@ def run_sweepd_samplers(example, names, args):
 
 
 def bench_sampler(args, source):
-    info = dict(machine_info(), commit=source)
+    info = dict(bl.machine_info(), commit=source)
     t_start = time.perf_counter()
-    cargo_build(args, ["--example", "sampler_bench"])
-    example = target_dir(args) / "release" / "examples" / "sampler_bench"
+    bl.cargo_build(args, ["--example", "sampler_bench", "--bin", "sweepd"])
+    example = bl.target_dir(args) / "release" / "examples" / "sampler_bench"
     max_err = check_functions(example)
     funcs = functions()
     names = list(funcs)
 
-    log("sweepd samplers: %d functions x %d seeds x %d trials" % (len(names), args.seeds, args.trials))
+    bl.log("sweepd samplers: %d functions x %d seeds x %d trials" % (len(names), args.seeds, args.trials))
     t0 = time.perf_counter()
     results = run_sweepd_samplers(example, names, args)
     sweepd_wall = time.perf_counter() - t0
 
     jobs = [(n, s, seed, args.trials) for n in names for s in ("optuna-tpe", "optuna-random")
             for seed in range(args.seeds)]
-    log("Optuna samplers: %d runs on %d processes" % (len(jobs), args.jobs))
+    bl.log("Optuna samplers: %d runs on %d processes" % (len(jobs), args.jobs))
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_optuna_worker_init) as ex:
         for i, r in enumerate(ex.map(optuna_run, jobs, chunksize=1)):
             results.append(r)
             if (i + 1) % 40 == 0:
-                log("  %d/%d Optuna runs" % (i + 1, len(jobs)))
+                bl.log("  %d/%d Optuna runs" % (i + 1, len(jobs)))
     optuna_wall = time.perf_counter() - t0
     total_wall = time.perf_counter() - t_start
 
     raw = {"info": info, "args": vars(args), "results": results, "max_err": max_err,
            "sweepd_wall": sweepd_wall, "optuna_wall": optuna_wall, "total_wall": total_wall,
-           "load_end": os.getloadavg()}
-    save_raw("search_bench-sampler.json", raw)
-    body = render_sampler_raw(raw)
-    if args.no_doc:
-        print(body)
-    else:
-        write_section("sampler", body)
-    return body
+           "load_end": os.getloadavg(), "internals": bl.internals(bl.target_dir(args) / "release" / "sweepd")}
+    bl.save_raw("search_bench-sampler.json", raw)
+    bl.publish("sampler", render_sampler(raw), args.no_doc)
 
 
-def render_sampler_raw(raw):
+def render_sampler(raw):
+    """The sampler section from the raw results of `bench_sampler`."""
     funcs = functions()
-    return render_sampler(raw["results"], list(funcs), funcs, argparse.Namespace(**raw["args"]), raw["info"],
-                          raw["max_err"], raw["sweepd_wall"], raw["optuna_wall"], raw["total_wall"],
-                          raw["load_end"], raw["info"].get("placeholder_tpe", False))
-
-
-def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optuna_wall, total_wall,
-                   load_end, placeholder):
+    names = list(funcs)
+    args, info = argparse.Namespace(**raw["args"]), raw["info"]
+    tpe = bl.internal(raw.get("internals") or bl.internals(), "defaults.sampler")
     checkpoints = sorted({min(args.trials // 2, args.trials), args.trials})
     by = {}
-    for r in results:
+    for r in raw["results"]:
         by.setdefault((r["func"], r["sampler"]), []).append(r)
-    L = []
-    L.append("## Sampler quality: sweepd TPE vs Optuna TPE vs random")
-    L.append("")
-    if placeholder:
-        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran, "
-                 "so the sweepd-tpe rows are random sampling. Re-run `make bench` once TPE lands.")
-        L.append("")
-    L += machine_lines(info, load_end)
+    L = ["## Sampler quality: sweepd TPE vs Optuna TPE vs random", ""]
+    L += bl.machine_lines(info, raw["load_end"])
     L.append("- Command: `make bench` (runs `.venv/bin/python bench/search_bench.py all`); this "
              "section alone: `.venv/bin/python bench/search_bench.py sampler --seeds %d --trials %d --jobs %d`"
              % (args.seeds, args.trials, args.jobs))
-    L.append("- Runtime: %.0f s in all (sweepd samplers %.1f s, Optuna samplers %.0f s, %d processes)"
-             % (total_wall, sweepd_wall, optuna_wall, args.jobs))
+    L.append("- Runtime: %.0f s in all (sweepd samplers %.1f s, Optuna samplers %.0f s, %d processes); "
+             "raw runs (every best-so-far curve): `target/bench/search_bench-sampler.json`"
+             % (raw["total_wall"], raw["sweepd_wall"], raw["optuna_wall"], args.jobs))
     L.append("")
-    L.append("**Protocol.** Each function is minimized from seeds 0..%d, %d trials per run, one trial "
-             "at a time (ask, evaluate in-process, tell; no daemon, no database). The value reported "
-             "is the best objective value found after %s trials; lower is better. Samplers:"
-             % (args.seeds - 1, args.trials, " and ".join(str(c) for c in checkpoints)))
-    L.append("")
-    L.append("- `sweepd-tpe`: `sweepd::sampler::build(Tpe, ...)` with the defaults of `[sampler]`: "
-             "`n_startup_trials = 10`, `n_ei_candidates = 24`, `multivariate = true`, "
-             "`constant_liar = true` (moot here: trials run one at a time), `seed = s`; driven by "
-             "`bench/sampler_bench.rs` through the calls the daemon makes (`sample` keyed by the "
-             "trial number, `observe`, `tell`).")
-    L.append("- `optuna-tpe`: `optuna.samplers.TPESampler(seed=s, multivariate=True, constant_liar=True)`. "
-             "These are Optuna %s's defaults (`multivariate=None` resolves to True for a "
-             "single-objective study; `constant_liar` defaults to True), so this is both the default "
-             "and the like-for-like configuration; `n_startup_trials=10`, `n_ei_candidates=24` are "
-             "Optuna's defaults too." % info["optuna"])
-    L.append("- `sweepd-random`, `optuna-random`: `RandomSampler` with `seed = s`.")
-    L.append("- Optuna runs use `study.ask(fixed_distributions=space)` / `study.tell` with in-memory "
-             "storage.")
-    L.append("")
-    L.append("**Functions** (all minimized; defined identically in `bench/sampler_bench.rs` and "
-             "`bench/search_bench.py`, checked before each run: same Optuna distributions, same values "
-             "on 240 random points to a relative error of %.0e):" % max(max_err, 1e-16))
+    L.append("**What is measured.** Each function below is minimized from seeds 0..%d, %d trials per "
+             "run, one trial at a time (ask, evaluate in-process, tell; no daemon, no database), and "
+             "the best value found after %s trials is reported (lower is better). `sweepd-tpe` is "
+             "`sweepd::sampler::build(Tpe, ...)` with the `[sampler]` defaults (`n_startup_trials = "
+             "%d`, `n_ei_candidates = %d`, `multivariate`, `constant_liar`), driven by "
+             "`bench/sampler_bench.rs` through the calls the daemon makes; `optuna-tpe` is Optuna "
+             "%s's `TPESampler(seed=s, multivariate=True, constant_liar=True)`, its defaults for one "
+             "objective; both random samplers are `RandomSampler(seed=s)`. Optuna runs "
+             "`study.ask(fixed_distributions=space)` / `study.tell` on in-memory storage. The "
+             "functions are defined identically in `bench/sampler_bench.rs` and "
+             "`bench/search_bench.py`, checked before each run (the same distributions, the same "
+             "values on 240 random points to a relative error of %.0e). ms/ask: the wall time of "
+             "`sample` + `observe` (sweepd, Rust) or of `study.ask` (Optuna, Python), over every "
+             "trial, %d at once on %s cores."
+             % (args.seeds - 1, args.trials, " and ".join(str(c) for c in checkpoints),
+                tpe["n_startup_trials"], tpe["n_ei_candidates"], info["optuna"],
+                max(raw["max_err"], 1e-16), args.jobs, info["nproc"]))
     L.append("")
     L.append("| function | search space | known minimum |")
     L.append("|---|---|---|")
     for n in names:
-        L.append("| `%s` | %s | %s |" % (n, funcs[n][3], fmt(funcs[n][2])))
+        L.append("| `%s` | %s | %s |" % (n, funcs[n][3], bl.fmt(funcs[n][2])))
     L.append("")
     L.append("### Best value found: median [25%, 75%] over the seeds")
     L.append("")
@@ -550,20 +372,16 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
             cells = []
             for c in checkpoints:
                 vals = [r["curve"][c - 1] for r in runs]
-                cells.append("%s [%s, %s]" % (fmt(percentile(vals, 50)), fmt(percentile(vals, 25)),
-                                              fmt(percentile(vals, 75))))
+                cells.append("%s [%s, %s]" % (bl.fmt(bl.percentile(vals, 50)), bl.fmt(bl.percentile(vals, 25)),
+                                              bl.fmt(bl.percentile(vals, 75))))
             ask_ms = 1e3 * sum(r["ask_s"] for r in runs) / sum(r["trials"] for r in runs)
             summary[(n, s)] = {
                 "final": [r["curve"][-1] for r in runs],
-                "median_final": percentile([r["curve"][-1] for r in runs], 50),
+                "median_final": bl.percentile([r["curve"][-1] for r in runs], 50),
                 "ask_ms": ask_ms,
             }
             label = "**%s**" % s if s == "sweepd-tpe" else s
-            L.append("| `%s` | %s | %s | %s |" % (n, label, " | ".join(cells), fmt(ask_ms)))
-    L.append("")
-    L.append("ms/ask: wall time of `sample` + `observe` (sweepd, Rust) or `study.ask` with every "
-             "param sampled (Optuna, Python), averaged over all %d trials of all runs, %d runs in "
-             "parallel on the machine's %s cores." % (args.trials, args.jobs, info["nproc"]))
+            L.append("| `%s` | %s | %s | %s |" % (n, label, " | ".join(cells), bl.fmt(ask_ms)))
     L.append("")
 
     # Summary: medians and the probability that sweepd TPE's final best beats the other sampler's.
@@ -577,305 +395,54 @@ def render_sampler(results, names, funcs, args, info, max_err, sweepd_wall, optu
     L.append("| function | sweepd-tpe median | optuna-tpe median | P(sweepd-tpe < optuna-tpe) | "
              "P(sweepd-tpe < sweepd-random) | P(sweepd-tpe < optuna-random) |")
     L.append("|---|---|---|---|---|---|")
-    le_opt, lt_rand, lt_orand, worse = 0, 0, 0, []
-    rand_weak = []
+    le_opt, lt_rand, lt_orand, worse, rand_weak = 0, 0, 0, [], []
     for n in names:
         st, ot = summary[(n, "sweepd-tpe")], summary[(n, "optuna-tpe")]
         sr, orr = summary[(n, "sweepd-random")], summary[(n, "optuna-random")]
-        p_ot = prob_less(st["final"], ot["final"])
-        p_sr = prob_less(st["final"], sr["final"])
-        p_or = prob_less(st["final"], orr["final"])
+        p_ot = bl.prob_less(st["final"], ot["final"])
+        p_sr = bl.prob_less(st["final"], sr["final"])
+        p_or = bl.prob_less(st["final"], orr["final"])
         if st["median_final"] <= ot["median_final"]:
             le_opt += 1
         else:
-            worse.append((n, st["median_final"], ot["median_final"], p_ot))
-        if st["median_final"] < sr["median_final"]:
-            lt_rand += 1
-        if st["median_final"] < orr["median_final"]:
-            lt_orand += 1
+            worse.append((n, p_ot))
+        lt_rand += st["median_final"] < sr["median_final"]
+        lt_orand += st["median_final"] < orr["median_final"]
         if p_sr < 0.75 or p_or < 0.75:
-            rand_weak.append((n, p_sr, p_or))
-        L.append("| `%s` | %s | %s | %.2f | %.2f | %.2f |" % (n, fmt(st["median_final"]), fmt(ot["median_final"]),
-                                                           p_ot, p_sr, p_or))
+            rand_weak.append((n, min(p_sr, p_or)))
+        L.append("| `%s` | %s | %s | %.2f | %.2f | %.2f |" % (n, bl.fmt(st["median_final"]),
+                                                           bl.fmt(ot["median_final"]), p_ot, p_sr, p_or))
     L.append("")
     k = len(names)
-    L.append("**sweepd TPE's median best@%d is <= Optuna TPE's on %d of %d functions; below sweepd "
-             "random's on %d of %d and below Optuna random's on %d of %d.**" % (T, le_opt, k, lt_rand, k, lt_orand, k))
-    L.append("")
-    if "nnlike_mixed" in names:
-        L.append("`nnlike_mixed` has three basins, one per optimizer: every point with `optimizer` "
-                 "sgd scores >= 0.3, with rmsprop >= 0.1, so a best value < 0.1 means the run found the "
-                 "adam basin that holds the global minimum. Runs ending in the adam basin (best@%d < 0.1): " % T
-                 + ", ".join("%s %d/%d" % (s_, sum(v < 0.1 for v in summary[("nnlike_mixed", s_)]["final"]),
-                                         len(summary[("nnlike_mixed", s_)]["final"]))
-                             for s_ in SAMPLERS if ("nnlike_mixed", s_) in summary) + ".")
-        L.append("")
-    L.append("### Interpretation")
-    L.append("")
-    if placeholder:
-        L.append("- The TPE measured here is the random placeholder: the sweepd-tpe rows say nothing "
-                 "about the real TPE.")
+    reading = ("sweepd TPE's median best@%d is at most Optuna TPE's on %d of %d functions, and below "
+               "sweepd random's on %d and Optuna random's on %d" % (T, le_opt, k, lt_rand, lt_orand))
     if worse:
-        L.append("- sweepd TPE's median is worse than Optuna TPE's on: " + "; ".join(
-            "`%s` (%s vs %s, P(sweepd-tpe < optuna-tpe) = %.2f)" % (n, fmt(a), fmt(b), p) for n, a, b, p in worse)
-            + ". A P near 0.5 means the two medians differ by less than the seed-to-seed spread; "
-            "a P well below 0.5 is a real gap.")
-    else:
-        L.append("- sweepd TPE's median is at least as good as Optuna TPE's on every function.")
-    close = [n for n in names if 0.35 <= prob_less(summary[(n, "sweepd-tpe")]["final"],
-                                                   summary[(n, "optuna-tpe")]["final"]) <= 0.65]
-    if close:
-        L.append("- Indistinguishable from Optuna TPE at %d seeds (0.35 <= P <= 0.65): %s."
-                 % (args.seeds, ", ".join("`%s`" % n for n in close)))
+        reading += ("; where it is above, P(sweepd-tpe < optuna-tpe) is %s (near 0.5: within the "
+                    "seed-to-seed spread; well below 0.5: a real gap)"
+                    % ", ".join("%.2f on `%s`" % (p, n) for n, p in worse))
+    reading += ". "
     if rand_weak:
-        L.append("- Not clearly better than random (P < 0.75 against sweepd or Optuna random): " + "; ".join(
-            "`%s` (%.2f, %.2f)" % (n, a, b) for n, a, b in rand_weak) + ".")
-    else:
-        L.append("- sweepd TPE beats both random samplers on every function with P >= 0.75.")
-    sp = [summary[(n, "optuna-tpe")]["ask_ms"] / max(summary[(n, "sweepd-tpe")]["ask_ms"], 1e-9) for n in names]
-    L.append("- Time per ask (secondary): sweepd TPE %.2f-%.2f ms, Optuna TPE %.1f-%.1f ms (%.0fx-%.0fx "
-             "more); random samplers are far below both. Optuna's figure includes its trial "
-             "bookkeeping in in-memory storage, sweepd's only the sampler."
-             % (min(summary[(n, "sweepd-tpe")]["ask_ms"] for n in names),
-                max(summary[(n, "sweepd-tpe")]["ask_ms"] for n in names),
-                min(summary[(n, "optuna-tpe")]["ask_ms"] for n in names),
-                max(summary[(n, "optuna-tpe")]["ask_ms"] for n in names), min(sp), max(sp)))
-    L.append("- Raw runs (every best-so-far curve): `target/bench/search_bench-sampler.json`.")
+        reading += ("It is not clearly better than random (P < 0.75) on %s. "
+                    % ", ".join("`%s` (%.2f)" % x for x in rand_weak))
+    if "nnlike_mixed" in names:
+        reading += ("On `nnlike_mixed` a best value below 0.1 means the run found the adam basin, "
+                    "which holds the global minimum (sgd scores at least 0.3, rmsprop 0.1): %s of "
+                    "the runs got there. " % ", ".join(
+                        "%s %d/%d" % (s_, sum(v < 0.1 for v in summary[("nnlike_mixed", s_)]["final"]),
+                                      len(summary[("nnlike_mixed", s_)]["final"]))
+                        for s_ in SAMPLERS if ("nnlike_mixed", s_) in summary))
+    ask = {s: [summary[(n, s)]["ask_ms"] for n in names] for s in ("sweepd-tpe", "optuna-tpe")}
+    sp = [o / max(s, 1e-9) for s, o in zip(ask["sweepd-tpe"], ask["optuna-tpe"])]
+    reading += ("A proposal costs sweepd's TPE %.2f-%.2f ms and Optuna's %.1f-%.1f ms (%.0fx-%.0fx; "
+                "Optuna's figure includes its in-memory trial bookkeeping)."
+                % (min(ask["sweepd-tpe"]), max(ask["sweepd-tpe"]), min(ask["optuna-tpe"]),
+                   max(ask["optuna-tpe"]), min(sp), max(sp)))
+    L.append("**Reading.** " + reading)
     return "\n".join(L) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------
 # Benchmark 2: overhead
-
-OVERHEAD_WORKER = '''\
-import sweepd_worker
-
-
-def objective(trial):
-    p = trial.params
-    return (float(p["x"]) - 1.5) ** 2 + 0.5 * (int(p["y"]) - 2) ** 2
-
-
-sweepd_worker.serve(objective)
-'''
-
-OVERHEAD_TOML = '''\
-[study]
-name = "overhead"
-direction = "minimize"
-n_trials = {n}
-sampler = "{sampler}"
-seed = 1
-
-[storage]
-url = "sqlite:///sweepd.db"
-
-[worker]
-command = [{python}, "worker.py"]
-mode = "persistent"
-max_par = {par}
-trial_timeout = "1m"
-log_dir = "logs"
-
-[params.x]
-type = "float"
-low = -5.0
-high = 5.0
-
-[params.y]
-type = "int"
-low = -4
-high = 8
-step = 2
-
-[params.optimizer]
-type = "categorical"
-choices = ["adam", "sgd", "rmsprop"]
-
-[params.lr]
-type = "float"
-low = 1e-5
-high = 1e-1
-log = true
-'''
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu(pid):
-    """(utime + stime) of the process itself, in seconds; None once it is gone."""
-    try:
-        s = open("/proc/%d/stat" % pid).read()
-    except OSError:
-        return None
-    rest = s[s.rfind(")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / CLK_TCK
-
-
-def _proc_hwm_kib(pid):
-    try:
-        for line in open("/proc/%d/status" % pid):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _ctx_switches(pid):
-    """Voluntary + involuntary context switches summed over the process's live threads."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return None
-    for t in tasks:
-        try:
-            for line in open("/proc/%d/task/%s/status" % (pid, t)):
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
-
-
-def _children(pid):
-    try:
-        kids = []
-        for task in os.listdir("/proc/%d/task" % pid):
-            kids += [int(x) for x in open("/proc/%d/task/%s/children" % (pid, task)).read().split()]
-        return kids
-    except OSError:
-        return []
-
-
-def _parse_ts(s):
-    return datetime.datetime.strptime(s, "%Y-%m-%d %H:%M:%S.%f").timestamp()
-
-
-def completion_times(db):
-    con = sqlite3.connect(db)
-    try:
-        rows = con.execute(
-            "SELECT datetime_complete FROM trials WHERE state = 'COMPLETE' ORDER BY datetime_complete"
-        ).fetchall()
-        states = dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
-    finally:
-        con.close()
-    return [_parse_ts(r[0]) for r in rows], states
-
-
-def window_ms(ts, a, b):
-    """ms per trial between the a-th and b-th completions (1-based counts); None if not reached."""
-    if a < 1 or b > len(ts) or b <= a:
-        return None
-    return 1e3 * (ts[b - 1] - ts[a - 1]) / (b - a)
-
-
-def cpu_window_ms(samples, ts, a, b):
-    """Daemon CPU ms per trial between the a-th and b-th completions: the polled CPU-time
-    samples, interpolated at those completion times."""
-    if a < 1 or b > len(ts) or b <= a or len(samples) < 2:
-        return None
-
-    def cpu_at(t):
-        if t <= samples[0][0] or t >= samples[-1][0]:
-            return None
-        lo, hi = 0, len(samples) - 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if samples[mid][0] <= t:
-                lo = mid
-            else:
-                hi = mid
-        (t0, c0), (t1, c1) = samples[lo], samples[hi]
-        return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c0
-
-    # The last poll can come before the last completions: end the window at the last completion
-    # the polls cover instead (the daemon is stopped only ~0.2 s later).
-    while b > a and b > 1 and ts[b - 1] >= samples[-1][0]:
-        b -= 1
-        a -= 1
-    if a < 1:
-        return None
-    ca, cb = cpu_at(ts[a - 1]), cpu_at(ts[b - 1])
-    if ca is None or cb is None:
-        return None
-    return 1e3 * (cb - ca) / (b - a)
-
-
-def run_daemon(sweepd, workdir, n, par, deadline_s, sampler="tpe"):
-    d = Path(workdir) / ("sweepd-%s-n%d-par%d" % (sampler, n, par))
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
-    (d / "worker.py").write_text(OVERHEAD_WORKER)
-    (d / "supervisor.toml").write_text(OVERHEAD_TOML.format(n=n, par=par, sampler=sampler, python=json.dumps(sys.executable)))
-    time_bin = shutil.which("time", path="/usr/bin")
-    cmd = [str(sweepd), "run", "-c", str(d / "supervisor.toml")]
-    if time_bin:
-        cmd = [time_bin, "-v", "-o", str(d / "time.txt")] + cmd
-    errf = open(d / "daemon.log", "w")
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=d, stdout=errf, stderr=subprocess.STDOUT)
-    pid = p.pid
-    if time_bin:
-        for _ in range(1000):
-            kids = _children(p.pid)
-            if kids or p.poll() is not None:
-                break
-            time.sleep(0.002)
-        pid = kids[0] if kids else p.pid
-    cpu, hwm, worker_cpu, interrupted, samples, ctx = 0.0, 0, {}, False, [], 0
-    while p.poll() is None:
-        c = _proc_cpu(pid)
-        h = _proc_hwm_kib(pid)
-        x = _ctx_switches(pid)
-        if x is not None:
-            ctx = x
-        if c is not None:
-            cpu = c
-            samples.append((time.time(), c))
-        if h is not None:
-            hwm = h
-        for k in _children(pid):
-            wc = _proc_cpu(k)
-            if wc is not None:
-                worker_cpu[k] = wc
-        if not interrupted and time.perf_counter() - t0 > deadline_s:
-            log("  deadline of %.0f s reached: SIGINT to the daemon" % deadline_s)
-            os.kill(pid, signal.SIGINT)
-            interrupted = True
-        time.sleep(0.2)
-    wall = time.perf_counter() - t0
-    errf.close()
-    ts, states = completion_times(d / "sweepd.db")
-    res = {"n": n, "par": par, "sampler": sampler, "wall_s": wall, "cpu_samples": samples, "rc": p.returncode, "interrupted": interrupted,
-           "complete": len(ts), "states": states, "daemon_cpu_s": cpu, "daemon_hwm_kib": hwm,
-           "daemon_ctx_switches": ctx,
-           "worker_cpu_s": sum(worker_cpu.values()), "n_workers_seen": len(worker_cpu),
-           "first_to_last_s": (ts[-1] - ts[0]) if ts else None}
-    if time_bin and (d / "time.txt").exists():
-        t = (d / "time.txt").read_text()
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", t)
-        res["time_maxrss_kib"] = int(m.group(1)) if m else None
-        u = re.search(r"User time \(seconds\): ([\d.]+)", t)
-        s = re.search(r"System time \(seconds\): ([\d.]+)", t)
-        res["time_cpu_s"] = float(u.group(1)) + float(s.group(1)) if u and s else None
-    k = len(ts)
-    res["win_1k_2k_ms"] = window_ms(ts, 1000, 2000)
-    res["win_last_1k_ms"] = window_ms(ts, k - 1000, k) if k > 2000 else None
-    res["cpu_1k_2k_ms"] = cpu_window_ms(samples, ts, 1000, 2000)
-    res["cpu_last_1k_ms"] = cpu_window_ms(samples, ts, k - 1000, k) if k > 2000 else None
-    res["windows"], res["cpu_windows"] = {}, {}
-    for a in (1000, 5000, 10000, 25000, 50000, 75000, 99000):
-        if a + 1000 <= k:
-            res["windows"]["%d-%d" % (a, a + 1000)] = window_ms(ts, a, a + 1000)
-            res["cpu_windows"]["%d-%d" % (a, a + 1000)] = cpu_window_ms(samples, ts, a, a + 1000)
-    if p.returncode != 0 and not interrupted:
-        log("  daemon exited with status %d; log: %s" % (p.returncode, d / "daemon.log"))
-        log((d / "daemon.log").read_text()[-3000:])
-    return res
 
 
 def optuna_overhead_child(args):
@@ -893,13 +460,6 @@ def optuna_overhead_child(args):
     stamps = [time.perf_counter()]
     create_s = stamps[0] - t_create
 
-    def objective(trial):
-        x = trial.suggest_float("x", -5.0, 5.0)
-        y = trial.suggest_int("y", -4, 8, step=2)
-        trial.suggest_categorical("optimizer", ["adam", "sgd", "rmsprop"])
-        trial.suggest_float("lr", 1e-5, 1e-1, log=True)
-        return (x - 1.5) ** 2 + 0.5 * (y - 2) ** 2
-
     deadline = stamps[0] + args.deadline
 
     def cb(study, trial):
@@ -909,7 +469,7 @@ def optuna_overhead_child(args):
 
     error = None
     try:
-        study.optimize(objective, n_trials=args.n, callbacks=[cb])
+        study.optimize(bl.instant_objective, n_trials=args.n, callbacks=[cb])
     except Exception as e:  # reported with the trials done so far, not lost
         error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
         print("Optuna stopped with %s" % error, file=sys.stderr)
@@ -957,97 +517,91 @@ def run_optuna_overhead(workdir, n, deadline_s):
 
 
 def bench_overhead(args, source):
-    info = dict(machine_info(), commit=source)
+    info = dict(bl.machine_info(), commit=source)
     t_start = time.perf_counter()
-    cargo_build(args, ["--bin", "sweepd"])
-    sweepd = target_dir(args) / "release" / "sweepd"
+    bl.cargo_build(args, ["--bin", "sweepd"])
+    sweepd = bl.target_dir(args) / "release" / "sweepd"
     workdir = Path(tempfile.mkdtemp(prefix="sweepd-bench-", dir=args.workdir))
-    log("work directory %s" % workdir)
+    bl.log("work directory %s" % workdir)
     sizes = [int(s) for s in args.sizes.split(",")]
     try:
         probe = []
         if args.par == "auto":
             for par in [int(x) for x in args.par_candidates.split(",")]:
-                log("max_par probe: %d trials at max_par %d" % (args.probe_trials, par))
-                r = run_daemon(sweepd, workdir, args.probe_trials, par, args.daemon_deadline)
+                bl.log("max_par probe: %d trials at max_par %d" % (args.probe_trials, par))
+                r = bl.run_daemon(sweepd, workdir, args.probe_trials, par, args.daemon_deadline)
                 r["trials_per_s"] = r["complete"] / r["wall_s"]
-                log("  %.0f trials/s" % r["trials_per_s"])
+                bl.log("  %.0f trials/s" % r["trials_per_s"])
                 probe.append(r)
             par = max(probe, key=lambda r: r["trials_per_s"])["par"]
         else:
             par = int(args.par)
         runs = []
         for n in sizes:
-            log("sweepd: %d trials at max_par %d (deadline %.0f s)" % (n, par, args.daemon_deadline))
-            r = run_daemon(sweepd, workdir, n, par, args.daemon_deadline)
-            log("  %d complete in %.1f s: %.0f trials/s, daemon CPU %.3f ms/trial, peak RSS %.1f MiB"
-                % (r["complete"], r["wall_s"], r["complete"] / r["wall_s"],
-                   1e3 * r["daemon_cpu_s"] / max(r["complete"], 1), r["daemon_hwm_kib"] / 1024))
+            bl.log("sweepd: %d trials at max_par %d (deadline %.0f s)" % (n, par, args.daemon_deadline))
+            r = bl.run_daemon(sweepd, workdir, n, par, args.daemon_deadline)
+            bl.log("  %d complete in %.1f s: %.0f trials/s, daemon CPU %.3f ms/trial, peak RSS %.1f MiB"
+                   % (r["complete"], r["wall_s"], r["complete"] / r["wall_s"],
+                      1e3 * r["daemon_cpu_s"] / max(r["complete"], 1), r["daemon_hwm_kib"] / 1024))
             runs.append(r)
         control = None
         if args.random_control:
             n = args.random_control
-            log("control: sweepd with sampler random, %d trials at max_par %d" % (n, par))
-            control = run_daemon(sweepd, workdir, n, par, args.daemon_deadline, sampler="random")
-            log("  %d complete in %.1f s" % (control["complete"], control["wall_s"]))
-        log("Optuna: SQLite + TPE, up to %d trials (deadline %.0f s)" % (args.optuna_trials, args.optuna_deadline))
+            bl.log("control: sweepd with sampler random, %d trials at max_par %d" % (n, par))
+            control = bl.run_daemon(sweepd, workdir, n, par, args.daemon_deadline, sampler="random")
+            bl.log("  %d complete in %.1f s" % (control["complete"], control["wall_s"]))
+        bl.log("Optuna: SQLite + TPE, up to %d trials (deadline %.0f s)" % (args.optuna_trials, args.optuna_deadline))
         opt = run_optuna_overhead(workdir, args.optuna_trials, args.optuna_deadline)
-        log("  %d trials in %.1f s" % (opt["complete"], opt["optimize_s"]))
+        bl.log("  %d trials in %.1f s" % (opt["complete"], opt["optimize_s"]))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
-            log("kept %s" % workdir)
+            bl.log("kept %s" % workdir)
     total_wall = time.perf_counter() - t_start
     raw = {"info": info, "args": vars(args), "probe": probe, "runs": runs, "control": control,
-           "optuna": opt, "par": par, "total_wall": total_wall, "load_end": os.getloadavg()}
-    save_raw("search_bench-overhead.json", raw)
-    body = render_overhead_raw(raw)
-    if args.no_doc:
-        print(body)
-    else:
-        write_section("overhead", body)
-    return body
+           "optuna": opt, "par": par, "total_wall": total_wall, "load_end": os.getloadavg(),
+           "internals": bl.internals(sweepd)}
+    bl.save_raw("search_bench-overhead.json", raw)
+    bl.publish("overhead", render_overhead(raw), args.no_doc)
 
 
-def render_overhead_raw(raw):
-    return render_overhead(raw["info"], argparse.Namespace(**raw["args"]), raw["probe"], raw["runs"],
-                           raw["control"], raw["optuna"], raw["par"], raw["total_wall"], raw["load_end"])
-
-
-def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load_end):
+def render_overhead(raw):
+    """The overhead section from the raw results of `bench_overhead`."""
+    info, args = raw["info"], argparse.Namespace(**raw["args"])
+    probe, runs, control, opt, par = raw["probe"], raw["runs"], raw["control"], raw["optuna"], raw["par"]
+    window = bl.internal(raw.get("internals") or bl.internals(), "consts.HISTORY_WINDOW")
     L = ["## Overhead: whole-daemon throughput vs Optuna with SQLite", ""]
-    if info.get("placeholder_tpe"):
-        L.append("> **PLACEHOLDER TPE**: `src/sampler/tpe/mod.rs` still held the random placeholder when this ran; "
-                 "the real TPE's per-trial cost is not included. Re-run `make bench` once TPE lands.")
-        L.append("")
-    L += machine_lines(info, load_end)
+    L += bl.machine_lines(info, raw["load_end"])
     L.append("- Command: `make bench` (runs `.venv/bin/python bench/search_bench.py all`); this section "
              "alone: `.venv/bin/python bench/search_bench.py overhead --sizes %s --par %s "
              "--random-control %d --optuna-trials %d --optuna-deadline %.0f --daemon-deadline %.0f`"
              % (args.sizes, args.par, args.random_control, args.optuna_trials, args.optuna_deadline,
                 args.daemon_deadline))
-    L.append("- Runtime: %.0f s in all" % total_wall)
-    L.append("")
-    L.append("**Protocol.** For each size N, a fresh directory with a `supervisor.toml` (study "
-             "`n_trials = N`, `sampler = \"tpe\"` with the default `[sampler]` settings, `seed = 1`, "
-             "the 4-param space of the bundled example: float, int with step, categorical, log "
-             "float) and persistent Python workers (`sweepd_worker.serve`, objective returns at "
-             "once, no `report`), then `target/release/sweepd run -c supervisor.toml` under "
-             "`/usr/bin/time -v`, timed from spawn to exit: startup, migrations, worker spawns and "
-             "shutdown included. Windows are measured from the `datetime_complete` the daemon "
-             "writes (the per-trial cost between the 1000th and 2000th completion, and over the "
-             "last 1000). Daemon CPU and peak RSS are the daemon process's own (`/proc/PID/stat` "
-             "utime+stime and `VmHWM`, polled every 0.2 s; the last 0.2 s of shutdown may be "
-             "missed); `/usr/bin/time`'s max RSS is the largest of the daemon and its reaped "
-             "workers.")
+    L.append("- Runtime: %.0f s in all; raw results: `target/bench/search_bench-overhead.json`"
+             % raw["total_wall"])
     L.append("")
     if probe:
-        L.append("**max_par** (%d trials each; the fastest is used below): " % args.probe_trials + ", ".join(
-            "max_par %d: %.0f trials/s" % (r["par"], r["trials_per_s"]) for r in probe)
-            + ". **Used: max_par = %d.**" % par)
+        chosen = ("max_par %d, the fastest of %s in a %d-trial probe" % (
+            par, ", ".join("%d (%.0f trials/s)" % (r["par"], r["trials_per_s"]) for r in probe),
+            args.probe_trials))
     else:
-        L.append("**max_par = %d** (given)." % par)
+        chosen = "max_par %d" % par
+    L.append("**What is measured.** For each size N, `target/release/sweepd run` of a fresh study "
+             "of N trials (`sampler = \"tpe\"` with the `[sampler]` defaults, `seed = 1`, the 4 "
+             "params of the bundled example: float, int with step, categorical, log float) with "
+             "persistent Python workers whose objective returns at once, %s, under "
+             "`/usr/bin/time -v`, timed from spawn to exit (start-up, migrations and shutdown "
+             "included). Windows are read from the `datetime_complete` the daemon writes; daemon "
+             "CPU, peak RSS (`VmHWM`) and context switches are the daemon process's own, polled "
+             "from `/proc` every 0.2 s; `/usr/bin/time`'s max RSS is the largest of the daemon and "
+             "its workers. The control row runs the same study with `sampler = \"random\"`. Optuna "
+             "%s runs the same params and objective in one process: "
+             "`optuna.create_study(storage=\"sqlite:///<tmp>/optuna.db\", "
+             "sampler=TPESampler(multivariate=True, constant_liar=True))` then "
+             "`study.optimize(objective, n_trials=%d)`, stopped after %.0f s; its 1k figure is "
+             "the first 1000 trials of the same run."
+             % (chosen, info["optuna"], args.optuna_trials, args.optuna_deadline))
     L.append("")
     L.append("### sweepd (whole daemon, sampler TPE, max_par %d)" % par)
     L.append("")
@@ -1065,41 +619,17 @@ def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load
         L.append("| %d%s | %.1f | %.0f | %.3f | %.3f | %.3f | %s | %s | %.1f MiB | %s | %s |" % (
             r["n"], note, r["wall_s"], r["complete"] / r["wall_s"], 1e3 * r["wall_s"] / k,
             1e3 * r["daemon_cpu_s"] / k, 1e3 * r["worker_cpu_s"] / k,
-            "%s / %s" % (fmt(r["win_1k_2k_ms"]), fmt(r.get("cpu_1k_2k_ms"))),
-            "%s / %s" % (fmt(r["win_last_1k_ms"]), fmt(r.get("cpu_last_1k_ms"))), r["daemon_hwm_kib"] / 1024,
+            "%s / %s" % (bl.fmt(r["win_1k_2k_ms"]), bl.fmt(r.get("cpu_1k_2k_ms"))),
+            "%s / %s" % (bl.fmt(r["win_last_1k_ms"]), bl.fmt(r.get("cpu_last_1k_ms"))), r["daemon_hwm_kib"] / 1024,
             ("%.1f MiB" % (r["time_maxrss_kib"] / 1024)) if r.get("time_maxrss_kib") else "n/a",
             "%.0f" % (r.get("daemon_ctx_switches", 0) / k)))
     bad = [r for r in runs if r["states"].get("FAIL") or (r["rc"] != 0 and not r["interrupted"])]
     if bad:
         L.append("")
         L.append("**Warning:** failures in: " + "; ".join("N=%d rc=%s states=%s" % (r["n"], r["rc"], r["states"]) for r in bad))
-    big = max(runs, key=lambda r: r["complete"])
-    if control:
-        L.append("")
-        L.append("The control row runs the same study with `sampler = \"random\"`: the difference to the "
-                 "TPE row of the same size is the TPE's share of the per-trial cost.")
-        same = {r["n"]: r for r in runs}.get(control["n"])
-        if same:
-            c_t = 1e3 * same["daemon_cpu_s"] / same["complete"]
-            c_r = 1e3 * control["daemon_cpu_s"] / control["complete"]
-            L.append("At N = %d: daemon CPU %.3f ms/trial with TPE, %.3f with random, so about %.3f ms/trial "
-                     "(%.0f%%) is the TPE and %.3f the rest of the daemon (store, protocol, scheduling)."
-                     % (control["n"], c_t, c_r, c_t - c_r, 100 * (c_t - c_r) / c_t, c_r))
-    if big["windows"]:
-        L.append("")
-        L.append("Per-trial cost along the largest run (N = %d), per 1000-trial window, ms/trial wall / daemon "
-                 "CPU: " % big["n"] + ", ".join("%s: %s / %s" % (w, fmt(v), fmt(big.get("cpu_windows", {}).get(w)))
-                                                for w, v in big["windows"].items()) + ".")
     L.append("")
     L.append("### Optuna %s (SQLite storage, TPESampler(multivariate=True, constant_liar=True), instant objective)"
              % info["optuna"])
-    L.append("")
-    L.append("`optuna.create_study(storage=\"sqlite:///<tmp>/optuna.db\", sampler=...)` then "
-             "`study.optimize(objective, n_trials=%d)` in one process, the objective calling "
-             "`suggest_*` for the same 4 params and returning at once, Optuna's logging at WARNING; "
-             "a callback timestamps every trial and stops the study after %.0f s. A study's first "
-             "1000 trials are the same whether it is asked for 1k or 10k, so the 1k figure is read "
-             "from the same run." % (args.optuna_trials, args.optuna_deadline))
     L.append("")
     k = opt["complete"]
     L.append("| trials run | optimize s | ms/trial over the first 1k | ms/trial, trials 1k..2k | ms/trial, trials %d..%d |"
@@ -1108,17 +638,8 @@ def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load
     L.append("| %d%s | %.1f | %s | %s | %s |" % (
         k, "" if opt["reached"] else (" (stopped by error: %s)" % opt["error"] if opt.get("error")
                                       else " (stopped at deadline)"), opt["optimize_s"],
-        fmt(opt["cum_ms_at"].get("1000")), fmt(opt["win_1k_2k_ms"]), fmt(opt["win_last_ms"])))
+        bl.fmt(opt["cum_ms_at"].get("1000")), bl.fmt(opt["win_1k_2k_ms"]), bl.fmt(opt["win_last_ms"])))
     L.append("")
-    if not opt["reached"] and "extrapolated_total_s" in opt:
-        L.append("**Extrapolated, not measured:** a straight line fitted to Optuna's per-trial cost "
-                 "over the second half of its run (%.2f ms + %.4f ms x trial number) puts a %d-trial "
-                 "study at about %.0f s (%.1f ms/trial overall) and its marginal cost at trial %d at "
-                 "%.0f ms." % (opt["fit_ms"][0], opt["fit_ms"][1], args.optuna_trials,
-                               opt["extrapolated_total_s"], 1e3 * opt["extrapolated_total_s"] / args.optuna_trials,
-                               args.optuna_trials, opt["extrapolated_marginal_ms_at_n"]))
-        L.append("")
-    # Ratios
     L.append("### Ratio Optuna ms/trial / sweepd ms/trial")
     L.append("")
     by_n = {r["n"]: r for r in runs}
@@ -1127,88 +648,85 @@ def render_overhead(info, args, probe, runs, control, opt, par, total_wall, load
     if r1 and "1000" in opt["cum_ms_at"]:
         s_ms = 1e3 * r1["wall_s"] / r1["complete"]
         rows.append("| 1k | %.3f (whole run, wall) | %s (first 1000 trials) | **%.0fx** | measured |"
-                    % (s_ms, fmt(opt["cum_ms_at"]["1000"]), opt["cum_ms_at"]["1000"] / s_ms))
+                    % (s_ms, bl.fmt(opt["cum_ms_at"]["1000"]), opt["cum_ms_at"]["1000"] / s_ms))
     r10 = by_n.get(10000)
     if r10:
         s_ms = 1e3 * r10["wall_s"] / r10["complete"]
         if "10000" in opt["cum_ms_at"]:
-            rows.append("| 10k | %.3f | %s | **%.0fx** | measured |" % (s_ms, fmt(opt["cum_ms_at"]["10000"]),
+            rows.append("| 10k | %.3f | %s | **%.0fx** | measured |" % (s_ms, bl.fmt(opt["cum_ms_at"]["10000"]),
                                                                      opt["cum_ms_at"]["10000"] / s_ms))
         else:
             lb = opt["win_last_ms"]
             rows.append("| 10k | %.3f | >= %s (Optuna's cost per trial over trials %d..%d; it only grows) "
                         "| **>= %.0fx** | lower bound: Optuna stopped at %d trials |"
-                        % (s_ms, fmt(lb), opt["last_window"][0], opt["last_window"][1], lb / s_ms, k))
+                        % (s_ms, bl.fmt(lb), opt["last_window"][0], opt["last_window"][1], lb / s_ms, k))
             if "extrapolated_total_s" in opt:
                 e_ms = 1e3 * opt["extrapolated_total_s"] / args.optuna_trials
-                rows.append("| 10k | %.3f | ~%s (extrapolated, see above) | ~%.0fx | **extrapolated** |"
-                            % (s_ms, fmt(e_ms), e_ms / s_ms))
+                rows.append("| 10k | %.3f | ~%s (extrapolated, see below) | ~%.0fx | **extrapolated** |"
+                            % (s_ms, bl.fmt(e_ms), e_ms / s_ms))
     L.append("| trials | sweepd ms/trial | Optuna ms/trial | ratio | |")
     L.append("|---|---|---|---|---|")
     L += rows
     L.append("")
-    # Interpretation against the targets
-    L.append("### Interpretation")
-    L.append("")
+    L.append("**Reading.** " + overhead_reading(raw, by_n, window))
+    return "\n".join(L) + "\n"
+
+
+def overhead_reading(raw, by_n, window):
+    """The overhead section's paragraph of reading: the targets, the TPE's share, Optuna."""
+    args = argparse.Namespace(**raw["args"])
+    runs, control, opt = raw["runs"], raw["control"], raw["optuna"]
+    out = []
+    r10 = by_n.get(10000)
     if r10:
         cpu10 = 1e3 * r10["daemon_cpu_s"] / r10["complete"]
         wall10 = 1e3 * r10["wall_s"] / r10["complete"]
-        L.append("- Target \"under 1 ms of supervisor time per trial at 10k trials\": the daemon spends "
-                 "%.3f ms of CPU per trial and the whole system (daemon + workers, wall clock) %.3f ms "
-                 "per trial: %s." % (cpu10, wall10, "met" if cpu10 < 1.0 and wall10 < 1.0 else (
-                     "met for daemon CPU, not for wall time" if cpu10 < 1.0 else "NOT met")))
-    sizes_first = min(by_n)
-    first = by_n[sizes_first]
-    last = big
+        out.append("At 10k trials the daemon spends %.3f ms of CPU per trial and the whole system "
+                   "(daemon and workers, wall clock) %.3f ms: the target of under 1 ms of supervisor "
+                   "time per trial is %s" % (cpu10, wall10, "met" if cpu10 < 1.0 and wall10 < 1.0 else (
+                       "met for daemon CPU, not for wall time" if cpu10 < 1.0 else "not met")))
+    same = by_n.get(control["n"]) if control else None
+    if same:
+        c_t = 1e3 * same["daemon_cpu_s"] / same["complete"]
+        c_r = 1e3 * control["daemon_cpu_s"] / control["complete"]
+        out.append("the random-sampler control puts %.3f ms/trial (%.0f%%) of the daemon's CPU in "
+                   "the TPE and %.3f in the rest (store, protocol, scheduling)"
+                   % (c_t - c_r, 100 * (c_t - c_r) / c_t, c_r))
+    first, last = by_n[min(by_n)], max(runs, key=lambda r: r["complete"])
     if last is not first:
         g_all = (last["wall_s"] / last["complete"]) / (first["wall_s"] / first["complete"])
-        line = ("- Target \"under 2x growth from 1k to %s\": overall ms/trial went from %.3f (N = %d) to %.3f "
-                "(N = %d), x%.2f" % ("100k" if last["n"] >= 100000 else "%d" % last["n"],
-                                      1e3 * first["wall_s"] / first["complete"], sizes_first,
-                                      1e3 * last["wall_s"] / last["complete"], last["complete"], g_all))
+        line = "from %d to %d trials the cost per trial grew x%.2f" % (first["n"], last["complete"], g_all)
+        ok = g_all < 2.0
         if last["win_1k_2k_ms"] and last["win_last_1k_ms"]:
             g_win = last["win_last_1k_ms"] / last["win_1k_2k_ms"]
-            line += ("; within the N = %d run, the last 1000 trials cost %.3f ms/trial (wall) against %.3f in "
-                     "trials 1k..2k, x%.2f" % (last["n"], last["win_last_1k_ms"], last["win_1k_2k_ms"], g_win))
-            g_cpu = None
+            line += (", and within the %d-trial run its last 1000 trials cost x%.2f its trials "
+                     "1k..2k" % (last["n"], g_win))
+            ok = ok and g_win < 2.0
             if last.get("cpu_1k_2k_ms") and last.get("cpu_last_1k_ms"):
                 g_cpu = last["cpu_last_1k_ms"] / last["cpu_1k_2k_ms"]
-                line += (", and %.3f against %.3f ms/trial of daemon CPU, x%.2f"
-                         % (last["cpu_last_1k_ms"], last["cpu_1k_2k_ms"], g_cpu))
-            ok = g_win < 2.0 and g_all < 2.0 and (g_cpu is None or g_cpu < 2.0)
-            line += ": %s." % ("met" if ok else "NOT met")
-        else:
-            line += "."
-        L.append(line)
+                line += " (x%.2f of daemon CPU)" % g_cpu
+                ok = ok and g_cpu < 2.0
+        out.append(line + ": the target of under 2x growth is %s" % ("met" if ok else "not met"))
         if last["interrupted"]:
             rate = last["complete"] / last["wall_s"]
-            L.append("- **Extrapolated, not measured:** the N = %d run was stopped at its %.0f s deadline after "
-                     "%d trials; at its last-1k rate (%s ms/trial) the remaining %d trials would take about %.0f s more."
-                     % (last["n"], args.daemon_deadline, last["complete"], fmt(last["win_last_1k_ms"]),
-                        last["n"] - last["complete"],
-                        (last["n"] - last["complete"]) * (last["win_last_1k_ms"] or 1e3 / rate) / 1e3))
-    L.append("- The two sides differ in more than language: sweepd writes SQLite in WAL mode with "
-             "`synchronous = NORMAL` and keeps the study's state in memory; Optuna's SQLite storage "
-             "runs with SQLite's defaults (`journal_mode = delete`, `synchronous = FULL`: an fsync "
-             "per commit, several commits per trial) behind its `_CachedStorage`. Both are what a "
-             "user gets by default on this disk. Optuna's TPE fits its Parzen estimators to every "
-             "finished trial, so its sampling cost grows linearly with the study; sweepd's keeps only "
-             "the newest 1000 trials in its \"above\" model past 1000 trials (`src/sampler/tpe/split.rs`) but still "
-             "scans every finished trial to pick the \"below\" ones.")
-    ctx_per_trial = [r["daemon_ctx_switches"] / r["complete"] for r in runs + ([control] if control else [])
-                     if r.get("daemon_ctx_switches") and r["complete"]]
-    L.append("- Context switches are counted over the daemon's threads (`/proc/PID/task/*/status`, "
-             "voluntary + involuntary): about %s per trial. A `perf record` of the daemon taken while "
-             "this benchmark was written (sampler random, around trial 15k) put about 70%% of its "
-             "samples in the kernel's task-switch paths and under 1%% in SQLite's `sqlite3VdbeExec`: "
-             "apart from the TPE, the daemon's per-trial cost is mostly hand-offs between its threads "
-             "(tokio workers, sqlx's SQLite worker thread), not computation."
-             % ("%.0f-%.0f" % (min(ctx_per_trial), max(ctx_per_trial)) if ctx_per_trial else "n/a"))
-    L.append("- With an instant objective the workers' Python (JSON decode, socket round trip) is part "
-             "of the wall time; %d max_par slots on %s cores keep both the daemon and the workers busy."
-             % (par, info["nproc"]))
-    L.append("- Raw results: `target/bench/search_bench-overhead.json`.")
-    return "\n".join(L) + "\n"
+            out.append("the %d-trial run was stopped at its %.0f s deadline after %d trials, and "
+                       "at its last-1k rate the rest would take about %.0f s more (extrapolated)"
+                       % (last["n"], args.daemon_deadline, last["complete"],
+                          (last["n"] - last["complete"]) * (last["win_last_1k_ms"] or 1e3 / rate) / 1e3))
+    text = ("; ".join(out) + ". ") if out else ""
+    text = text[:1].upper() + text[1:]
+    text += ("Optuna's cost per trial grows with the study, as its TPE fits every finished trial; "
+             "sweepd's TPE keeps the newest %d in its \"above\" model (`src/sampler/tpe/split.rs`)"
+             % window)
+    if not opt["reached"] and "extrapolated_total_s" in opt:
+        text += (", and a straight line fitted to the second half of Optuna's run (%.2f ms + %.4f ms "
+                 "x trial number, extrapolated, not measured) puts a %d-trial study at about %.0f s"
+                 % (opt["fit_ms"][0], opt["fit_ms"][1], args.optuna_trials, opt["extrapolated_total_s"]))
+    text += (". Each side stores as a user gets it by default: Optuna's SQLite with a rollback "
+             "journal and an fsync per commit, several commits per trial; sweepd's in WAL mode, "
+             "durable by one shared `fdatasync` per batch of commits (Decision: \"Durable commits "
+             "by group commit: one shared `fdatasync`, outside the lock\" in `docs/decisions.md`).")
+    return text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1248,13 +766,12 @@ def main():
         return
     if args.what == "render":
         # Re-renders the doc sections from the raw results of the last run (no measuring).
-        for name, marker, fn in (("search_bench-sampler.json", "sampler", render_sampler_raw),
-                                 ("search_bench-overhead.json", "overhead", render_overhead_raw)):
-            if (RAW_DIR / name).exists():
-                body = fn(json.loads((RAW_DIR / name).read_text()))
-                print(body) if args.no_doc else write_section(marker, body)
+        for name, marker, fn in (("search_bench-sampler.json", "sampler", render_sampler),
+                                 ("search_bench-overhead.json", "overhead", render_overhead)):
+            if (bl.RAW_DIR / name).exists():
+                bl.publish(marker, fn(bl.load_raw(name)), args.no_doc)
         return
-    source = source_state()
+    source = bl.source_state()
     if args.what in ("sampler", "all"):
         bench_sampler(args, source)
     if args.what in ("overhead", "all"):

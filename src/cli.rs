@@ -31,6 +31,7 @@ pub struct Cli {
 }
 
 mod csv;
+mod internals;
 
 #[derive(Args, Debug, Clone)]
 pub struct ConfigArg {
@@ -125,6 +126,12 @@ pub enum Command {
     Resume {
         #[command(flatten)]
         cfg: StudyArg,
+    },
+    /// The constants and defaults the bench scripts read (`cli/internals.rs`); not for users.
+    #[command(hide = true)]
+    Internals {
+        #[arg(long, required = true)]
+        json: bool,
     },
 }
 
@@ -287,6 +294,11 @@ async fn dispatch(cli: Cli) -> Result<(), CliError> {
             } else {
                 print_gpus(&rows);
             }
+            Ok(())
+        }
+        Command::Internals { .. } => {
+            let text = serde_json::to_string_pretty(&internals::internals()).expect("JSON");
+            println!("{text}");
             Ok(())
         }
         Command::Resume { cfg } => {

@@ -1,4 +1,4 @@
-"""The packing bench's oracle (bench/gpu_bench.py): the list scheduling every figure of
+"""The packing bench's oracle (`oracle` in bench/benchlib.py): the list scheduling every figure of
 docs/benchmarks.md's packing table is a fraction of, and the learner bound beside it.
 
 Hand-scheduled cases, so that a change to the scheduler that moves the bench's figures shows here
@@ -10,11 +10,11 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-import gpu_bench  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def span(jobs, capacity, cap_count=8, steps=(), learn=None):
-    return gpu_bench.oracle(jobs, cap_count, capacity, steps, learn)[0]
+    return benchlib.oracle(jobs, cap_count, capacity, steps, learn)[0]
 
 
 class ListScheduling(unittest.TestCase):
