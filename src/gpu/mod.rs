@@ -35,10 +35,3 @@ pub use memory_model::{Estimate, MemoryModel};
 pub use monitor::Monitor;
 pub use nvml::Gpu;
 pub use peak_log::PeakLog;
-
-/// Bytes as GiB with one decimal ("6.0 GiB"), the unit every capacity message uses.
-pub fn fmt_gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / GIB)
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
