@@ -194,4 +194,19 @@ mod tests {
         let help = Cli::command().render_help().to_string();
         assert!(!help.contains("internals"), "{help}");
     }
+
+    #[test]
+    fn the_storage_help_names_postgresql_urls_beside_sqlite_ones() {
+        let mut cli = Cli::command();
+        for name in ["status", "trials", "best", "gpus", "resume"] {
+            let help = cli
+                .find_subcommand_mut(name)
+                .expect("a reading command")
+                .render_long_help()
+                .to_string();
+            for form in ["sqlite:///NAME.db", "sqlite:////ABS/PATH", "postgresql://"] {
+                assert!(help.contains(form), "{name} --help lacks {form}: {help}");
+            }
+        }
+    }
 }

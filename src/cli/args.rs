@@ -20,7 +20,9 @@ pub struct StudyArg {
     #[arg(short = 'c', long = "config", default_value = "supervisor.toml")]
     pub config: PathBuf,
     /// Read the study from this storage URL instead of a config's: `sqlite:///NAME.db`
-    /// (relative to the current directory, as Optuna reads it) or `sqlite:////ABS/PATH`.
+    /// (relative to the current directory, as Optuna reads it), `sqlite:////ABS/PATH`, or
+    /// `postgresql://USER:PASSWORD@HOST:PORT/DB` (`postgresql+psycopg2://` too, as Optuna's
+    /// users write it).
     #[arg(long, value_name = "URL", conflicts_with = "config")]
     pub storage: Option<String>,
     /// The study's name: with --storage, needed when the database holds more than one study;
