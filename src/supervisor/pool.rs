@@ -131,7 +131,7 @@ impl Pool {
                 if let Some(k) = self.idle.iter().position(|i| i.current.worker.id == id) {
                     let why = format!(
                         "another daemon on this host waits for {} on gpu{device}",
-                        crate::gpu::fmt_gib(bytes)
+                        crate::units::format_gib(bytes)
                     );
                     out.push((self.idle.swap_remove(k).current, why));
                 }

@@ -277,7 +277,7 @@ pub(super) async fn run_slot(slot: usize, sh: Arc<Shared>) -> Result<(), RunErro
                             debug!(
                                 trial = claimed.number,
                                 "peak {} by the framework's figures (NVML's readings missed it)",
-                                crate::gpu::fmt_gib(peak)
+                                crate::units::format_gib(peak)
                             );
                         }
                     }
