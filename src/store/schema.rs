@@ -65,21 +65,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts a multi-statement write transaction. It commits lazily: whoever reports what it
-    /// wrote (a trial started or finished) waits for [`Store::sync`] first. On SQLite it holds
-    /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
-    /// study's row lock (`engine::Tx::lock_study`).
-    pub(super) async fn begin_write(&self) -> Result<engine::Tx> {
-        self.pool.begin_write().await.at(&self.path)
-    }
-
-    /// A write transaction serialised with every writer of the study's trials.
-    pub(super) async fn begin_study_write(&self, study_id: i64) -> Result<engine::Tx> {
-        let mut tx = self.begin_write().await?;
-        tx.lock_study(study_id).await.at(&self.path)?;
-        Ok(tx)
-    }
-
     /// Opens an existing SQLite database without changing it.
     pub async fn open_existing(path: &Path) -> Result<Store> {
         Store::open_existing_target(&Target::Sqlite(path.to_owned())).await

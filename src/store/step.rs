@@ -26,23 +26,10 @@
 use super::attrs::is_negative_zero;
 use super::engine::{Conn, Pool, Stamp};
 use super::outage::retrying;
+use super::rows::{attr_texts, start_rows_of, FinishWrite, ParamRow, StartCtx, StartOp, StartRec};
 use super::tally::{apply_read, TallyRow};
-use super::trials::{attr_texts, start_rows_of, StartCtx, StartOp, StartRec};
 use super::{encode_value, Result, SqlContext, Store, Study};
 use crate::study::{Finish, SearchSpace, Tally};
-use serde_json::Value;
-
-/// One param row of a start: name, internal value, `distribution_json`.
-pub(super) type ParamRow = (String, f64, String);
-
-/// A finish to write: the trial, how it ended (only COMPLETE goes through `sweepd_step`), its
-/// system attributes, and the worker whose success it was.
-pub(super) struct FinishWrite<'a> {
-    pub(super) trial_id: i64,
-    pub(super) how: &'a Finish,
-    pub(super) attrs: &'a [(&'a str, Value)],
-    pub(super) done_by: Option<i64>,
-}
 
 /// A start to write: what it starts in which space, and who starts it against which budget.
 pub(super) type StartWrite<'a, 'c> = (&'a SearchSpace, StartOp<'a>, &'a mut StartCtx<'c>);

@@ -5,6 +5,7 @@
 //! may use them (config, store, samplers, the supervisor), so the arrows between those never
 //! have to point back.
 
+pub mod attrs;
 pub mod pareto;
 pub mod pyjson;
 pub mod space;

@@ -103,7 +103,7 @@ pub(crate) const USIZE_MAX: i64 = if usize::BITS >= 64 {
 };
 pub(crate) const U32_MAX: i64 = u32::MAX as i64;
 /// Names Optuna and sweepd reserve for their own attributes.
-pub(crate) const RESERVED_PARAM_PREFIX: &str = "sweepd:";
+pub(crate) const RESERVED_PARAM_PREFIX: &str = crate::study::attrs::SWEEPD_PREFIX;
 
 pub(crate) struct Validator<'a> {
     pub(crate) file: &'a Path,
