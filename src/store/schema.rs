@@ -65,11 +65,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens an existing SQLite database without changing it.
-    pub async fn open_existing(path: &Path) -> Result<Store> {
-        Store::open_existing_target(&Target::Sqlite(path.to_owned())).await
-    }
-
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
     pub async fn open_existing_target(target: &Target) -> Result<Store> {
         if let Target::Sqlite(path) = target {
