@@ -159,3 +159,56 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A migration that a released sweepd applied is never edited: sqlx keeps each applied
+    /// migration's checksum and refuses a database whose migration differs ("previously applied
+    /// but has been modified"), on every host. A change is a new migration, or for a function,
+    /// its file in `migrations-postgres/functions/`. (The first 8 bytes of each SHA-384.)
+    #[test]
+    fn a_released_migration_is_never_edited() {
+        let released: [(&str, &[&str]); 2] = [
+            (
+                "sqlite",
+                &[
+                    "14a739edfc62eec7",
+                    "a7ff08c2be2b6d00",
+                    "dfda4abdeb652e9e",
+                    "890af7eb1ff0dbb3",
+                    "65fa988f1e781270",
+                    "bb43168233169e69",
+                    "d526dacc8782b20b",
+                    "c4a4518107caca7e",
+                ],
+            ),
+            (
+                "postgres",
+                &[
+                    "4bb4bf5fc4670db1",
+                    "7a63f6e8a2decccc",
+                    "e20c808dce52bcf8",
+                    "740dfaddd70cfed7",
+                    "82ddec8bf638c544",
+                    "71c9f420226e232b",
+                    "2469cd762849c4bb",
+                    "0be1f2fdd88e2eb0",
+                ],
+            ),
+        ];
+        for (engine, sums) in released {
+            let migrator = match engine {
+                "sqlite" => sqlx::migrate!("./migrations"),
+                _ => sqlx::migrate!("./migrations-postgres"),
+            };
+            for (m, sum) in migrator.iter().zip(sums) {
+                let hex: String = m.checksum[..8].iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(&hex, sum, "{engine} migration {} was edited", m.version);
+            }
+            assert!(
+                migrator.iter().count() >= sums.len(),
+                "{engine}: one went missing"
+            );
+        }
+    }
+}

@@ -6,18 +6,22 @@
 //! the `once!` record, commit), a finish and the next start held it for six round trips between
 //! sweepd and the server, about a millisecond on one machine: every host's slots waited in
 //! that line (the coordination bench's ~900 trials/s at 1, 2 and 4 hosts alike). Here they are
-//! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`,
-//! as 0006 and 0007 replaced it) in a statement of its own, so the lock is held for as long as
-//! the server takes to run it, less the finish, which it writes before it takes the lock. A
-//! writer that holds the lock and then takes that trial's row (a failover of this host while it
-//! runs) deadlocks with it; the server rolls one back, and `retrying!` runs it again.
+//! one call of the server-side function `sweepd_step` in a statement of its own, so the lock is
+//! held for as long as the server takes to run it, less the finish, which it writes before it
+//! takes the lock. Its one definition is `migrations-postgres/functions/sweepd_step.sql`,
+//! installed by `postgres::migrate`. A writer that holds the lock and then takes that trial's
+//! row (a failover of this host while it runs) deadlocks with it; the server rolls one back,
+//! and `retrying!` runs it again.
 //!
-//! The function writes the rows the statement-per-row path (`trials`) writes, under the same
-//! conditions, and decides the budget by [`Tally`]'s rule over the trials it reads; it returns
-//! those trials, which the daemon's tally takes in as a refresh would, and the daemon checks
-//! that its tally agrees with the decision. It records what it wrote in `sweepd_ops`, as
-//! `once!` does, and answers a call it already ran (whose commit the daemon could not confirm)
-//! from that record.
+//! The function writes the rows the statement-per-row path (`trials`) writes (both built by
+//! `rows`), under the same conditions, and decides the budget by [`Tally`]'s rule over the
+//! trials it reads (`sweepd_tally`, the read a refresh makes); it returns those trials, which
+//! the daemon's tally takes in as a refresh would, and the daemon checks (in debug builds) that
+//! its tally agrees with the decision. The rule is written twice, in `Tally` and in the
+//! function, because it is decided under the lock within the call's one round trip; a table of
+//! cases run on both engines holds the two together (tests/postgres.rs). The function records
+//! what it wrote in `sweepd_ops`, as `once!` does, and answers a call it already ran (whose
+//! commit the daemon could not confirm) from that record.
 //!
 //! Rare cases keep the statement-per-row path (the callers use it when [`Store::step`] returns
 //! `None`): SQLite, negative zeros (their note is read and rewritten), and finishes other than

@@ -6,7 +6,9 @@ use super::{placeholders, Result, SqlContext, Store, Study};
 use crate::study::attrs::{OWNER_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR};
 use crate::study::{Tally, TrialState};
 
-/// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]).
+/// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]) on SQLite. On
+/// PostgreSQL the function `sweepd_tally` reads them
+/// (`migrations-postgres/functions/sweepd_tally.sql`), for a refresh as for `sweepd_step`.
 fn tally_columns() -> String {
     format!(
         "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
@@ -16,24 +18,6 @@ fn tally_columns() -> String {
          EXISTS (SELECT 1 FROM trial_system_attributes a \
                  WHERE a.trial_id = t.trial_id AND a.key IN ('{OWNER_ATTR}', '{WORKER_ID_ATTR}')) \
            AS sweepd \
-         FROM trials t"
-    )
-}
-
-/// [`tally_columns`] as PostgreSQL runs them well: each attribute looked up by the trial's
-/// index entry (a subquery with `LIMIT 1`). Written as `EXISTS`, the planner hashes the whole
-/// `trial_system_attributes` table for each read (a scan growing with the study: 0.7 ms at
-/// 800 trials, inside the study's lock) rather than probe it for the few rows read.
-fn tally_columns_pg() -> String {
-    format!(
-        "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
-         CAST(t.state AS TEXT) AS state, \
-         (SELECT true FROM trial_system_attributes a \
-          WHERE a.trial_id = t.trial_id AND a.key = '{RETRIED_AS_ATTR}' LIMIT 1) IS NOT NULL \
-           AS retried, \
-         (SELECT true FROM trial_system_attributes a \
-          WHERE a.trial_id = t.trial_id AND a.key IN ('{OWNER_ATTR}', '{WORKER_ID_ATTR}') \
-          LIMIT 1) IS NOT NULL AS sweepd \
          FROM trials t"
     )
 }
@@ -120,8 +104,8 @@ impl Store {
     }
 
     /// [`Store::refresh_tally_on`] on PostgreSQL: the new trials and the open ones in one
-    /// statement (one round trip inside the study's lock, and one text whatever the number of
-    /// open trials, so the server keeps one prepared statement for it).
+    /// statement, `sweepd_tally`'s read (one round trip inside the study's lock, and one text
+    /// whatever the number of open trials, so the server keeps one prepared statement for it).
     async fn refresh_tally_pg(
         &self,
         c: &mut sqlx::PgConnection,
@@ -129,22 +113,14 @@ impl Store {
         tally: &mut Tally,
     ) -> Result<()> {
         let open: Vec<i64> = tally.open();
-        // The open trials are at most `seen`, the new ones above it: no row is read twice.
-        // Each part ordered by trial_id: the server keeps a generic plan for a prepared
-        // statement after a few runs, and for a bare `trial_id > $1` (no value to judge how
-        // many rows) that plan scans the whole table; ordered, it walks the primary key.
-        let columns = tally_columns_pg();
-        let sql = format!(
-            "({columns} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id) \
-             UNION ALL ({columns} WHERE t.trial_id = ANY($3) ORDER BY t.trial_id)"
-        );
-        let rows: Vec<TallyRow> = sqlx::query_as(&sql)
-            .bind(tally.seen())
-            .bind(study.id)
-            .bind(&open)
-            .fetch_all(c)
-            .await
-            .at(&self.path)?;
+        let rows: Vec<TallyRow> =
+            sqlx::query_as("SELECT trial_id, state, retried, sweepd FROM sweepd_tally($1, $2, $3)")
+                .bind(study.id)
+                .bind(tally.seen())
+                .bind(&open)
+                .fetch_all(c)
+                .await
+                .at(&self.path)?;
         apply_read(tally, open, rows);
         Ok(())
     }
