@@ -894,7 +894,10 @@ impl Core {
         let peak = memory.as_ref().map(|m| m.peak).filter(|p| *p > 0);
         let mut attrs: Vec<(&'static str, serde_json::Value)> = Vec::new();
         if let Some(p) = peak {
-            attrs.push(("sweepd:peak_memory_mib", json!(units::to_mib(p))));
+            attrs.push((
+                crate::study::attrs::PEAK_MEMORY_ATTR,
+                json!(units::to_mib(p)),
+            ));
         }
         let now = Instant::now();
         let mut constraints = Vec::new();
@@ -953,7 +956,7 @@ impl Core {
                 let (retry, reason) = if let Some(why) = infeasible {
                     constraints.push(1.0);
                     self.infeasible.push((params.clone(), dists.clone()));
-                    attrs.push(("constraints", json!([1.0])));
+                    attrs.push((crate::study::attrs::CONSTRAINTS_ATTR, json!([1.0])));
                     (false, format!("{reason} (infeasible: {why})"))
                 } else if let Some(sig) = &signature {
                     if self.same_error.stopped_for(sig) {
