@@ -224,7 +224,6 @@ def allowed_imports():
 # Circles that are known and being taken apart (issue 40); each entry goes when its circle does.
 # The test fails on a new circle and on a known one that is gone, so this list stays true.
 KNOWN_CIRCLES = [
-    "src/store: step, trials",
     "src/supervisor: admit, core, housekeeping, pool, slot, trial, workers",
 ]
 
