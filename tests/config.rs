@@ -513,7 +513,6 @@ fn pool(kind: Kind) -> Vec<String> {
             "median",
             "asha",
             "hyperband",
-            "auto",
             "float",
             "int",
             "categorical",
