@@ -216,7 +216,7 @@ def _init():
 def run(args):
     info = dict(bl.machine_info(), commit=bl.source_state())
     t0 = time.perf_counter()
-    bl.cargo_build(args, ["--example", "prune_bench", "--bin", "sweepd"])
+    bl.cargo_build(args, ["--example", "prune_bench"])
     example = bl.target_dir(args) / "release" / "examples" / "prune_bench"
     max_err = check(example, args.steps)
     common = ["--seeds", str(args.seeds), "--budget", str(args.budget), "--par", str(args.par),
