@@ -2,14 +2,16 @@
 //! counts it, each state and kind as an enum with one name and its database spelling, and the
 //! names of the attributes that carry them on Optuna's tables (`attrs`).
 //!
-//! Pure types and rules, no I/O, and nothing else of sweepd's imported: every other module
-//! may use them (config, store, samplers, the supervisor), so the arrows between those never
-//! have to point back.
+//! Pure types and rules, no I/O, and nothing else of sweepd's imported but `units` (sizes and
+//! durations in `reason`'s phrases): every other module may use them (config, store, samplers,
+//! the supervisor), so the arrows between those never have to point back. `reason`: why a trial
+//! waits or what it does, the phrase `status` shows.
 
 pub mod attrs;
 mod decimal;
 pub mod pareto;
 pub mod pyjson;
+pub mod reason;
 pub mod rules;
 pub mod space;
 mod tally;
