@@ -5,9 +5,11 @@
 //! Pure types and rules, no I/O, and nothing else of sweepd's imported but `units` (sizes and
 //! durations in `reason`'s phrases): every other module may use them (config, store, samplers,
 //! the supervisor), so the arrows between those never have to point back. `reason`: why a trial
-//! waits or what it does, the phrase `status` shows.
+//! waits or what it does, the phrase `status` shows; `budget`: the time, GPU-hours and stall
+//! limits beside `n_trials`, the one decision of which ends the study, and its words.
 
 pub mod attrs;
+pub mod budget;
 mod decimal;
 pub mod pareto;
 pub mod pyjson;
