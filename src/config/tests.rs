@@ -987,6 +987,14 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::unknown_direction_listing_allowed_values(cfg("direction = \"up\"", "", PX), "study.direction", &["\"minimize\", \"maximize\""])]
 #[case::unknown_sampler_listing_allowed_values(cfg("sampler = \"cmaes\"", "", PX), "study.sampler", &["\"random\", \"grid\", \"tpe\", \"nsga2\""])]
 #[case::unparseable_study_timeout(cfg("timeout = \"soon\"", "", PX), "study.timeout", &[])]
+// [study]'s budgets beside n_trials.
+#[case::zero_gpu_hours(cfg("gpu_hours = 0", "", &format!("{PX}[gpu]\n")), "study.gpu_hours", &["greater than 0"])]
+#[case::gpu_hours_not_a_number(cfg("gpu_hours = \"10h\"", "", &format!("{PX}[gpu]\n")), "study.gpu_hours", &["must be a number"])]
+#[case::gpu_hours_without_gpus(cfg("gpu_hours = 10", "", PX), "study.gpu_hours", &["CPU-only", "[gpu]"])]
+#[case::zero_patience(cfg("patience = 0", "", PX), "study.patience", &["between 1 and 1000000"])]
+#[case::negative_min_delta(cfg("patience = 5\nmin_delta = -0.1", "", PX), "study.min_delta", &["relative"])]
+#[case::min_delta_without_patience(cfg("min_delta = 0.01", "", PX), "study.min_delta", &["needs `patience`"])]
+#[case::patience_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]\npatience = 5", "", PX), "study.patience", &["one objective", "Pareto front"])]
 // Several objectives.
 #[case::direction_and_directions(cfg("direction = \"minimize\"\ndirections = [\"minimize\", \"maximize\"]", "", PX), "study.directions", &["exclusive"])]
 #[case::no_directions(cfg("directions = []", "", PX), "study.directions", &["at least one"])]
@@ -1150,6 +1158,17 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::metrics_on_a_host_name(with("", "[metrics]\nlisten = \"localhost:9464\"\n"), "metrics.listen", &["127.0.0.1:9464"])]
 #[case::metrics_port_without_an_address(with("", "[metrics]\nlisten = \"9464\"\n"), "metrics.listen", &[])]
 #[case::metrics_port_zero(with("", "[metrics]\nlisten = \"127.0.0.1:0\"\n"), "metrics.listen", &[])]
+// [notify]
+#[case::notify_without_command(with("", "[notify]\nevents = [\"finished\"]\n"), "notify.command", &["missing"])]
+#[case::notify_empty_command(with("", "[notify]\ncommand = []\n"), "notify.command", &["no shell"])]
+#[case::notify_empty_program(with("", "[notify]\ncommand = [\"\", \"x\"]\n"), "notify.command", &["program"])]
+#[case::notify_unknown_event(with("", "[notify]\ncommand = [\"n\"]\nevents = [\"done\"]\n"), "notify.events[0]", &["unknown event \"done\"", "\"finished\", \"breaker\", \"fatal\", \"device_lost\", \"summary\""])]
+#[case::notify_event_twice(with("", "[notify]\ncommand = [\"n\"]\nevents = [\"fatal\", \"fatal\"]\n"), "notify.events[1]", &["twice"])]
+#[case::notify_summary_without_its_period(with("", "[notify]\ncommand = [\"n\"]\nevents = [\"summary\"]\n"), "notify.events[0]", &["summary_every"])]
+#[case::notify_summary_every_left_out_of_events(with("", "[notify]\ncommand = [\"n\"]\nevents = [\"fatal\"]\nsummary_every = \"6h\"\n"), "notify.summary_every", &["leaves out \"summary\""])]
+#[case::notify_summary_every_second(with("", "[notify]\ncommand = [\"n\"]\nsummary_every = \"1s\"\n"), "notify.summary_every", &["at least 1m"])]
+#[case::notify_timeout_of_an_hour(with("", "[notify]\ncommand = [\"n\"]\ntimeout = \"1h\"\n"), "notify.timeout", &["at most 10m"])]
+#[case::notify_unknown_key(with("", "[notify]\ncommand = [\"n\"]\nurl = \"x\"\n"), "notify.url", &["unknown field `url`"])]
 fn rejects(#[case] text: String, #[case] key: &str, #[case] says: &[&str]) {
     let p = only_problem(&text, key);
     for s in says {
@@ -1220,6 +1239,74 @@ fn check(f: Check) -> Check {
 #[case::log_max_bytes_of_4kib(with("log_max_bytes = \"4KiB\"", ""), check(|c| c.worker.log_max_bytes == 4096))]
 fn accepts_the_bound(#[case] text: String, #[case] check: Check) {
     assert!(check(&parsed(&text)));
+}
+
+#[test]
+fn budgets_beside_n_trials_are_read_and_give_the_limits() {
+    let c = parsed(&cfg(
+        "n_trials = 50\ngpu_hours = 12.5\npatience = 20\nmin_delta = 0.01",
+        "",
+        &format!("{PX}[gpu]\n"),
+    ));
+    let limits = c.study.limits();
+    assert_eq!(limits.n_trials, Some(50));
+    assert_eq!(limits.gpu_hours, Some(12.5));
+    assert_eq!(
+        limits.patience,
+        Some(crate::study::budget::Patience {
+            patience: 20,
+            min_delta: 0.01
+        })
+    );
+    // min_delta defaults to 0: any strict improvement counts.
+    let c = parsed(&cfg(
+        "patience = 3\ngpu_hours = 1",
+        "",
+        &format!("{PX}[gpu]\n"),
+    ));
+    assert_eq!(c.study.patience.map(|p| p.min_delta), Some(0.0));
+    assert_eq!(c.study.gpu_hours, Some(1.0));
+    assert_eq!(parsed(&cfg("", "", PX)).study.limits(), Default::default());
+}
+
+#[test]
+fn notify_takes_every_event_but_the_summary_unless_told_and_a_30s_timeout() {
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"notify-me\", \"--quiet\"]\n",
+    ));
+    assert_eq!(c.notify.command, ["notify-me", "--quiet"]);
+    assert_eq!(
+        c.notify.events,
+        [
+            NotifyEvent::Finished,
+            NotifyEvent::Breaker,
+            NotifyEvent::Fatal,
+            NotifyEvent::DeviceLost
+        ]
+    );
+    assert_eq!(c.notify.timeout, Duration::from_secs(30));
+    assert!(c.notify.wants(NotifyEvent::Fatal));
+    assert!(!c.notify.wants(NotifyEvent::Summary));
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"n\"]\nevents = [\"summary\", \"finished\"]\n\
+         summary_every = \"6h\"\ntimeout = \"1m\"\n",
+    ));
+    assert_eq!(
+        c.notify.events,
+        [NotifyEvent::Finished, NotifyEvent::Summary]
+    );
+    assert_eq!(c.notify.summary_every, Some(Duration::from_secs(6 * 3600)));
+    assert_eq!(c.notify.timeout, Duration::from_secs(60));
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"n\"]\nsummary_every = \"1m\"\n",
+    ));
+    assert_eq!(c.notify.events.last(), Some(&NotifyEvent::Summary));
+    let none = parsed(&with("", ""));
+    assert!(none.notify.command.is_empty());
+    assert!(!none.notify.wants(NotifyEvent::Finished));
 }
 
 // ---- command-line overrides

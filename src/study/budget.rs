@@ -130,10 +130,7 @@ pub fn ended(limits: &Limits, spent: &Spent) -> Option<Ended> {
             finished: spent.finished,
         });
     }
-    if let Some(h) = limits
-        .gpu_hours
-        .filter(|h| spent.gpu_seconds >= h * 3600.0)
-    {
+    if let Some(h) = limits.gpu_hours.filter(|h| spent.gpu_seconds >= h * 3600.0) {
         return Some(Ended::GpuHours {
             spent: spent.gpu_seconds / 3600.0,
             budget: h,
@@ -254,10 +251,7 @@ mod tests {
         };
         assert_eq!(
             ended(&limits, &spent(&stalls)),
-            Some(Ended::Stalled {
-                best: 1.0,
-                rule: r
-            })
+            Some(Ended::Stalled { best: 1.0, rule: r })
         );
         assert_eq!(ended(&limits, &spent(&improves)), None);
     }

@@ -20,7 +20,11 @@ use std::time::Duration;
 pub enum Reason {
     /// GPU admission found no device with room: the candidate's expected peak, and the device
     /// with the most free memory (bytes).
-    Memory { expects: u64, free: u64, device: u32 },
+    Memory {
+        expects: u64,
+        free: u64,
+        device: u32,
+    },
     /// Every slot runs a trial.
     Slots { running: usize, max_par: usize },
     /// Other candidates are ahead of it in the daemon's line.
@@ -121,9 +125,10 @@ fn retry_class(kind: FailureKind) -> Option<&'static str> {
     match kind {
         FailureKind::Oom => Some("oom"),
         FailureKind::CudaFatal => Some("cuda_fatal"),
-        FailureKind::Killed | FailureKind::Timeout | FailureKind::Hang | FailureKind::WorkerDied => {
-            Some("crash")
-        }
+        FailureKind::Killed
+        | FailureKind::Timeout
+        | FailureKind::Hang
+        | FailureKind::WorkerDied => Some("crash"),
         FailureKind::Interrupted => Some("interrupted"),
         FailureKind::UserError | FailureKind::BadValue | FailureKind::Protocol => None,
     }
