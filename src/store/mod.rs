@@ -26,7 +26,8 @@
 //! upsert of one attribute), `views` (trials read back for the CLI, and the peaks a restarted
 //! daemon's memory model starts from), `feed` (what changed since a daemon last looked: every
 //! trial at its start, then other processes' trials as they come, for the sampler, pruner and
-//! memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state,
+//! memory model), `tally` (the budget's count), `spent` (the finished trials' values and GPU
+//! time, for the budgets beside `n_trials`), `workers`, `daemon` (the lock row, its state,
 //! the CLI's commands), `hosts` (heartbeats, failover), `step` (PostgreSQL: a finish, the next
 //! start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU
 //! rows, memory samples), `time` (the one timestamp codec), `columns` (enums and unsigned
@@ -38,7 +39,7 @@
 //! 2. `engine`;
 //! 3. `outage`, `attrs`;
 //! 4. `once`;
-//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `mirror`;
+//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `spent`, `mirror`;
 //! 6. `rows`, `feed`;
 //! 7. `step`;
 //! 8. `trials`;
@@ -70,6 +71,7 @@ mod outage;
 mod postgres;
 mod rows;
 mod schema;
+mod spent;
 mod sqlite;
 mod step;
 mod suggested;
@@ -88,6 +90,7 @@ pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
 pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
+pub use spent::{spent, FinalTrial};
 pub use suggested::ParamRefused;
 pub use telemetry::{GpuRow, MemorySample};
 pub use views::{Candidate, TrialView};

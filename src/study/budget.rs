@@ -70,6 +70,66 @@ fn improves(v: f64, best: f64, direction: Direction, min_delta: f64) -> bool {
     direction.better(v, best) && (v - best).abs() > min_delta * best.abs()
 }
 
+/// The GPU-seconds a finished trial spent: its running time times the share of its GPU it
+/// held, its measured peak over the device's memory (at most all of it; a whole GPU where
+/// either is unknown, so that a budget is never overspent for want of a reading).
+pub fn gpu_seconds(ran_s: f64, peak: Option<u64>, total: Option<u64>) -> f64 {
+    let share = match (peak, total) {
+        (Some(p), Some(t)) if t > 0 => (p as f64 / t as f64).min(1.0),
+        _ => 1.0,
+    };
+    ran_s.max(0.0) * share
+}
+
+/// What the last read of a study's finished trials found, for a daemon that asks before each
+/// start: read again only when the count of finished trials moved.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Spending {
+    /// The count of finished trials at the last read (`None`: never read).
+    read_at: Option<u64>,
+    gpu_seconds: f64,
+    /// The finished trials' values in the order they finished, by trial id.
+    values: Vec<(i64, Option<f64>)>,
+    /// The daemon's own finishes not yet in the last read: its count moves before their rows
+    /// are written (a finish and the next start are one commit), and the next start is decided
+    /// with them.
+    own: Vec<(i64, Option<f64>)>,
+}
+
+impl Spending {
+    /// Whether the finished trials must be read again, `finished` of them counted now.
+    pub fn stale(&self, finished: u64) -> bool {
+        self.read_at != Some(finished)
+    }
+
+    /// What a read found; the own finishes it holds are no longer pending.
+    pub fn read(&mut self, finished: u64, gpu_seconds: f64, values: Vec<(i64, Option<f64>)>) {
+        self.own
+            .retain(|(id, _)| !values.iter().any(|(read, _)| read == id));
+        self.read_at = Some(finished);
+        self.gpu_seconds = gpu_seconds;
+        self.values = values;
+    }
+
+    /// A finish of the daemon's own, before a read finds its row.
+    pub fn own(&mut self, trial_id: i64, value: Option<f64>) {
+        self.own.push((trial_id, value));
+    }
+
+    pub fn gpu_seconds(&self) -> f64 {
+        self.gpu_seconds
+    }
+
+    /// The values the stall rule reads: the last read's, then the own finishes after it.
+    pub fn values(&self) -> Vec<Option<f64>> {
+        self.values
+            .iter()
+            .chain(&self.own)
+            .map(|(_, v)| *v)
+            .collect()
+    }
+}
+
 /// The limits of a study, as its config sets them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Limits {
@@ -234,6 +294,41 @@ mod tests {
     ) {
         let s = stall(values, direction, r);
         assert_eq!((s.best, s.since, s.stalled), expect);
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    #[rstest]
+    #[case::a_quarter(3600.0, Some(20 * GIB), Some(80 * GIB), 900.0)]
+    #[case::peak_past_the_card(100.0, Some(90 * GIB), Some(80 * GIB), 100.0)]
+    #[case::no_peak_a_whole_gpu(100.0, None, Some(80 * GIB), 100.0)]
+    #[case::no_size_a_whole_gpu(100.0, Some(GIB), None, 100.0)]
+    #[case::a_clock_gone_back(-5.0, Some(GIB), Some(2 * GIB), 0.0)]
+    fn a_trial_spends_its_time_times_its_share_of_the_gpu(
+        #[case] ran_s: f64,
+        #[case] peak: Option<u64>,
+        #[case] total: Option<u64>,
+        #[case] expect: f64,
+    ) {
+        assert_eq!(gpu_seconds(ran_s, peak, total), expect);
+    }
+
+    #[test]
+    fn an_own_finish_counts_until_a_read_holds_it_and_only_once() {
+        let mut s = Spending::default();
+        assert!(s.stale(0));
+        s.read(1, 10.0, vec![(1, Some(5.0))]);
+        assert!(!s.stale(1));
+        // Our finish of trial 2 counts at once, before its row is read.
+        s.own(2, Some(6.0));
+        assert!(s.stale(2));
+        assert_eq!(s.values(), [Some(5.0), Some(6.0)]);
+        // A read before its row was written keeps it; one after drops the copy.
+        s.read(2, 10.0, vec![(1, Some(5.0))]);
+        assert_eq!(s.values(), [Some(5.0), Some(6.0)]);
+        s.read(3, 20.0, vec![(1, Some(5.0)), (2, Some(6.0)), (3, None)]);
+        assert_eq!(s.values(), [Some(5.0), Some(6.0), None]);
+        assert_eq!(s.gpu_seconds(), 20.0);
     }
 
     #[test]

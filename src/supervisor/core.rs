@@ -22,6 +22,7 @@ use crate::sampler::{Proposal, Sampler};
 use crate::store::{
     DaemonId, Feed, ParamRefused, Runner, StartCtx, StartOp, Started, Store, Waiting,
 };
+use crate::study::budget::{Ended, Spending};
 use crate::study::rules;
 use crate::study::space::external_json;
 use crate::study::{
@@ -102,6 +103,10 @@ pub(super) struct Core {
     pub(super) feed: Feed,
     /// When it last read them.
     pub(super) fed_at: Option<Instant>,
+    /// What the finished trials spent of the budgets beside `n_trials` (`budget`).
+    pub(super) spending: Spending,
+    /// Which budget ended the study, once one has.
+    pub(super) ended: Option<Ended>,
 }
 
 /// A start `Core::plan` chose: the candidate (taken out of the line, at index `k`) and where
@@ -278,10 +283,8 @@ impl Core {
             if stopping || self.halted {
                 return Ok(Planned::Done);
             }
-            if let Some(t) = self.config.study.timeout {
-                if self.started.elapsed() >= t {
-                    return Ok(Planned::Done);
-                }
+            if self.budget_ended().await?.is_some() {
+                return Ok(Planned::Done);
             }
             // Whether a new sample may start: not when the running and the WAITING trials
             // hold every start left in the budget.
@@ -294,6 +297,10 @@ impl Core {
                         .refresh_tally(&self.study, &mut self.tally)
                         .await?;
                     if self.tally.finished >= n {
+                        self.record_end(Ended::Trials {
+                            finished: self.tally.finished,
+                            n_trials: n,
+                        });
                         return Ok(Planned::Done);
                     }
                     if !self.tally.room_for_new(Some(n)) {
@@ -1026,6 +1033,9 @@ impl Core {
             Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
         let counted = self.tally.finished_own(trial_id, f.spends());
+        if f.spends() {
+            self.spending_own(trial_id, values.first().copied());
+        }
         if self.fatal.is_some() {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
             // them too, so that none of the streak spends the budget.

@@ -32,6 +32,7 @@
 //! [`Progress`]: crate::progress::Progress
 
 mod admit;
+mod budget;
 mod core;
 mod host;
 mod housekeeping;
@@ -531,6 +532,8 @@ async fn run_locked(
             pool: Default::default(),
             feed,
             fed_at: Some(Instant::now()),
+            spending: Default::default(),
+            ended: None,
         }),
         config: std::sync::RwLock::new(config.clone()),
         store: store.clone(),
