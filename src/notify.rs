@@ -214,7 +214,7 @@ struct Shared {
 /// still queued a last chance when the daemon exits.
 pub struct Notifier {
     shared: Option<Arc<Shared>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Notifier {
@@ -229,7 +229,7 @@ impl Notifier {
         if config.command.is_empty() {
             return Notifier {
                 shared: None,
-                task: None,
+                task: Mutex::new(None),
             };
         }
         let shared = Arc::new(Shared {
@@ -245,7 +245,7 @@ impl Notifier {
         let task = tokio::spawn(deliver(shared.clone()));
         Notifier {
             shared: Some(shared),
-            task: Some(task),
+            task: Mutex::new(Some(task)),
         }
     }
 
@@ -275,8 +275,10 @@ impl Notifier {
 
     /// Lets the queued events go out, waiting up to `[notify] timeout` in all, then stops the
     /// task (a run still going is killed with its process group).
-    pub async fn close(mut self) {
-        let (Some(shared), Some(mut task)) = (self.shared.take(), self.task.take()) else {
+    /// Events sent after it are not run.
+    pub async fn close(&self) {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (Some(shared), Some(mut task)) = (&self.shared, task) else {
             return;
         };
         lock(&shared.queue).closed = true;
@@ -299,7 +301,7 @@ impl Notifier {
 
 impl Drop for Notifier {
     fn drop(&mut self) {
-        if let Some(task) = &self.task {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             task.abort();
         }
     }

@@ -9,6 +9,7 @@
 
 use super::core::Core;
 use super::RunError;
+use crate::notify::Summary;
 use crate::study::budget::{self, Ended, Spent};
 use tracing::info;
 
@@ -71,5 +72,22 @@ impl Core {
                 .patience
                 .map(|p| budget::stall(&self.spending.values(), direction, p)),
         })
+    }
+
+    /// Where the study stands, as the `summary` and `finished` notifications say it.
+    pub(super) fn summary(&self) -> Summary {
+        let best = self.progress.best();
+        Summary {
+            finished: self.tally.finished,
+            n_trials: self.config.study.n_trials,
+            running: self.running,
+            best_value: best.map(|b| b.1),
+            best_trial: best.map(|b| b.0),
+            gpu_hours: self
+                .config
+                .study
+                .gpu_hours
+                .map(|_| self.spending.gpu_seconds() / 3600.0),
+        }
     }
 }

@@ -18,6 +18,7 @@
 //! waiting, not wedged) and the metrics say so until the server is back.
 
 use super::core::Core;
+use super::notices::Watch;
 use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
@@ -44,6 +45,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     // heartbeat looks old, so none fails another over until its own have been written again
     // for a whole `host_timeout`.
     let mut last_silence = Instant::now();
+    let mut news = Watch::new(&sh, Instant::now());
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -61,10 +63,11 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Ok(false) => {}
             Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
         }
+        let mut rows = Vec::new();
         if let Some(m) = &sh.monitor {
             read_gpus(&sh).await;
             // After the rows: their admission round reads the other daemons' requests.
-            let rows = gpu_rows(&sh, m).await;
+            rows = gpu_rows(&sh, m).await;
             retire_idle(&sh);
             sh.metrics.set_gpus(&rows);
             if let Err(e) = sh.store.write_gpus(&sh.study, &sh.host, &rows).await {
@@ -97,10 +100,9 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 sh.metrics.set_running(None, core.running as usize);
             }
             core.publish();
-            (
-                core.breaker.paused(&core.devices(), Instant::now()),
-                status_line(&sh.cfg(), &core),
-            )
+            let paused = core.breaker.paused(&core.devices(), Instant::now());
+            news.tick(&sh, core.summary(), &rows, paused.as_deref());
+            (paused, status_line(&sh.cfg(), &core))
         };
         let state = if paused.is_some() {
             DaemonState::Paused

@@ -37,6 +37,7 @@ mod core;
 mod host;
 mod housekeeping;
 mod learn;
+mod notices;
 mod policy;
 mod pool;
 mod reload;
@@ -163,6 +164,8 @@ struct Shared {
     /// elsewhere): it wins over what the slots then fail with.
     ended_by: std::sync::Mutex<Option<RunError>>,
     metrics: Arc<Metrics>,
+    /// `[notify]`: sending queues, never waits.
+    notifier: crate::notify::Notifier,
     /// `--par` from the command line, which reloads keep.
     par_override: Option<usize>,
 }
@@ -501,6 +504,8 @@ async fn run_locked(
             );
         }
     }
+    let notifier =
+        crate::notify::Notifier::start(&config.notify, &study.name, &me.host, metrics.clone());
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
             store: store.clone(),
@@ -549,6 +554,7 @@ async fn run_locked(
         instance,
         ended_by: Default::default(),
         metrics: metrics.clone(),
+        notifier,
         par_override: control.par_override,
     });
     shared.core.lock().await.learn(history, true);
@@ -660,11 +666,13 @@ async fn run_locked(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    if let Some(e) = ended_by.or(first_error) {
+    let error = ended_by.or(first_error);
+    let interrupted = shared.shutdown.is_cancelled();
+    notices::at_end(&shared, error.as_ref(), interrupted).await;
+    if let Some(e) = error {
         return Err(e);
     }
     let counts = store.counts(&study).await?;
-    let interrupted = shared.shutdown.is_cancelled();
     info!(
         complete = counts.complete,
         pruned = counts.pruned,
