@@ -14,12 +14,14 @@
 //! 1. `args` (the shared clap arguments), `error` (`CliError`, the exit codes), `csv`
 //!    (`--csv`), `internals` (`internals --json`): they import nothing of this folder;
 //! 2. `open` (the study a reading command names), `render` (text shared by commands: `--json`,
-//!    the trials and GPU tables), `logging` (`run`'s log lines);
+//!    the trials and GPU tables), `logging` (`run`'s log lines), `budgets` (`status`'s limits
+//!    beside `n_trials` and what was spent of them);
 //! 3. one file per command: `run`, `check`, `status`, `trials`, `best`, `gpus`, `resume`;
 //! 4. this file: the command enum, `main` and the dispatch, which none of them imports.
 
 mod args;
 mod best;
+mod budgets;
 mod check;
 mod csv;
 mod error;

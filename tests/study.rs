@@ -522,6 +522,17 @@ fn a_study_whose_best_value_stalls_for_patience_trials_stops_and_says_why() {
         ),
         "{err}"
     );
+    // `status` shows the stall it stopped on.
+    let out = sweep.sweepd(&["status"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("budgets   patience 3 of 3 finished trials without beating 5 (stalled)\n"),
+        "{text}"
+    );
+    let out = sweep.sweepd(&["status", "--json"]).output().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["budgets"]["stall"]["stalled"], true, "{json}");
+    assert_eq!(json["budgets"]["patience"], 3);
 }
 
 #[test]

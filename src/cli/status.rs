@@ -4,6 +4,7 @@
 //! rendered as text, JSON or CSV.
 
 use super::args::{Output, StudyArg};
+use super::budgets::Budgets;
 use super::csv;
 use super::error::CliError;
 use super::open::{open_study, Opened};
@@ -56,6 +57,8 @@ struct Status {
     /// A daemon whose heartbeat is older than this is gone.
     gone_after: Duration,
     gpus: Vec<GpuRow>,
+    /// The limits beside `n_trials` the config sets, and what was spent of them.
+    budgets: Option<Budgets>,
 }
 
 impl Status {
@@ -90,6 +93,7 @@ impl Status {
             supervisor::DAEMON_GONE_AFTER
         };
         let gpus = store.gpus(&study).await?;
+        let budgets = Budgets::read(&store, &study, config.as_ref()).await?;
         Ok(Status {
             n_trials: config.as_ref().and_then(|c| c.study.n_trials),
             study,
@@ -103,7 +107,14 @@ impl Status {
             several_hosts,
             gone_after,
             gpus,
+            budgets,
         })
+    }
+
+    /// How long the live daemon has run (the time its `timeout` counts), where one runs.
+    fn ran(&self) -> Option<Duration> {
+        let d = self.daemon().filter(|d| self.alive(d))?;
+        time::age(&d.started_at)
     }
 
     /// Whether a daemon runs: not stopped or gone, and its heartbeat fresh.
@@ -192,6 +203,7 @@ impl Status {
             "daemon_alive": daemon.is_some_and(|d| self.alive(d)),
             "hosts": hosts,
             "gpus": self.gpus,
+            "budgets": self.budgets.as_ref().map(|b| b.json(self.ran())),
         })
     }
 
@@ -223,6 +235,9 @@ impl Status {
             "progress  {progress}: COMPLETE {}, PRUNED {}, FAIL {} ({} re-enqueued), RUNNING {}, WAITING {}",
             c.complete, c.pruned, c.fail, c.fail_retried, c.running, c.waiting
         );
+        if let Some(b) = &self.budgets {
+            let _ = writeln!(out, "budgets   {}", b.text(self.ran()));
+        }
         self.best_text(&mut out);
         self.running_text(&mut out);
         self.workers_text(&mut out);
@@ -435,6 +450,7 @@ mod tests {
             several_hosts: false,
             gone_after: Duration::from_secs(60),
             gpus: vec![],
+            budgets: None,
         }
     }
 
