@@ -15,7 +15,8 @@
 //!    (`--csv`), `internals` (`internals --json`): they import nothing of this folder;
 //! 2. `open` (the study a reading command names), `render` (text shared by commands: `--json`,
 //!    the trials and GPU tables), `logging` (`run`'s log lines), `budgets` (`status`'s limits
-//!    beside `n_trials` and what was spent of them);
+//!    beside `n_trials` and what was spent of them), `reasons` (why each trial waits or what it
+//!    does, as the live daemons published it);
 //! 3. one file per command: `run`, `check`, `status`, `trials`, `best`, `gpus`, `resume`;
 //! 4. this file: the command enum, `main` and the dispatch, which none of them imports.
 
@@ -29,6 +30,7 @@ mod gpus;
 mod internals;
 mod logging;
 mod open;
+mod reasons;
 mod render;
 mod resume;
 mod run;

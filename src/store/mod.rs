@@ -27,7 +27,8 @@
 //! daemon's memory model starts from), `feed` (what changed since a daemon last looked: every
 //! trial at its start, then other processes' trials as they come, for the sampler, pruner and
 //! memory model), `tally` (the budget's count), `spent` (the finished trials' values and GPU
-//! time, for the budgets beside `n_trials`), `workers`, `daemon` (the lock row, its state,
+//! time, for the budgets beside `n_trials`), `reasons` (each daemon's published line of waiting
+//! candidates and why they wait), `workers`, `daemon` (the lock row, its state,
 //! the CLI's commands), `hosts` (heartbeats, failover), `step` (PostgreSQL: a finish, the next
 //! start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU
 //! rows, memory samples), `time` (the one timestamp codec), `columns` (enums and unsigned
@@ -39,7 +40,7 @@
 //! 2. `engine`;
 //! 3. `outage`, `attrs`;
 //! 4. `once`;
-//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `spent`, `mirror`;
+//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `spent`, `reasons`, `mirror`;
 //! 6. `rows`, `feed`;
 //! 7. `step`;
 //! 8. `trials`;
@@ -69,6 +70,7 @@ mod mirror;
 mod once;
 mod outage;
 mod postgres;
+mod reasons;
 mod rows;
 mod schema;
 mod spent;

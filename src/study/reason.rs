@@ -197,6 +197,15 @@ impl Line {
         key(self) != key(last)
     }
 
+    /// The reasons of one entry of the line: the study's hold first, then its own.
+    pub fn reasons_of_queued(&self, q: &Queued) -> Vec<Reason> {
+        self.study
+            .iter()
+            .cloned()
+            .chain(std::iter::once(q.reason.clone()))
+            .collect()
+    }
+
     /// The reason published for trial `trial_id`: the study's hold first, then its own.
     pub fn reasons_of(&self, trial_id: i64) -> Vec<Reason> {
         self.study

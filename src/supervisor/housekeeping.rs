@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
 use crate::store::{DaemonLockError, Engine, GpuRow};
+use crate::study::reason::Line;
 use crate::study::{DaemonCommand, DaemonState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     // for a whole `host_timeout`.
     let mut last_silence = Instant::now();
     let mut news = Watch::new(&sh, Instant::now());
+    // The line of waiting candidates last published (`supervisor::reasons`).
+    let mut published: Option<Line> = None;
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -88,7 +91,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             Err(e) => warn!("could not read commands: {e}"),
         }
-        let (paused, status) = {
+        let (paused, status, line) = {
             let mut core = sh.core.lock().await;
             // Other processes' trials, also while no trial starts here (every slot busy with a
             // long trial): the pruner judges the next report against their curves.
@@ -102,8 +105,15 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             core.publish();
             let paused = core.breaker.paused(&core.devices(), Instant::now());
             news.tick(&sh, core.summary(), &rows, paused.as_deref());
-            (paused, status_line(&sh.cfg(), &core))
+            let line = core.waiting_line(&rows);
+            (paused, status_line(&sh.cfg(), &core), line)
         };
+        if line.differs(published.as_ref()) {
+            match sh.store.publish_line(&sh.study, &sh.host, &line).await {
+                Ok(()) => published = Some(line),
+                Err(e) => warn!("could not publish why trials wait: {e}"),
+            }
+        }
         let state = if paused.is_some() {
             DaemonState::Paused
         } else {

@@ -40,6 +40,7 @@ mod learn;
 mod notices;
 mod policy;
 mod pool;
+mod reasons;
 mod reload;
 mod slot;
 mod suggest;
