@@ -229,7 +229,7 @@ impl Core {
     /// memory and the other daemons' claims; the ledger stays locked until `write_claims`.
     pub(super) fn round(&mut self, now: Instant) -> Option<Round> {
         let g = self.gpu.as_mut()?;
-        g.learn_from_neighbours(&self.config.space);
+        g.learn_from_neighbours(&self.settings.get().space);
         let (mut views, running, errors, groups) = g.monitor.views_and_groups();
         // Trials admitted before the model could predict them settle once it can.
         let (live, model) = (&self.live, &mut g.model);
@@ -256,7 +256,7 @@ impl Core {
             ),
         );
         for (trial, params, level) in settled {
-            g.share_level(&self.config.space, trial, params, level);
+            g.share_level(&self.settings.get().space, trial, params, level);
         }
         // Said once when a device's readings fail, not on every poll.
         for (device, why) in &errors {
@@ -409,7 +409,7 @@ impl Core {
         if reclaim.reuse.is_none() {
             let live =
                 (self.running as usize + round.idle.len()).saturating_sub(reclaim.retire.len());
-            if live >= self.config.worker.max_par {
+            if live >= self.settings.get().worker.max_par {
                 if let Some(w) = round
                     .idle
                     .iter()

@@ -11,10 +11,10 @@
 use super::admit::{GpuCtl, Placement};
 use super::policy::{self, Breaker, SameError, Signature};
 use super::pool::Pool;
+use super::settings::Settings;
 use super::suggest::{Answer, Live};
 use super::RunError;
 use crate::classify;
-use crate::config::Config;
 use crate::gpu::Ledger;
 use crate::progress::{Progress, Snapshot, Tracker};
 use crate::pruner::Pruner;
@@ -30,7 +30,6 @@ use crate::study::{
 use crate::units;
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 use tracing::{info, warn};
 
@@ -54,7 +53,8 @@ impl Candidate {
 pub(super) struct Core {
     pub(super) store: Store,
     pub(super) study: crate::store::Study,
-    pub(super) config: Arc<Config>,
+    /// The config in force (a reload swaps it).
+    pub(super) settings: Settings,
     pub(super) sampler: Box<dyn Sampler>,
     pub(super) pruner: Pruner,
     /// The study's trials as the budget counts them, whoever runs them; refreshed from the
@@ -216,17 +216,20 @@ impl Core {
         self.progress.snapshot(Progress {
             started: Some(self.started),
             finished: self.tally.finished,
-            budget: self.config.study.n_trials,
-            timeout: self.config.study.timeout,
+            budget: self.settings.get().study.n_trials,
+            timeout: self.settings.get().study.timeout,
             running: self.running,
-            max_par: self.config.worker.max_par,
+            max_par: self.settings.get().worker.max_par,
             gpus,
-            paused: self
-                .breaker
-                .paused(&self.devices(), Instant::now())
-                .is_some(),
+            paused: self.paused(Instant::now()).is_some(),
             ..Progress::default()
         })
+    }
+
+    /// Why the study is paused: every device quarantined by the breaker.
+    pub(super) fn paused(&self, now: Instant) -> Option<String> {
+        let threshold = self.settings.get().retry.breaker_threshold;
+        self.breaker.paused(&self.devices(), now, threshold)
     }
 
     pub(super) fn devices(&self) -> Vec<Option<u32>> {
@@ -255,12 +258,15 @@ impl Core {
             let ctx = StartCtx {
                 study: &self.study,
                 owner: &self.me,
-                budget: self.config.study.n_trials,
+                budget: self.settings.get().study.n_trials,
                 tally: &mut self.tally,
                 runner: None,
                 skip_waiting: Some(&queued),
             };
-            let started = self.store.start(&self.config.space, plan.op(), ctx).await?;
+            let started = self
+                .store
+                .start(&self.settings.get().space, plan.op(), ctx)
+                .await?;
             if let Some(next) = self.started(*plan, started) {
                 return Ok(next);
             }
@@ -278,7 +284,7 @@ impl Core {
             if stopping || self.halted {
                 return Ok(Planned::Done);
             }
-            if let Some(t) = self.config.study.timeout {
+            if let Some(t) = self.settings.get().study.timeout {
                 if self.started.elapsed() >= t {
                     return Ok(Planned::Done);
                 }
@@ -286,7 +292,7 @@ impl Core {
             // Whether a new sample may start: not when the running and the WAITING trials
             // hold every start left in the budget.
             let mut new_allowed = true;
-            if let Some(n) = self.config.study.n_trials {
+            if let Some(n) = self.settings.get().study.n_trials {
                 if !self.tally.room_for_new(Some(n)) {
                     // Others (Optuna scripts, other hosts) may have finished or claimed trials
                     // since: look before deciding.
@@ -311,7 +317,7 @@ impl Core {
                 }
             }
             let now = Instant::now();
-            if self.breaker.paused(&self.devices(), now).is_some() {
+            if self.paused(now).is_some() {
                 return Ok(Planned::Wait);
             }
             // A new trial's start was refused for a WAITING trial: that one goes first.
@@ -358,7 +364,8 @@ impl Core {
             // Starts left in the budget: a candidate does not pass enqueued trials in line
             // with the slots they need (`policy::may_pass`).
             let room = self
-                .config
+                .settings
+                .get()
                 .study
                 .n_trials
                 .map(|n| n.saturating_sub(self.tally.finished + self.tally.reserved()));
@@ -513,7 +520,8 @@ impl Core {
     /// (and, claimed from WAITING, those it had besides), the relative values proposed for it,
     /// and what was enqueued for names outside the static space.
     fn live_trial(&self, claimed: &Claimed, candidate: Candidate) -> Live {
-        let space = &self.config.space;
+        let cfg = self.settings.get();
+        let space = &cfg.space;
         let mut params = claimed.params.clone();
         let (mut dists, mut order) = (Dists::new(), Vec::new());
         for spec in &space.params {
@@ -619,7 +627,8 @@ impl Core {
     pub(super) async fn choose(&mut self, new: bool) -> Result<Option<Candidate>, RunError> {
         // Whatever it proposes, the sampler first learns what other processes did meanwhile.
         self.catch_up().await;
-        let space = &self.config.space;
+        let cfg = self.settings.get();
+        let space = &cfg.space;
         let queued = self.queued_waiting();
         // A new trial's start is refused while a WAITING trial outside the line waits
         // (`Started::Waiting`), so the look for one is needed only while the tally, read in
@@ -645,7 +654,7 @@ impl Core {
                     let start = StartCtx {
                         study: &self.study,
                         owner: &self.me,
-                        budget: self.config.study.n_trials,
+                        budget: self.settings.get().study.n_trials,
                         tally: &mut self.tally,
                         runner: None,
                         skip_waiting: None,
@@ -800,7 +809,7 @@ impl Core {
         let ctx = StartCtx {
             study: &self.study,
             owner: &self.me,
-            budget: self.config.study.n_trials,
+            budget: self.settings.get().study.n_trials,
             tally: &mut self.tally,
             runner: runner.map(|r| (r, plan.placement.as_ref().map(|p| p.device))),
             skip_waiting: Some(&queued),
@@ -813,7 +822,7 @@ impl Core {
                 &f.how,
                 &f.attrs,
                 f.done_by,
-                &self.config.space,
+                &self.settings.get().space,
                 plan.op(),
                 ctx,
             )
@@ -861,7 +870,8 @@ impl Core {
                 (l.params, l.dists, shown)
             }
             None => {
-                let space = &self.config.space;
+                let cfg = self.settings.get();
+                let space = &cfg.space;
                 let dists = c
                     .params
                     .keys()
@@ -958,7 +968,11 @@ impl Core {
                 } else if let Some(sig) = &signature {
                     if self.same_error.stopped_for(sig) {
                         (true, reason)
-                    } else if self.same_error.failure(c.trial_id, sig) {
+                    } else if self.same_error.failure(
+                        c.trial_id,
+                        sig,
+                        self.settings.get().retry.stop_after_same_error,
+                    ) {
                         self.halted = true;
                         self.fatal = Some(RunError::SameError(policy::same_error_message(
                             self.same_error.streak.len(),
@@ -968,13 +982,13 @@ impl Core {
                         (true, reason)
                     } else {
                         (
-                            policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                            policy::retry_allowed(kind, &c.attempts, &self.settings.get().retry),
                             reason,
                         )
                     }
                 } else {
                     (
-                        policy::retry_allowed(kind, &c.attempts, &self.config.retry),
+                        policy::retry_allowed(kind, &c.attempts, &self.settings.get().retry),
                         reason,
                     )
                 };
@@ -1048,11 +1062,12 @@ impl Core {
             // The breaker is for faults that may clear by themselves (a device, a driver, the
             // memory others use); an error in the objective is the same error next time.
             Finish::Fail(f) if f.kind.may_clear() => {
-                if let Some(wait) = self.breaker.failure(device, now) {
+                let retry = self.settings.get().retry.clone();
+                if let Some(wait) = self.breaker.failure(device, now, &retry) {
                     let on = device.map_or("the CPU".into(), |d| format!("gpu{d}"));
                     warn!(
                         "circuit breaker: {} consecutive failures on {on}; quarantined for {}",
-                        self.config.retry.breaker_threshold,
+                        retry.breaker_threshold,
                         units::format_duration(wait)
                     );
                     let _ = self
@@ -1064,7 +1079,7 @@ impl Core {
                             &format!("{on} for {wait:?}"),
                         )
                         .await;
-                    if let Some(why) = self.breaker.paused(&self.devices(), now) {
+                    if let Some(why) = self.paused(now) {
                         warn!("{why}");
                     }
                 }
@@ -1081,7 +1096,7 @@ impl Core {
             if let Some(p) = measured {
                 g.model.record(params, p);
             }
-            g.share_end(&self.config.space, trial_id, params, measured);
+            g.share_end(&self.settings.get().space, trial_id, params, measured);
         }
         // Its memory is no longer ours to claim: the other daemons may use it now.
         self.refresh_claims();

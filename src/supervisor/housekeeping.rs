@@ -97,10 +97,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 sh.metrics.set_running(None, core.running as usize);
             }
             core.publish();
-            (
-                core.breaker.paused(&core.devices(), Instant::now()),
-                status_line(&sh.cfg(), &core),
-            )
+            (core.paused(Instant::now()), status_line(&sh.cfg(), &core))
         };
         let state = if paused.is_some() {
             DaemonState::Paused

@@ -39,6 +39,7 @@ mod learn;
 mod policy;
 mod pool;
 mod reload;
+mod settings;
 mod slot;
 mod suggest;
 mod trial;
@@ -58,7 +59,7 @@ use admit::GpuCtl;
 use core::Core;
 pub use host::{heartbeat_fresh, host_id, DAEMON_GONE_AFTER};
 use host::{Block, Here};
-use policy::{Breaker, SameError};
+use settings::Settings;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -136,8 +137,9 @@ pub struct RunSummary {
 
 /// Everything the slot tasks share.
 struct Shared {
-    /// The config in force; SIGHUP swaps in a new one with the keys that may change live.
-    config: std::sync::RwLock<Arc<Config>>,
+    /// The config in force, the one copy the core reads too; SIGHUP swaps in a new one with
+    /// the keys that may change live.
+    settings: Settings,
     store: Store,
     study: crate::store::Study,
     /// The decision point, behind a lock: slots ask it one at a time.
@@ -168,10 +170,7 @@ struct Shared {
 
 impl Shared {
     fn cfg(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.settings.get()
     }
 
     /// This daemon, as the single-instance rule compares a row's daemon with it.
@@ -496,11 +495,12 @@ async fn run_locked(
             );
         }
     }
+    let settings = Settings::new(config.clone());
     let shared = Arc::new(Shared {
         core: Mutex::new(Core {
             store: store.clone(),
             study: study.clone(),
-            config: config.clone(),
+            settings: settings.clone(),
             sampler,
             pruner,
             tally,
@@ -514,13 +514,10 @@ async fn run_locked(
             next_key: store.next_number(&study).await? as u64,
             key_offset: host_key_offset(&me, several_hosts),
             gpu,
-            breaker: Breaker {
-                cfg: config.retry.clone(),
-                devices: HashMap::new(),
-            },
+            breaker: Default::default(),
             infeasible: Vec::new(),
             live: HashMap::new(),
-            same_error: SameError::new(config.retry.stop_after_same_error),
+            same_error: Default::default(),
             fatal: None,
             halted: false,
             progress: tracker(&store, &study, &control, counts.finished()).await?,
@@ -528,7 +525,7 @@ async fn run_locked(
             feed,
             fed_at: Some(Instant::now()),
         }),
-        config: std::sync::RwLock::new(config.clone()),
+        settings: settings.clone(),
         store: store.clone(),
         study: study.clone(),
         changed: Notify::new(),
