@@ -2,7 +2,7 @@
 //! `config::reload`) are applied to the running daemon; the others are reported as needing a
 //! restart; an invalid file changes nothing.
 
-use super::Shared;
+use super::shared::Shared;
 use crate::config::{Config, Overrides};
 use std::sync::Arc;
 use tracing::{error, info, warn};
@@ -41,7 +41,7 @@ pub(super) async fn reload(sh: &Shared) {
     }
     {
         let mut core = sh.core.lock().await;
-        if let Some(g) = &mut core.gpu {
+        if let Some(g) = core.gpu_mut() {
             g.capacity.set_headroom(applied.gpu.headroom);
         }
     }

@@ -5,10 +5,11 @@
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
 
-use super::core::Outcome;
+use super::decide::Outcome;
+use super::events::WorkerEvent;
 use super::policy::Fate;
-use super::workers::kill_group;
-use super::{Shared, KILL_GRACE};
+use super::shared::Shared;
+use super::workers::{kill_group, KILL_GRACE};
 use crate::classify;
 use crate::clock;
 use crate::process::{self, Event, FrameworkMemory, Message, Worker};
@@ -242,15 +243,11 @@ pub(super) async fn run_trial(
     ))
     .await;
     if let Outcome::Failed { kind, reason, .. } = &result {
-        let _ = sh
-            .store
-            .event(
-                Some(w.id),
-                Some(c.trial_id),
-                "trial_failed",
-                &format!("{}: {reason}", kind.as_str()),
-            )
-            .await;
+        let failed = WorkerEvent::TrialFailed {
+            kind: *kind,
+            reason,
+        };
+        let _ = failed.record(&sh.store, Some(w.id), Some(c.trial_id)).await;
     }
     (result, fate, framework)
 }

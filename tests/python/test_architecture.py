@@ -220,7 +220,6 @@ def allowed_imports():
 KNOWN_CIRCLES = [
     "src/gpu: admission, monitor",
     "src/store: step, trials",
-    "src/supervisor: admit, core, housekeeping, pool, slot, trial, workers",
 ]
 
 

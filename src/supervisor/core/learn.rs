@@ -12,7 +12,7 @@
 //! violated constraint), the memory model (a measured peak) and the progress tracker (the best
 //! value or Pareto front that the display, the status line and the metrics show).
 
-use super::core::Core;
+use super::Core;
 use crate::store::Changes;
 use crate::study::TrialState;
 use std::time::{Duration, Instant};
@@ -22,24 +22,24 @@ use tracing::{debug, warn};
 /// finished more than this long ago, wherever it ran; a few hundred milliseconds are nothing
 /// beside trials that take seconds to hours, and bound the reads of a study of very short
 /// trials to a few per second per daemon.
-pub(super) const CATCH_UP_EVERY: Duration = Duration::from_millis(250);
+pub(in crate::supervisor) const CATCH_UP_EVERY: Duration = Duration::from_millis(250);
 
 /// What one `learn` took in.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Learnt {
+pub(in crate::supervisor) struct Learnt {
     /// Final trials told to the sampler and the pruner.
-    pub(super) told: usize,
+    pub(in crate::supervisor) told: usize,
     /// Running trials observed (constant liars).
-    pub(super) observed: usize,
+    pub(in crate::supervisor) observed: usize,
     /// COMPLETE trials that may have changed the best value or the front.
-    pub(super) completed: usize,
+    pub(in crate::supervisor) completed: usize,
 }
 
 impl Core {
     /// Learns what other processes changed since the last read, unless that read was less
     /// than [`CATCH_UP_EVERY`] ago. A failed read is logged and left for the next one (the
     /// feed is where it was): the sampler goes on with what it knows.
-    pub(super) async fn catch_up(&mut self) -> Learnt {
+    pub(in crate::supervisor) async fn catch_up(&mut self) -> Learnt {
         let now = Instant::now();
         if self
             .fed_at
