@@ -95,3 +95,100 @@ pub(in crate::supervisor) fn then(
         runner: kept,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    const MIB: u64 = 1 << 20;
+
+    fn worker(recycle_after: Option<u32>, recycle_on_growth: Option<u64>) -> WorkerConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[study]\nname = \"s\"\n[worker]\ncommand = [\"python\", \"t.py\"]\n\
+                    [params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n";
+        let mut w = crate::config::Config::parse(text, &dir.path().join("supervisor.toml"))
+            .unwrap()
+            .worker;
+        (w.recycle_after, w.recycle_on_growth) = (recycle_after, recycle_on_growth);
+        w
+    }
+
+    fn health(successes: u64, baseline: Option<u64>, idle: Option<u64>) -> WorkerHealth {
+        WorkerHealth {
+            successes,
+            trials_run: successes + 1,
+            baseline,
+            idle,
+        }
+    }
+
+    #[rstest]
+    #[case::kept_after_a_success(Fate::Keep, TrialEnd::Success, health(3, Some(500 * MIB), Some(520 * MIB)), None, true)]
+    #[case::recycled_after_its_count(
+        Fate::Keep,
+        TrialEnd::Success,
+        health(10, None, None),
+        Some(10),
+        false
+    )]
+    #[case::recycled_when_it_grew(Fate::Keep, TrialEnd::Success, health(3, Some(500 * MIB), Some(1600 * MIB)), None, false)]
+    #[case::kept_after_an_oom_its_memory_came_back_from(Fate::Keep, TrialEnd::Oom, health(3, Some(500 * MIB), Some(600 * MIB)), None, true)]
+    #[case::replaced_after_an_oom_it_holds_on_to(Fate::Keep, TrialEnd::Oom, health(3, Some(500 * MIB), Some(900 * MIB)), None, false)]
+    #[case::replaced_after_an_oom_without_readings(
+        Fate::Keep,
+        TrialEnd::Oom,
+        health(3, None, None),
+        None,
+        false
+    )]
+    #[case::kept_after_another_failure(Fate::Keep, TrialEnd::Other, health(0, None, Some(9000 * MIB)), Some(1), true)]
+    #[case::the_conversation_replaced_it(Fate::Replace("worker exited".into()), TrialEnd::Success, health(0, None, None), None, false)]
+    fn a_worker_is_kept_recycled_or_replaced_after_its_trial(
+        #[case] fate: Fate,
+        #[case] end: TrialEnd,
+        #[case] h: WorkerHealth,
+        #[case] recycle_after: Option<u32>,
+        #[case] kept: bool,
+    ) {
+        let cfg = worker(recycle_after, Some(1024 * MIB));
+        assert_eq!(after_trial(fate, end, &h, &cfg) == Fate::Keep, kept);
+    }
+
+    #[rstest]
+    #[case::first(1, false, Retry::After(Duration::from_secs(1)))]
+    #[case::second(2, false, Retry::After(Duration::from_secs(2)))]
+    #[case::third_gives_up(3, false, Retry::GiveUp)]
+    #[case::stopping(1, true, Retry::Stop)]
+    fn a_worker_that_fails_to_start_is_tried_again_twice_then_the_run_ends(
+        #[case] failures: u32,
+        #[case] stopping: bool,
+        #[case] expected: Retry,
+    ) {
+        assert_eq!(start_failed(failures, stopping), expected);
+    }
+
+    #[test]
+    fn the_next_trial_starts_in_the_finishs_commit_unless_the_slot_ends() {
+        let runner = Runner {
+            worker_id: 4,
+            pid: 40,
+        };
+        let next = |stopping, slot, persistent, kept| match then(
+            stopping,
+            slot,
+            2,
+            persistent,
+            Some(1),
+            kept,
+        ) {
+            Then::Stop => None,
+            Then::Next { hint, runner } => Some((hint, runner.map(|r| r.worker_id))),
+        };
+        assert_eq!(next(true, 0, true, None), None, "shutdown");
+        assert_eq!(next(false, 2, true, None), None, "max_par lowered below it");
+        assert_eq!(next(false, 1, true, None), Some((Some(1), None)));
+        assert_eq!(next(false, 1, false, None), Some((None, None)), "oneshot");
+        assert_eq!(next(false, 0, true, Some(runner)), Some((Some(1), Some(4))));
+    }
+}
