@@ -21,8 +21,8 @@
 //!
 //! Users' view: `docs/gpu-memory-model.md`.
 
-use super::fmt_gib;
 use super::ledger::Request;
+use crate::units::format_gib;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -96,14 +96,24 @@ pub struct RunningTrial {
     pub settled: bool,
 }
 
+/// What a settled trial is still expected to grow by (allocator noise), as a share of its use.
+pub const SETTLED_MARGIN: f64 = 0.02;
+
+/// What is still held back for a trial settled at its peak using `used` bytes: allocator noise,
+/// [`SETTLED_MARGIN`] of its use, rounded up. Admission counts it as the trial's unclaimed
+/// memory, and the monitor calls a settled trial that grows by more a late allocator.
+pub fn settled_margin(used: u64) -> u64 {
+    (used as f64 * SETTLED_MARGIN).ceil() as u64
+}
+
 impl RunningTrial {
     /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`,
     /// or once it has settled at its peak, only allocator noise on what it uses
-    /// (`SETTLED_MARGIN`): the rest of an over-estimate is not held back for its whole run.
+    /// ([`settled_margin`]): the rest of an over-estimate is not held back for its whole run.
     pub fn unclaimed(&self) -> u64 {
         let rest = self.expected_peak.saturating_sub(self.used_now);
         if self.settled {
-            rest.min((self.used_now as f64 * super::monitor::SETTLED_MARGIN).ceil() as u64)
+            rest.min(settled_margin(self.used_now))
         } else {
             rest
         }
@@ -163,7 +173,7 @@ impl fmt::Display for Wait {
                 others_idle,
                 held,
             } => {
-                let mut parts = format!("free {}", fmt_gib(*free));
+                let mut parts = format!("free {}", format_gib(*free));
                 if *idle > 0 {
                     let workers = if *idle_workers == 1 {
                         "worker"
@@ -172,15 +182,15 @@ impl fmt::Display for Wait {
                     };
                     parts.push_str(&format!(
                         " + {} held by {idle_workers} idle {workers}",
-                        fmt_gib(*idle)
+                        format_gib(*idle)
                     ));
                 }
-                parts.push_str(&format!(" − headroom {}", fmt_gib(*headroom)));
+                parts.push_str(&format!(" − headroom {}", format_gib(*headroom)));
                 if *unclaimed > 0 {
                     let trials = if *claiming == 1 { "trial" } else { "trials" };
                     parts.push_str(&format!(
                         " − {} yet to be claimed by {claiming} running {trials}",
-                        fmt_gib(*unclaimed)
+                        format_gib(*unclaimed)
                     ));
                 }
                 let claimed = others.saturating_sub(*held);
@@ -192,20 +202,20 @@ impl fmt::Display for Wait {
                     };
                     parts.push_str(&format!(
                         " − {} yet to be claimed by {others_running} {trials} of other daemons",
-                        fmt_gib(claimed)
+                        format_gib(claimed)
                     ));
                 }
                 if *held > 0 {
                     parts.push_str(&format!(
                         " − {} left free for another daemon's trial, passed too often",
-                        fmt_gib(*held)
+                        format_gib(*held)
                     ));
                 }
                 write!(
                     f,
                     "needs {}, {} available (",
-                    fmt_gib(*needed),
-                    fmt_gib(*available)
+                    format_gib(*needed),
+                    format_gib(*available)
                 )?;
                 if *factor < 1.0 {
                     write!(
@@ -219,7 +229,7 @@ impl fmt::Display for Wait {
                     write!(
                         f,
                         "; other daemons' idle workers hold {} here, theirs to give back when asked",
-                        fmt_gib(*others_idle)
+                        format_gib(*others_idle)
                     )?;
                 }
                 Ok(())
@@ -293,13 +303,6 @@ impl Capacity {
     /// Live reload of `[gpu] headroom`.
     pub fn set_headroom(&mut self, bytes: u64) {
         self.headroom = bytes;
-    }
-
-    /// Live reload of `[gpu] max_par_per_device` (0 is taken as 1, as in [`Capacity::new`]).
-    /// Trials already running above a lowered limit are not stopped; no new one starts there
-    /// until they are fewer than the limit.
-    pub fn set_max_par_per_device(&mut self, n: usize) {
-        self.max_par_per_device = n.max(1);
     }
 
     pub fn headroom(&self) -> u64 {
@@ -606,13 +609,12 @@ pub fn answer(idle: &[IdleWorker], device: u32, bytes: u64) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::GIB;
     use serde_json::json;
 
     const G: u64 = 1 << 30;
 
     fn gib(x: f64) -> u64 {
-        (x * GIB) as u64
+        (x * G as f64) as u64
     }
 
     fn card(index: u32, free: u64) -> DeviceView {
@@ -742,7 +744,7 @@ mod tests {
     #[test]
     fn max_par_per_device_is_enforced() {
         let now = Instant::now();
-        let mut c = Capacity::new(G, 2, 0.5, Duration::from_secs(600));
+        let c = Capacity::new(G, 2, 0.5, Duration::from_secs(600));
         let dev = [card(0, 80 * G)];
         let (running, why) = fill(&c, &dev, G, now);
         assert_eq!(running.len(), 2);
@@ -754,16 +756,16 @@ mod tests {
             })
         );
         assert_eq!(why[0].par_estimate, 2);
-        c.set_max_par_per_device(3);
+        let c = Capacity::new(G, 3, 0.5, Duration::from_secs(600));
         assert_eq!(c.place(&dev, &running, G, now), Ok(0));
         assert_eq!(c.decide(&dev[0], &running, G, now).par_estimate, 3);
-        // Lowered below what runs: nothing new, nothing stopped.
-        c.set_max_par_per_device(1);
+        // A limit below what runs: nothing new, nothing stopped.
+        let c = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
         let d = c.decide(&dev[0], &running, G, now);
         assert!(!d.admitted);
         assert_eq!((d.par_now, d.par_estimate), (2, 2));
         // 0 means 1.
-        c.set_max_par_per_device(0);
+        let c = Capacity::new(G, 0, 0.5, Duration::from_secs(600));
         assert_eq!(c.max_par_per_device(), 1);
     }
 
@@ -1167,6 +1169,18 @@ mod tests {
         );
     }
 
+    #[rstest::rstest]
+    #[case::nothing_used(0, 0)]
+    #[case::rounds_up(1, 1)]
+    #[case::two_percent(50 * G, G)]
+    #[case::five_gib(5 * G, 5 * G / 50 + 1)]
+    fn a_settled_trial_holds_back_two_percent_of_its_use_rounded_up(
+        #[case] used: u64,
+        #[case] held_back: u64,
+    ) {
+        assert_eq!(settled_margin(used), held_back);
+    }
+
     /// A 24 GiB card (1 GiB headroom) runs our trial 1, settled at 14 GiB of its 15 GiB
     /// bound; the head of the line waits for 15.5 GiB. What may start beside it: the card
     /// once trial 1 and the others' trials end, less the head, less the trials already started
@@ -1207,7 +1221,7 @@ mod tests {
         };
         let backfilled = |id: i64| id == 2;
         let got = cap().backfill_room(&dev, &running, gib(head), backfilled, now);
-        assert_eq!(got, gib(room), "{} GiB", got as f64 / GIB);
+        assert_eq!(got, gib(room), "{} GiB", got as f64 / G as f64);
     }
 
     #[test]

@@ -404,7 +404,7 @@ impl GpuCtl {
                         info!(
                             gpu = h.device,
                             "leaving {} free for a trial of the sweepd daemon with pid {} on this host, which others have passed too often",
-                            crate::gpu::fmt_gib(h.bytes),
+                            crate::units::format_gib(h.bytes),
                             h.since.1.pid
                         );
                     }
@@ -483,7 +483,7 @@ impl GpuCtl {
             info!(
                 gpu = device,
                 "the trial at the head of the line, {passed}, asks the other daemons on this host to leave {} free for it",
-                crate::gpu::fmt_gib(bytes)
+                crate::units::format_gib(bytes)
             );
         }
         // The same head keeps its place among the holds when its estimate moves.

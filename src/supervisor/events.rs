@@ -142,7 +142,7 @@ impl fmt::Display for Retirement {
             Retirement::Asked { device, bytes } => write!(
                 f,
                 "another daemon on this host waits for {} on gpu{device}",
-                crate::gpu::fmt_gib(*bytes)
+                crate::units::format_gib(*bytes)
             ),
             Retirement::FailedToStart(why) | Retirement::Replaced(why) => f.write_str(why),
         }

@@ -313,9 +313,9 @@ pub(super) fn recycle(
     match (recycle_on_growth, h.baseline, h.idle) {
         (Some(growth), Some(base), Some(now)) if now > base.saturating_add(growth) => {
             Fate::Replace(format!(
-                "recycled early: its memory between trials grew from {} to {} MiB",
-                base >> 20,
-                now >> 20
+                "recycled early: its memory between trials grew from {} to {}",
+                crate::units::whole_mib(base),
+                crate::units::format_mib(now)
             ))
         }
         _ => Fate::Keep,
@@ -328,9 +328,9 @@ pub(super) fn after_oom(h: &WorkerHealth) -> Fate {
     match (h.idle, h.baseline) {
         (Some(now), Some(base)) if now <= base.saturating_add(OOM_HEALTH_SLACK) => Fate::Keep,
         (now, base) => Fate::Replace(format!(
-            "replaced after an OOM: holds {} MiB between trials (baseline {})",
-            now.unwrap_or(0) >> 20,
-            base.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
+            "replaced after an OOM: holds {} between trials (baseline {})",
+            crate::units::format_mib(now.unwrap_or(0)),
+            base.map_or("unknown".into(), crate::units::format_mib)
         )),
     }
 }
@@ -411,7 +411,7 @@ pub(super) struct OomVerdict {
 /// trials that failed a moment before may still hold the card); and [`outgrew_guess`] says
 /// which setting to change.
 pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
-    use crate::gpu::fmt_gib;
+    use crate::units::format_gib;
     let mut infeasible = alone;
     let mut notes = String::new();
     let taken = memory_taken(f.footprint, f.bound);
@@ -421,8 +421,8 @@ pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
             " (with that allocation its process would have held {}, within the {} it was \
              admitted with: other processes held the rest of the card; on a card shared with \
              other jobs, raise [gpu] headroom)",
-            fmt_gib(f.footprint.unwrap_or(0)),
-            fmt_gib(f.bound)
+            format_gib(f.footprint.unwrap_or(0)),
+            format_gib(f.bound)
         ));
     }
     if let (Some(need), Some(total)) = (f.demand, f.total) {
@@ -430,18 +430,18 @@ pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
             infeasible = Some(format!(
                 "needs at least {} by its out-of-memory message, more than the device's {} less \
                  headroom {}",
-                fmt_gib(need),
-                fmt_gib(total),
-                fmt_gib(f.headroom)
+                format_gib(need),
+                format_gib(total),
+                format_gib(f.headroom)
             ));
         } else if infeasible.is_some() && f.footprint.is_some() {
             infeasible = None;
             notes.push_str(&format!(
                 " (not infeasible: it needed at least {} by its message, which the device's {} \
                  less headroom {} can give one trial; other processes held the rest)",
-                fmt_gib(need),
-                fmt_gib(total),
-                fmt_gib(f.headroom)
+                format_gib(need),
+                format_gib(total),
+                format_gib(f.headroom)
             ));
         }
     }
@@ -451,9 +451,9 @@ pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
             " (admitted at {}, [gpu] trial_memory's guess x {}, before any trial like it was \
              measured; it needed at least {}: set trial_memory near your trials' largest peak, \
              or the first trials of every study will run out of memory like this one)",
-            fmt_gib(f.bound),
+            format_gib(f.bound),
             crate::gpu::memory_model::PRIOR_MARGIN,
-            fmt_gib(r)
+            format_gib(r)
         ));
     }
     OomVerdict {
@@ -868,6 +868,35 @@ mod tests {
         assert!(
             matches!(after_oom(&h(Some(base), None)), Fate::Replace(_)),
             "no reading"
+        );
+    }
+
+    #[test]
+    fn a_replaced_worker_s_reason_gives_its_memory_in_whole_mib() {
+        let h = |baseline, idle| WorkerHealth {
+            successes: 3,
+            trials_run: 3,
+            baseline,
+            idle,
+        };
+        let grown = h(Some(2036 << 20), Some((6644 << 20) + 1));
+        assert_eq!(
+            recycle(&grown, None, Some(1 << 30)),
+            Fate::Replace(
+                "recycled early: its memory between trials grew from 2036 to 6644 MiB".into()
+            )
+        );
+        assert_eq!(
+            after_oom(&h(Some(2036 << 20), Some(11252 << 20))),
+            Fate::Replace(
+                "replaced after an OOM: holds 11252 MiB between trials (baseline 2036 MiB)".into()
+            )
+        );
+        assert_eq!(
+            after_oom(&h(None, None)),
+            Fate::Replace(
+                "replaced after an OOM: holds 0 MiB between trials (baseline unknown)".into()
+            )
         );
     }
 

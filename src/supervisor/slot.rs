@@ -511,7 +511,7 @@ impl Slot {
                 debug!(
                     trial = claimed.number,
                     "peak {} by the framework's figures (NVML's readings missed it)",
-                    crate::gpu::fmt_gib(peak)
+                    crate::units::format_gib(peak)
                 );
             }
         }

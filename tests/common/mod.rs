@@ -302,9 +302,11 @@ impl Sweep {
                 .sweepd(&["trials", "--json"])
                 .output()
                 .expect("sweepd trials");
-            // Migrations not applied yet, or the study row not created yet.
+            // The database file not made yet, migrations not applied yet, or the study row not
+            // created yet.
             let err = String::from_utf8_lossy(&out.stderr);
-            let starting = err.contains("has no study tables")
+            let starting = err.contains("no database at")
+                || err.contains("has no study tables")
                 || (err.contains("study `") && err.contains("` not found in"));
             if !starting || start.elapsed() > Duration::from_secs(10) {
                 break out;

@@ -218,7 +218,6 @@ def allowed_imports():
 # Circles that are known and being taken apart (issue 40); each entry goes when its circle does.
 # The test fails on a new circle and on a known one that is gone, so this list stays true.
 KNOWN_CIRCLES = [
-    "src/gpu: admission, monitor",
     "src/store: step, trials",
 ]
 
