@@ -478,10 +478,11 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
     let Some(g) = core.gpu() else {
         return Vec::new();
     };
+    let cfg = sh.cfg();
     let (expected, why) = match &g.next_expected {
         Some(e) => (e.bytes, Some(e.why.clone())),
         None => (
-            sh.cfg().gpu.trial_memory,
+            cfg.gpu.trial_memory,
             Some("trial_memory: no trial waiting yet".to_owned()),
         ),
     };
@@ -493,8 +494,11 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
             match r {
                 Ok(r) => {
                     let view = round.views.iter().find(|v| v.index == device);
-                    let decision =
-                        view.map(|v| g.capacity.decide(v, &round.running, expected, now));
+                    let headroom = cfg.gpu.headroom;
+                    let decision = view.map(|v| {
+                        g.capacity
+                            .decide(v, &round.running, expected, headroom, now)
+                    });
                     let quarantine = core.quarantined(device, now);
                     let wait = match (quarantine, &decision) {
                         (Some(u), _) => Some(format!(

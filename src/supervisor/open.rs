@@ -143,7 +143,6 @@ fn gpu_side(config: &Config, m: &Arc<Monitor>, model: MemoryModel) -> Result<Gpu
     let ledger = open_ledger(m)?;
     let peak_log = ledger.as_ref().and_then(|l| open_peak_log(config, l));
     let capacity = Capacity::new(
-        config.gpu.headroom,
         config.gpu.max_par_per_device,
         config.retry.oom_admission_factor,
         config.retry.oom_recovery,

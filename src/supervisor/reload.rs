@@ -39,12 +39,6 @@ pub(super) async fn reload(sh: &Shared) {
             needs_restart.join(", ")
         );
     }
-    {
-        let mut core = sh.core.lock().await;
-        if let Some(g) = core.gpu_mut() {
-            g.capacity.set_headroom(applied.gpu.headroom);
-        }
-    }
     // The one copy: the core, the slots and admission read it at their next decision.
     sh.settings.swap(applied);
     sh.changed.notify_waiters();

@@ -176,7 +176,7 @@ impl Core {
                 peak,
                 bound: memory.as_ref().map_or(0, |m| m.expected_peak),
                 guess: g.model.guess(),
-                headroom: g.capacity.headroom(),
+                headroom: cfg.gpu.headroom,
             }),
             _ => None,
         };

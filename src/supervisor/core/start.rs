@@ -182,6 +182,7 @@ impl Core {
                 let mut estimate = |p: &Params| model.estimate(p);
                 facts.gpu = Some(Devices {
                     capacity,
+                    headroom: cfg.gpu.headroom,
                     views: &r.views,
                     running: &r.running,
                     idle: &r.idle,

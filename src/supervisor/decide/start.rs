@@ -122,6 +122,8 @@ pub(in crate::supervisor) struct Placement {
 /// what the memory model expects of a candidate.
 pub(in crate::supervisor) struct Devices<'a> {
     pub(in crate::supervisor) capacity: &'a Capacity,
+    /// `[gpu] headroom`, in force now.
+    pub(in crate::supervisor) headroom: u64,
     pub(in crate::supervisor) views: &'a [DeviceView],
     pub(in crate::supervisor) running: &'a [RunningTrial],
     pub(in crate::supervisor) idle: &'a [IdleWorker],
@@ -272,12 +274,13 @@ fn place(
     let mut decisions: Vec<Decision> = g
         .views
         .iter()
-        .map(|v| cap.decide(v, g.running, e, now))
+        .map(|v| cap.decide(v, g.running, e, g.headroom, now))
         .collect();
     if let Some(needs) = beside_head {
         for (d, v) in decisions.iter_mut().zip(g.views) {
             let backfilled = |id| g.beside.is_some_and(|t| t.contains(&id));
-            d.admitted &= e <= cap.backfill_room(v, g.running, needs, backfilled, now);
+            let room = cap.backfill_room(v, g.running, needs, backfilled, g.headroom, now);
+            d.admitted &= e <= room;
         }
     }
     // The slot's own device first (its worker waits idle there), then one with an idle
@@ -302,7 +305,7 @@ fn place(
         .iter()
         .find(|v| v.index == device)
         .expect("decided from these views");
-    let mut reclaim = cap.reclaim(view, g.running, e, g.idle, now);
+    let mut reclaim = cap.reclaim(view, g.running, e, g.idle, g.headroom, now);
     // A trial that starts a worker keeps our workers within max_par: the least recently used
     // idle one goes, wherever it is.
     if reclaim.reuse.is_none() {
@@ -586,7 +589,7 @@ mod tests {
         }
 
         fn decide(&self, now: Instant) -> Admission {
-            let capacity = Capacity::new(G, 16, 0.5, Duration::from_secs(600));
+            let capacity = Capacity::new(16, 0.5, Duration::from_secs(600));
             // The memory model's estimate: `x` GiB.
             let mut estimate = |p: &Params| {
                 let ParamValue::Int(x) = p["x"] else {
@@ -607,6 +610,7 @@ mod tests {
                 exhausted: false,
                 gpu: self.gpu.then(|| Devices {
                     capacity: &capacity,
+                    headroom: G,
                     views: &self.views,
                     running: &self.running,
                     idle: &self.idle,
