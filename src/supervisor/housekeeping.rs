@@ -3,7 +3,7 @@
 //! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
 //! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
 //! triggers when an Optuna migration dropped them, and notices a study deleted from the
-//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`read_gpus`) is
+//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`Shared::read_gpus`) is
 //! also what a trial's end and a worker's exit do at once, so that admission does not wait for
 //! the next pass.
 //!

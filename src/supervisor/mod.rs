@@ -18,15 +18,38 @@
 //! The `Core` also publishes a [`Progress`] snapshot for the terminal's live display
 //! (`progress`) whenever a trial starts or ends.
 //!
-//! One file per concern: this one starts and ends a run (the lock, reconciling what a previous
-//! instance left RUNNING, the slot tasks, the first error, the idle workers left at the end);
-//! `core` decides, `admit` is its GPU admission round; `learn` brings it the trials other
-//! processes (other hosts, Optuna scripts) write; `policy` holds its pure rules; `pool`
-//! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
-//! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
-//! processes; `host` says who this daemon is (host id, machine, boot, PID namespace) and
-//! whether the daemon a study's row names still runs; `housekeeping` is the once-a-poll task;
-//! `reload` applies SIGHUP.
+//! Every choice is made in one pure place, `decide`: given a snapshot of the study (its tally,
+//! the admission line, the devices as last read, the settings in force) it says what to do as
+//! data. `core` reads the snapshot, asks, and performs the answer against the store, the
+//! workers, NVML and the host's ledger.
+//!
+//! One file per concern, in layers: a file imports only files above it in this list, never one
+//! below (`tests/python/test_architecture.py` checks that no two import each other):
+//!
+//! 1. `policy`: the pure rules (retry, breaker, same-error stop, infeasibility, recycling, the
+//!    admission line).
+//! 2. `error`: how a run ends when it fails.
+//! 3. `host`: who this daemon is (host id, machine, boot, PID namespace) and whether the daemon
+//!    a study's row names still runs.
+//! 4. `settings`: the one `Arc<Config>` in force, swapped whole by a reload.
+//! 5. `events`: what happens to workers, and why one is retired.
+//! 6. `suggest`: a running trial's params as its objective defines them.
+//! 7. `decide`: every decision, pure, given a snapshot (the start gate, the admission line, a
+//!    finish's verdict, a slot's choices).
+//! 8. `pool`: idle persistent workers on GPUs between trials.
+//! 9. `admit`: the GPU side of the core (the admission round's readings and ledger, our claims).
+//! 10. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
+//!     questions, other processes' trials learnt).
+//! 11. `shared`: what the tasks share.
+//! 12. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
+//! 13. `workers`: starting and retiring worker processes.
+//! 14. `trial`: one trial's protocol conversation and limits.
+//! 15. `slot`: one slot's loop.
+//! 16. `housekeeping`: the once-a-poll task and the watches beside it.
+//! 17. `reload`: SIGHUP.
+//!
+//! This file is the top: it starts and ends a run (the lock, the tasks, the first error, the
+//! idle workers left at the end).
 //!
 //! [`Core`]: core::Core
 //! [`Progress`]: crate::progress::Progress

@@ -11,6 +11,7 @@
 //! (`take`), retires those it must, then runs the trial. Idle workers also go after
 //! `[gpu] idle_worker_timeout`, and when their process died while idle (`expired`).
 
+use super::decide;
 use super::events::Retirement;
 use super::policy::WorkerHealth;
 use crate::gpu::{IdleWorker, Monitor};
@@ -123,14 +124,7 @@ impl Pool {
         while k < self.idle.len() {
             let i = &self.idle[k];
             let idle_for = now.saturating_duration_since(i.since);
-            let why = if !alive(&i.current) {
-                Some(Retirement::ExitedWhileIdle)
-            } else if idle_for >= timeout {
-                Some(Retirement::IdleTimeout(timeout))
-            } else {
-                None
-            };
-            match why {
+            match decide::idle_expired(alive(&i.current), idle_for, timeout) {
                 Some(why) => out.push((self.idle.swap_remove(k).current, why)),
                 None => k += 1,
             }

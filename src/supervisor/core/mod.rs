@@ -59,7 +59,7 @@ pub(super) struct Core {
     /// kept here rather than asked of the database for every trial.
     next_key: u64,
     /// Added to every seed key: this host's own range when several hosts sample the study
-    /// (see `supervisor::host_key_offset`), else 0.
+    /// (see `supervisor::open`), else 0.
     key_offset: u64,
     /// Candidates in line for admission.
     line: Line,

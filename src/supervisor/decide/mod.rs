@@ -10,7 +10,8 @@
 //! `line`: the candidates waiting for admission. `start`: whether a trial may start now and
 //! which, where (`gate`, `after_empty_draw`, `admit_line`). `finish`: what an outcome is
 //! recorded as (`finish`). `slot`: a slot's own choices (its worker's fate after a trial, a
-//! worker that failed to start, whether its next trial starts in the finish's commit).
+//! worker that failed to start, whether its next trial starts in the finish's commit) and an
+//! idle worker's end.
 
 mod finish;
 mod line;
@@ -19,7 +20,7 @@ mod start;
 
 pub(super) use finish::{breaker_effect, finish, BreakerEffect, FinishFacts, OnDevice, Outcome};
 pub(super) use line::{Candidate, Line};
-pub(super) use slot::{after_trial, start_failed, then, Retry, Then, TrialEnd};
+pub(super) use slot::{after_trial, idle_expired, start_failed, then, Retry, Then, TrialEnd};
 pub(super) use start::{
     admit_line, after_empty_draw, gate, Admission, Devices, Gate, GateFacts, LineFacts, Placement,
 };

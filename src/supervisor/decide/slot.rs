@@ -4,6 +4,7 @@
 
 use crate::config::WorkerConfig;
 use crate::store::Runner;
+use crate::supervisor::events::Retirement;
 use crate::supervisor::policy::{self, Fate, WorkerHealth};
 use std::time::Duration;
 
@@ -37,6 +38,22 @@ pub(in crate::supervisor) fn after_trial(
             policy::recycle(health, cfg.recycle_after, cfg.recycle_on_growth)
         }
         (fate, _) => fate,
+    }
+}
+
+/// Whether an idle worker (on a GPU, in the pool) is retired now: its process is gone
+/// (`alive` false), or it has been idle for `[gpu] idle_worker_timeout`.
+pub(in crate::supervisor) fn idle_expired(
+    alive: bool,
+    idle_for: Duration,
+    timeout: Duration,
+) -> Option<Retirement> {
+    if !alive {
+        Some(Retirement::ExitedWhileIdle)
+    } else if idle_for >= timeout {
+        Some(Retirement::IdleTimeout(timeout))
+    } else {
+        None
     }
 }
 
@@ -166,6 +183,22 @@ mod tests {
         #[case] expected: Retry,
     ) {
         assert_eq!(start_failed(failures, stopping), expected);
+    }
+
+    #[rstest]
+    #[case::busy_recently(true, 59, None)]
+    #[case::idle_for_its_timeout(true, 60, Some(Retirement::IdleTimeout(Duration::from_secs(60))))]
+    #[case::exited_while_idle(false, 1, Some(Retirement::ExitedWhileIdle))]
+    fn an_idle_worker_goes_after_its_timeout_or_when_its_process_is_gone(
+        #[case] alive: bool,
+        #[case] idle_s: u64,
+        #[case] expected: Option<Retirement>,
+    ) {
+        let timeout = Duration::from_secs(60);
+        assert_eq!(
+            idle_expired(alive, Duration::from_secs(idle_s), timeout),
+            expected
+        );
     }
 
     #[test]
