@@ -177,49 +177,49 @@ impl Slot {
                         self.start_failures = 0;
                         self.hand = Hand::Ready(Current::new(w, None));
                     }
-                    Err((reason, stderr)) => match self.start_failed().await {
-                        Step::Go(()) => unreachable!("start_failed never goes on"),
-                        Step::Again => continue,
-                        Step::End if self.sh.shutdown.is_cancelled() => return Ok(()),
-                        Step::End => return Err(self.gave_up(reason, stderr)),
-                    },
+                    Err(_) if self.start_failed().await => continue,
+                    Err(_) if self.sh.shutdown.is_cancelled() => return Ok(()),
+                    Err((reason, stderr)) => return Err(self.gave_up(reason, stderr)),
                 }
             }
-            let turn = match self.obtain().await? {
+            let mut turn = match self.obtain().await? {
                 Step::Go(turn) => turn,
                 Step::Again => continue,
                 Step::End => return Ok(()),
             };
-            let turn = match self.equip(turn).await? {
-                Step::Go(turn) => turn,
-                Step::Again => continue,
-                Step::End => return Ok(()),
+            let played = self.play(&mut turn).await;
+            let (ran, took) = match played {
+                Ok(Step::Go(ran)) => ran,
+                other => {
+                    // Its worker stays the slot's (retired with the study if the slot ends).
+                    if let Some(c) = turn.worker.take() {
+                        self.hand = Hand::Ready(c);
+                    }
+                    match other? {
+                        Step::Again => continue,
+                        _ => return Ok(()),
+                    }
+                }
             };
-            let started = Instant::now();
-            let (turn, ran) = match self.run_turn(turn).await? {
-                Step::Go(ran) => ran,
-                Step::Again => continue,
-                Step::End => return Ok(()),
-            };
-            self.hand_back(turn, ran, started.elapsed()).await?;
+            self.hand_back(turn, ran, took).await?;
         }
     }
 
-    /// A worker failed to start (again): `Again` after the backoff, or `End` (the study is
-    /// stopping, or it failed `MAX_START_FAILURES` times in a row: see `gave_up`).
-    async fn start_failed(&mut self) -> Step<()> {
+    /// A worker failed to start (again): whether to try again, after the backoff (`false`: the
+    /// study is stopping, or it failed `MAX_START_FAILURES` times in a row: see `gave_up`).
+    async fn start_failed(&mut self) -> bool {
         let stopping = self.sh.shutdown.is_cancelled();
         if !stopping {
             self.start_failures += 1;
         }
         match decide::start_failed(self.start_failures, stopping) {
-            Retry::Stop | Retry::GiveUp => Step::End,
+            Retry::Stop | Retry::GiveUp => false,
             Retry::After(wait) => {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = self.sh.shutdown.cancelled() => {}
                 }
-                Step::Again
+                true
             }
         }
     }
@@ -304,11 +304,27 @@ impl Slot {
         }
     }
 
+    /// Readies the trial's worker (`equip`), then runs the trial on it (`run_turn`): how it
+    /// ran, and how long it took.
+    async fn play(&mut self, turn: &mut Turn) -> Result<Step<(Ran, Duration)>, RunError> {
+        match self.equip(turn).await? {
+            Step::Go(()) => {}
+            Step::Again => return Ok(Step::Again),
+            Step::End => return Ok(Step::End),
+        }
+        let started = Instant::now();
+        Ok(match self.run_turn(turn).await? {
+            Some(ran) => Step::Go((ran, started.elapsed())),
+            None => Step::End,
+        })
+    }
+
     /// Makes the trial's worker ready (persistent mode): the trial's number is made durable
     /// first; on GPUs the idle workers admission chose are taken (those it was admitted into
     /// retired, the one to reuse kept), a worker on another device retired, and one started
-    /// where none is left. A worker that fails to start interrupts the trial (re-enqueued).
-    async fn equip(&mut self, mut turn: Turn) -> Result<Step<Turn>, RunError> {
+    /// where none is left. A worker that fails to start interrupts the trial (re-enqueued):
+    /// `Again`, or the study is stopping.
+    async fn equip(&mut self, turn: &mut Turn) -> Result<Step<()>, RunError> {
         let sh = self.sh.clone();
         // Its number is seen from here on (the worker, the log): it must be durable.
         sh.store.sync().await?;
@@ -334,20 +350,20 @@ impl Slot {
             }
         }
         if !self.persistent() {
-            return Ok(Step::Go(turn));
+            return Ok(Step::Go(()));
         }
         if let Some(c) = turn.worker.take_if(|c| c.device != turn.device) {
             retire(&sh, c.worker, c.device, &Retirement::MovedDevice).await?;
         }
         if turn.worker.is_some() {
-            return Ok(Step::Go(turn));
+            return Ok(Step::Go(()));
         }
         turn.runner_written = false;
         match start_persistent(self.index, &sh, turn.device).await? {
             Ok(w) => {
                 self.start_failures = 0;
                 turn.worker = Some(Current::new(w, turn.device));
-                Ok(Step::Go(turn))
+                Ok(Step::Go(()))
             }
             Err((reason, stderr)) => {
                 let out = Outcome::Failed {
@@ -357,18 +373,20 @@ impl Slot {
                     error: None,
                 };
                 record_finish(&sh, &turn.claimed, turn.device, out).await?;
-                match self.start_failed().await {
-                    Step::End if sh.shutdown.is_cancelled() => Ok(Step::End),
-                    Step::End => Err(self.gave_up(reason, stderr)),
-                    _ => Ok(Step::Again),
+                if self.start_failed().await {
+                    Ok(Step::Again)
+                } else if sh.shutdown.is_cancelled() {
+                    Ok(Step::End)
+                } else {
+                    Err(self.gave_up(reason, stderr))
                 }
             }
         }
     }
 
     /// Runs the trial on its persistent worker, or on a oneshot worker started for it. A
-    /// oneshot worker that cannot start interrupts the trial (and the slot ends).
-    async fn run_turn(&mut self, mut turn: Turn) -> Result<Step<(Turn, Ran)>, RunError> {
+    /// oneshot worker that cannot start interrupts the trial (`None`: the study is stopping).
+    async fn run_turn(&mut self, turn: &mut Turn) -> Result<Option<Ran>, RunError> {
         let sh = self.sh.clone();
         let (claimed, device) = (&turn.claimed, turn.device);
         if let Some(c) = turn.worker.as_mut() {
@@ -380,7 +398,7 @@ impl Slot {
                 oneshot: None,
                 framework,
             };
-            return Ok(Step::Go((turn, ran)));
+            return Ok(Some(ran));
         }
         match start_oneshot(self.index, &sh, claimed, device).await {
             Ok(Some((mut w, result_file))) => {
@@ -394,13 +412,13 @@ impl Slot {
                     oneshot: Some(w),
                     framework: None,
                 };
-                Ok(Step::Go((turn, ran)))
+                Ok(Some(ran))
             }
             // The study stopped while the start waited out a shortage.
             Ok(None) => {
                 let out = interrupted("interrupted: sweepd stopped before the trial ran");
                 record_finish(&sh, claimed, device, out).await?;
-                Ok(Step::End)
+                Ok(None)
             }
             Err(e) => {
                 record_finish(&sh, claimed, device, interrupted(&e.to_string())).await?;
