@@ -5,7 +5,7 @@
 use super::{Core, Finished, Finishing, Handback, Planned};
 use crate::store::{Runner, StartCtx};
 use crate::study::space::external_json;
-use crate::study::{Finish, TrialRecord, TrialState};
+use crate::study::{attrs, Finish, TrialRecord, TrialState};
 use crate::supervisor::decide::{self, BreakerEffect, FinishFacts, OnDevice, RunState, Then};
 use crate::supervisor::error::RunError;
 use crate::supervisor::events::WorkerEvent;
@@ -162,7 +162,7 @@ impl Core {
         let peak = memory.as_ref().map(|m| m.peak).filter(|p| *p > 0);
         let mut attrs: Vec<(&'static str, serde_json::Value)> = Vec::new();
         if let Some(p) = peak {
-            attrs.push(("sweepd:peak_memory_mib", json!(units::to_mib(p))));
+            attrs.push((attrs::PEAK_MEMORY_ATTR, json!(units::to_mib(p))));
         }
         let on_device = match (&self.gpu, device) {
             (Some(g), Some(d)) => Some(OnDevice {
@@ -201,7 +201,7 @@ impl Core {
         if verdict.infeasible {
             constraints.push(1.0);
             self.infeasible.push((params.clone(), dists.clone()));
-            attrs.push(("constraints", json!([1.0])));
+            attrs.push((attrs::CONSTRAINTS_ATTR, json!([1.0])));
         }
         let halts = verdict.halt.is_some();
         if let Some(why) = verdict.halt {
