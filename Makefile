@@ -172,6 +172,7 @@ bench: build fake-nvml
 	$(VENV)/bin/python bench/search_bench.py all
 	$(VENV)/bin/python bench/multi_bench.py
 	$(VENV)/bin/python bench/conditional_bench.py
+	$(VENV)/bin/python bench/prune_bench.py
 	$(VENV)/bin/python bench/postgres_bench.py
 	$(VENV)/bin/python bench/model_bench.py
 

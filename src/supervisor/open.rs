@@ -86,7 +86,11 @@ pub(super) async fn open(
         model.record(&params, peak);
     }
     // `check` refuses a pruner with several objectives: this one is then "none".
-    let pruner = Pruner::new(config.pruner.clone(), config.study.directions[0]);
+    let pruner = Pruner::new(
+        config.pruner.clone(),
+        config.study.directions[0],
+        &study.name,
+    );
     // The whole study, read through the feed that later brings other processes' trials.
     let mut feed = Feed::default();
     let history = store
