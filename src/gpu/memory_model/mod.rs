@@ -20,9 +20,11 @@
 //! others), wide while few are known and narrowing as they come, and at least as wide as what
 //! the measured trials never varied leaves unknown (a deep trial after shallow ones), wider
 //! still for a peak predicted beyond every measured one; measured trials whose memory-relevant
-//! params are (almost) the same as the new one's raise it to their peak; and an out-of-memory
-//! failure raises it near the failed params only, "near" measured in what the params do to
-//! memory (a param of no effect does not make two trials far apart).
+//! params are (almost) the same as the new one's raise it to their peak, and so does a measured
+//! trial no larger in any size that drives memory (memory rarely shrinks as a size grows: this
+//! holds where the fit extrapolates badly, as for a categorical batch size never measured yet);
+//! and an out-of-memory failure raises it near the failed params only, "near" measured in what
+//! the params do to memory (a param of no effect does not make two trials far apart).
 //!
 //! Pure: no I/O, no clock. `docs/gpu-memory-model.md` explains it to users.
 
@@ -132,6 +134,16 @@ pub struct Estimate {
     /// The model's prediction before the margin (0 while there is none).
     pub predicted: u64,
     pub why: String,
+}
+
+/// Where a trial lies along one param ([`MemoryModel::position`]): a number (a numeric param's
+/// position in its range, or a categorical's choice where every choice is a number), a choice
+/// with no order, or the param absent from the trial.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Position {
+    At(f64),
+    Choice(usize),
+    Absent,
 }
 
 /// What is known of a trial's memory before any fit: the user's guess (`trial_memory`), or the
@@ -381,6 +393,9 @@ impl MemoryModel {
         if !novel.is_empty() {
             guess.raise_for_novel(&novel, &mut estimate);
         }
+        if let Some(fit) = fit {
+            self.raise_to_smaller_measured(fit, own, &mut estimate);
+        }
         self.raise_to_oom_floor(fit, own, x, &mut estimate);
         estimate
     }
@@ -501,6 +516,97 @@ impl MemoryModel {
         }
     }
 
+    /// Memory rarely shrinks as a size grows: a trial no smaller than a measured one in every
+    /// size that drives memory (integers compared in the direction the fit gives them, a
+    /// categorical of numbers as a size, other choices equal; floats and params of no effect
+    /// ignored)
+    /// peaks at least where that one did. The fit cannot say so for a size beyond the measured
+    /// ones (a batch of 128 after 16 to 64: its one-hot column was never set), nor where its
+    /// margin is thin; the measured peak is a fact.
+    fn raise_to_smaller_measured(&self, fit: &Fit, own: &[f64], estimate: &mut Estimate) {
+        let columns = self.columns();
+        let sizes: Vec<(usize, f64, Position)> = self
+            .sizes(fit)
+            .into_iter()
+            .map(|(p, direction)| (p, direction, self.position(p, &columns[p], own)))
+            .collect();
+        let floor = self
+            .measured
+            .iter()
+            .filter(|m| {
+                sizes.iter().all(|&(p, direction, new)| {
+                    match (new, self.position(p, &columns[p], &m.x)) {
+                        (Position::At(a), Position::At(b)) => (a - b) * direction >= -1e-12,
+                        (new, old) => new == old,
+                    }
+                })
+            })
+            .map(|m| m.peak)
+            .max();
+        if let Some(peak) = floor {
+            let b = (peak as f64 * (1.0 + MIN_MARGIN)).ceil() as u64;
+            if b > estimate.bytes {
+                estimate.bytes = b;
+                estimate.why.push_str(&format!(
+                    ", raised to {} by a measured trial no larger in any size ({} + {:.0}%)",
+                    format_gib(b),
+                    format_gib(peak),
+                    MIN_MARGIN * 100.0
+                ));
+            }
+        }
+    }
+
+    /// The sizes: the integer and categorical params that drive memory in `fit`, each with the
+    /// direction sizes grow in: +1 where
+    /// memory grows with the param, −1 where the fit says it shrinks (a numeric param whose own
+    /// coefficients sum below 0). A categorical's choices are sizes in the order of their numbers.
+    fn sizes(&self, fit: &Fit) -> Vec<(usize, f64)> {
+        let mut out = Vec::new();
+        for (p, cols) in self.columns().into_iter().enumerate() {
+            // A float (a learning rate, a dropout) is not a size: a fit that gives one a
+            // little weight from the noise would keep the rule from ever applying.
+            if matches!(self.dists[p], Distribution::Float { .. }) || effect(fit, &cols) < DRIVES {
+                continue;
+            }
+            let direction = match self.encodings[p] {
+                Encoding::Numeric { .. } => {
+                    let own: f64 = fit.beta[cols.start..cols.end - 1].iter().sum();
+                    if own < 0.0 {
+                        -1.0
+                    } else {
+                        1.0
+                    }
+                }
+                Encoding::Categorical { .. } => 1.0,
+            };
+            out.push((p, direction));
+        }
+        out
+    }
+
+    /// Where features `x` lie along param `p` (`cols`: its columns), for comparing sizes.
+    fn position(&self, p: usize, cols: &Range<usize>, x: &[f64]) -> Position {
+        if x[cols.end - 1] == 1.0 {
+            return Position::Absent;
+        }
+        match (&self.encodings[p], &self.dists[p]) {
+            (Encoding::Numeric { .. }, _) => Position::At(x[cols.start]),
+            (Encoding::Categorical { choices }, Distribution::Categorical { choices: values }) => {
+                let Some(i) = (0..*choices).find(|i| x[cols.start + i] == 1.0) else {
+                    return Position::Absent;
+                };
+                match values.get(i) {
+                    Some(serde_json::Value::Number(n)) if values.iter().all(|v| v.is_number()) => {
+                        Position::At(n.as_f64().unwrap_or(f64::NAN))
+                    }
+                    _ => Position::Choice(i),
+                }
+            }
+            (Encoding::Categorical { .. }, _) => Position::Absent,
+        }
+    }
+
     /// The highest out-of-memory floor near these params (`own`, `x` as the fit sees them):
     /// the estimate is no lower.
     fn raise_to_oom_floor(
@@ -567,19 +673,8 @@ impl MemoryModel {
     fn drivers(&self, fit: &Fit) -> String {
         let mut drive = Vec::new();
         let mut idle = Vec::new();
-        let base = fit.beta.len() - fit.pairs.len();
         for (name, cols) in self.names.iter().zip(self.columns()) {
-            // The largest change in log-peak across the param's own range (its last column
-            // says only whether a trial has it), and at most what its pairs add to it (every
-            // feature that pairs lies in [0, 1]).
-            let paired: f64 = fit
-                .pairs
-                .iter()
-                .enumerate()
-                .filter(|(_, (a, b))| cols.contains(a) || cols.contains(b))
-                .map(|(k, _)| fit.beta[base + k].abs())
-                .sum();
-            let effect = own_effect(&fit.beta, &cols) + paired;
+            let effect = effect(fit, &cols);
             if effect >= DRIVES {
                 drive.push((effect, name.as_str()));
             } else {
@@ -672,6 +767,21 @@ impl MemoryModel {
         }
         out
     }
+}
+
+/// A param's effect on log-peak in `fit` (`cols`: its columns): the largest change across its
+/// own range (its last column says only whether a trial has it), and at most what its pairs
+/// add to it (every feature that pairs lies in [0, 1]).
+fn effect(fit: &Fit, cols: &Range<usize>) -> f64 {
+    let base = fit.beta.len() - fit.pairs.len();
+    let paired: f64 = fit
+        .pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, (a, b))| cols.contains(a) || cols.contains(b))
+        .map(|(k, _)| fit.beta[base + k].abs())
+        .sum();
+    own_effect(&fit.beta, cols) + paired
 }
 
 /// `bytes` with [`PRIOR_MARGIN`], rounded up.
