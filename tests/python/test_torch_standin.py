@@ -112,6 +112,32 @@ class StandinTorch(unittest.TestCase):
             "Including non-PyTorch memory, this process has 200.00 MiB memory in use. Of the "
             "allocated memory 0 bytes is allocated by PyTorch"), out)
 
+    def test_memory_outside_the_allocator_and_fragments_pass_the_fraction_as_in_pytorch(self):
+        # pytorch#69688: the fraction is checked where the allocator asks for a segment; what
+        # a library takes from the driver itself is never checked, but NVML counts it.
+        out, pid = self.run_torch("""
+            torch.cuda.set_per_process_memory_fraction(0.0625, 0)   # 512 MiB of 8 GiB
+            out = [torch._standin.outside_allocator(900 << 20)]
+            torch._standin.fragment(100 << 20)                       # 100 MiB stays reserved
+            a = torch.empty(90 << 20, dtype=torch.uint8, device="cuda")  # fits the fragment
+            out.append([torch.cuda.memory_reserved(), torch._standin.usage(),
+                        torch._standin.context()])
+            del a
+            torch.cuda.empty_cache()
+            out.append(torch.cuda.memory_reserved())
+            torch._standin.release_outside()
+            out.append([torch._standin.usage(), torch._standin.usage_peak()])
+            torch._standin.reset_usage_peak()
+            out.append(torch._standin.usage_peak())
+            torch._standin.release()  # as the driver at exit: the process's line goes to 0
+            """)
+        self.assertTrue(out[0])
+        self.assertEqual(out[1], [100 * MIB, CONTEXT + 900 * MIB + 100 * MIB, CONTEXT])
+        self.assertEqual(out[2], 100 * MIB)      # a live block keeps its segment
+        self.assertEqual(out[3], [CONTEXT + 100 * MIB, CONTEXT + 1000 * MIB])
+        self.assertEqual(out[4], CONTEXT + 100 * MIB)
+        self.assertEqual(self.proc_lines(pid)[-1], [0, pid, 0])
+
     def test_the_call_log_has_the_code_under_tests_calls_only(self):
         self.run_torch("""
             torch.cuda.set_per_process_memory_fraction(0.5, 0)

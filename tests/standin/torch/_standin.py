@@ -1,8 +1,8 @@
 """Not PyTorch: hooks the simulated workers use to play a training process.
 
-A test of sweepd's helper never needs these; a simulated worker (``tests/workers/
-gpu_sim_worker.py``) does, to model what a real process shows that PyTorch's API does not
-name: what NVML sees of the process, fragmentation, memory taken outside the allocator.
+A test of sweepd's helper never needs these; a simulated training process does, to model
+what a real one shows that PyTorch's API does not name: what NVML sees of the process,
+fragmentation, memory taken outside the allocator (which no memory fraction checks).
 """
 
 from . import cuda
