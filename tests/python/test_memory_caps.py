@@ -25,6 +25,7 @@ sys.path.insert(0, PYTHON_DIR)
 import sweepd_memory  # noqa: E402
 
 STANDIN = os.path.join(ROOT, "tests", "standin")
+TORCH_SIM_WORKER = os.path.join(ROOT, "tests", "workers", "torch_sim_worker.py")
 FAKE_NVML_SOURCE = os.path.join(ROOT, "fake-nvml", "fake_nvml.c")
 MIB, GIB = 1 << 20, 1 << 30
 CONTEXT = 300 * MIB
@@ -147,6 +148,10 @@ class CapsBase(unittest.TestCase):
             msg = w.recv()
             if msg["type"] == "user_attr":
                 self.attrs[msg["key"]] = msg["value"]
+                continue
+            if msg["type"] == "report":
+                w.send({"type": "prune", "trial_id": trial_id, "step": msg["step"],
+                        "prune": False})
                 continue
             if msg["type"] != "memory":
                 return msg, memory
@@ -347,6 +352,45 @@ class OneshotCaps(CapsBase):
         final, _ = self.trial(w, 7, {}, send=False)
         self.assertEqual(final["type"], "result", final)
         self.assertEqual(self.attrs["tf_calls"], [["/physical_device:GPU:0", [3072]]])
+
+
+class TorchSimWorker(CapsBase):
+    """tests/workers/torch_sim_worker.py, the simulated worker of the daemon's cap tests."""
+
+    def sim(self, gpu, **env):
+        full = gpu.env(nvml=False)
+        full.update({"PYTHONPATH": "", "SIM_RAMP_S": "0.05", "SIM_HOLD_S": "0"}, **env)
+        return FakeSweepd(self, TORCH_SIM_WORKER, env=full)
+
+    def held(self, gpu, pid):
+        with open(gpu.state) as f:
+            return [int(w[3]) for w in (line.split() for line in f)
+                    if w[:1] == ["proc"] and int(w[2]) == pid]
+
+    def test_it_fails_alone_at_its_cap_and_nvml_sees_its_memory(self):
+        gpu = Gpu(self)
+        w = self.sim(gpu)
+        self.assertEqual(w.recv()["type"], "ready")
+        fits, _ = self.trial(w, 1, {"mem": 600}, cap=GIB)
+        over, _ = self.trial(w, 2, {"mem": 1500}, cap=GIB)
+        self.assertEqual(fits, {"type": "result", "trial_id": 1, "value": 360000.0,
+                                "memory": fits["memory"]})
+        self.assertEqual(fits["memory"]["peak_reserved"], 600 * MIB)
+        self.assertEqual(over["exc_type"], "torch.OutOfMemoryError")
+        self.assertIsNotNone(CAP_HIT_RE.match(over["message"]), over["message"])
+        self.assertEqual((over["memory"]["cap"], over["memory"]["requested"]), (GIB, 300 * MIB))
+        held = self.held(gpu, w.proc.pid)
+        self.assertIn(CONTEXT + 600 * MIB, held)
+        self.assertLess(max(held), CONTEXT + GIB)
+
+    def test_a_silent_framework_is_neither_capped_nor_read(self):
+        gpu = Gpu(self)
+        w = self.sim(gpu, SIM_SILENT_FRAMEWORK="1", SWEEPD_MEMORY_CAP=str(GIB))
+        self.assertEqual(w.recv(), {"type": "ready", "pid": w.proc.pid, "protocol": 2})
+        final, memory = self.trial(w, 1, {"mem": 1500, "hold": 0.7}, cap=GIB)
+        self.assertEqual(final, {"type": "result", "trial_id": 1, "value": 2250000.49})
+        self.assertEqual((memory, gpu.fractions()), ([], []))
+        self.assertIn(CONTEXT + 1500 * MIB, self.held(gpu, w.proc.pid))
 
 
 class Decisions(unittest.TestCase):
