@@ -265,6 +265,7 @@ class _Memory(object):
         self.cap = None            # the cap of the running trial (or the spawn's)
         self.spawn_cap = None      # SWEEPD_MEMORY_CAP, read once at import
         self.torch_set = None      # (device, fraction) torch was last told, or None
+        self.torch_warned = False
         self.tf_done = False
         self.context = None        # bytes held outside the allocator, once measured
         self.context_tried = False
@@ -305,8 +306,10 @@ class _Memory(object):
             if before is not None:
                 self._measure_context(torch, device, before)
         except Exception as exc:
-            _warn("could not set PyTorch's memory fraction for a cap of %s bytes: %s"
-                  % (self.cap, exc))
+            if not self.torch_warned:  # once: the same failure would repeat at every trial
+                self.torch_warned = True
+                _warn("could not set PyTorch's memory fraction for a cap of %s bytes (the "
+                      "trials run uncapped): %s" % (self.cap, exc))
 
     def _measure_context(self, torch, device, before):
         """The context: what NVML counts more on the device since ``before``, less what the

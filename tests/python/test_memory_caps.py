@@ -393,6 +393,25 @@ class TorchSimWorker(CapsBase):
         self.assertIn(CONTEXT + 1500 * MIB, self.held(gpu, w.proc.pid))
 
 
+class UncappableTorch(CapsBase):
+    def test_a_torch_without_the_fraction_api_is_warned_of_once_not_at_every_trial(self):
+        # gpu_sim_worker's torch has only the calls the helper made before caps.
+        gpu = Gpu(self)
+        env = gpu.env(nvml=False)
+        env.update({"SIM_MEM": "64M", "SIM_RAMP_S": "0.02", "SIM_HOLD_S": "0"})
+        w = FakeSweepd(self, os.path.join(ROOT, "tests", "workers", "gpu_sim_worker.py"),
+                       env=env)
+        self.assertEqual(w.recv()["type"], "ready")
+        for trial_id in (1, 2):
+            final, _ = self.trial(w, trial_id, {"x": 1.0}, cap=GIB)
+            self.assertEqual(final["type"], "result", final)
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+        said = [line for line in w.stderr().splitlines() if "memory fraction" in line]
+        self.assertEqual(len(said), 1, w.stderr())
+        self.assertIn("the trials run uncapped", said[0])
+
+
 class Decisions(unittest.TestCase):
     def test_read_cap(self):
         for value, expected in ((None, None), ("", None), (" null ", None), ("1024", 1024),
