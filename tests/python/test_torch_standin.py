@@ -138,6 +138,21 @@ class StandinTorch(unittest.TestCase):
         self.assertEqual(out[4], CONTEXT + 100 * MIB)
         self.assertEqual(self.proc_lines(pid)[-1], [0, pid, 0])
 
+    def test_devices_are_numbered_as_cuda_visible_devices_orders_them(self):
+        out, pid = self.run_torch("""
+            torch.cuda.set_device(1)                     # NVML card 0 under "1,0"
+            a = torch.empty(10 << 20, dtype=torch.uint8, device="cuda")
+            b = torch.empty(10 << 20, dtype=torch.uint8, device="cuda:0")
+            out = [torch.cuda.current_device(), torch.cuda.mem_get_info(),
+                   torch.cuda.mem_get_info(0), torch.cuda.memory_reserved(0),
+                   torch.cuda.memory_reserved(1), str(a.device), str(b.device)]
+            """, visible="1,0")
+        self.assertEqual(out, [1, [8 * GIB - CONTEXT - 10 * MIB, 8 * GIB],
+                               [4 * GIB - CONTEXT - 10 * MIB, 4 * GIB], 10 * MIB, 10 * MIB,
+                               "cuda:1", "cuda:0"])
+        last = {idx: size for idx, _, size in self.proc_lines(pid)[:-2]}
+        self.assertEqual(last, {0: CONTEXT + 10 * MIB, 1: CONTEXT + 10 * MIB})
+
     def test_the_call_log_has_the_code_under_tests_calls_only(self):
         self.run_torch("""
             torch.cuda.set_per_process_memory_fraction(0.5, 0)
