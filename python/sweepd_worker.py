@@ -66,6 +66,11 @@ sweepd answers with ``{"type":"prune"}``; ``suggest_*`` sends
 Outcomes are ``result``, ``pruned`` or ``error`` messages.  stdout and
 stderr stay free for the user's own output.
 
+A GPU trial runs under the memory cap sweepd admitted it with (``memory_cap``
+in the trial message, ``SWEEPD_MEMORY_CAP`` in the environment), enforced
+with the framework's own limit by ``sweepd_memory``; ``trial.memory_cap``
+has it for a worker without one.
+
 The full protocol, for writing workers in other languages, is in
 ``docs/protocol.md`` in the sweepd repository.
 
