@@ -293,18 +293,25 @@ class _Memory(object):
                 return  # never limited: leave CUDA uninitialised
             if not torch.cuda.is_available():
                 return
+            # NVML's reading before anything here initialises CUDA (whatever creates the
+            # context: the initialisation or, as with PyTorch's lazy one, the fraction's call).
+            before = None
+            if not self.context_tried:
+                self.context_tried = True
+                if not torch.cuda.is_initialized():
+                    before = (0, _nvml_used(0))  # CUDA's device until the script picks one
+                elif torch.cuda.memory_reserved() == 0:
+                    before = (torch.cuda.current_device(),
+                              _nvml_used(torch.cuda.current_device()))
             device = torch.cuda.current_device()
             total = int(torch.cuda.get_device_properties(device).total_memory)
             fraction = cap_fraction(self.cap, total)
             if self.torch_set == (device, fraction):
                 return
-            fresh = not self.context_tried and torch.cuda.memory_reserved(device) == 0
-            before = _nvml_used(device) if fresh else None
-            self.context_tried = True
             torch.cuda.set_per_process_memory_fraction(fraction, device)
             self.torch_set, self.total = (device, fraction), total
-            if before is not None:
-                self._measure_context(torch, device, before)
+            if before is not None and before[0] == device and before[1] is not None:
+                self._measure_context(torch, device, before[1])
         except Exception as exc:
             if not self.torch_warned:  # once: the same failure would repeat at every trial
                 self.torch_warned = True

@@ -250,6 +250,23 @@ class PersistentCaps(CapsBase):
         self.assertEqual([m.get("memory") for m in memory], [None] * len(memory))
 
 
+    def test_a_context_that_existed_before_the_cap_is_left_out_not_measured_as_nothing(self):
+        if fake_nvml_lib() is None:
+            self.skipTest("no C compiler for the fake libnvidia-ml")
+        gpu = Gpu(self)
+        w = self.worker(gpu, source=TORCH_WORKER.replace("import torch\n", """import torch
+x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # the context, before any cap
+del x
+torch.cuda.empty_cache()
+"""))
+        self.assertEqual(w.recv(), {"type": "ready", "pid": w.proc.pid, "protocol": 2})
+        final, memory = self.trial(w, 1, {"alloc": 64, "hold": 0.3}, cap=2 * GIB)
+        self.assertEqual(final["type"], "result", final)
+        self.assertEqual(gpu.fractions(), [[2 * GIB / (24 * GIB), 0]])
+        self.assertEqual([sorted(m) for m in memory],
+                         [["peak_reserved", "reserved", "trial_id", "type"]])
+
+
 class OneshotCaps(CapsBase):
     def test_a_oneshot_script_is_capped_before_its_first_allocation(self):
         for first, second in (("sweepd_worker", "torch"), ("torch", "sweepd_worker")):
