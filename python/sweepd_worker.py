@@ -96,7 +96,7 @@ import traceback
 import warnings
 
 import sweepd_memory
-from sweepd_memory import release_caches
+from sweepd_memory import _warn, release_caches
 
 __version__ = "0.2.0"
 
@@ -137,14 +137,6 @@ class TrialPruned(Exception):
 
 # --------------------------------------------------------------------------
 # Small helpers
-
-
-def _warn(text):
-    try:
-        sys.stderr.write("sweepd_worker: %s\n" % (text,))
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def _flush_std_streams():
