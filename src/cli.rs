@@ -643,7 +643,7 @@ fn print_check(config: &Config, as_json: bool) {
             "metric_names": config.study.metric_names,
             "n_trials": config.study.n_trials,
             "timeout": dur(config.study.timeout),
-            "sampler": match config.study.sampler { SamplerKind::Random => "random", SamplerKind::Grid => "grid", SamplerKind::Tpe => "tpe", SamplerKind::Nsga2 => "nsga2" },
+            "sampler": match config.study.sampler { SamplerKind::Random => "random", SamplerKind::Grid => "grid", SamplerKind::Tpe => "tpe", SamplerKind::Nsga2 => "nsga2", SamplerKind::Gp => "gp" },
             "seed": config.study.seed,
         },
         "storage": {"url": config.storage.url, "path": config.storage.path, "warning": config.storage.warning},

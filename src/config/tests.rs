@@ -945,6 +945,7 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::metric_names_for_one_direction(cfg("metric_names = [\"a\", \"b\"]", "", PX), "study.metric_names", &["`direction` (one objective) gives 1 objective:"])]
 #[case::metric_name_twice(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \"a\"]", "", PX), "study.metric_names[1]", &["named twice"])]
 #[case::empty_metric_name(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \" \"]", "", PX), "study.metric_names[1]", &["empty"])]
+#[case::gp_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]\nsampler = \"gp\"", "", PX), "study.sampler", &["GP sampler optimizes one objective", "the study has 2"])]
 #[case::pruner_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]", "", &format!("{PX}[pruner]\ntype = \"median\"\n")), "pruner.type", &["not supported with several objectives", "the study has 2"])]
 // The search space.
 #[case::grid_without_params(cfg("sampler = \"grid\"", "", ""), "study.sampler", &["static space", "[params.NAME]"])]
@@ -1244,6 +1245,18 @@ fn several_objectives_with_names_and_nsga2_settings() {
     assert_eq!(c.sampler.crossover_prob, 1.0);
     assert_eq!(c.sampler.swapping_prob, 0.25);
     assert_eq!(c.sampler.mutation_prob, Some(0.1));
+    // The GP sampler and its key.
+    let gp = parse_in(
+        dir.path(),
+        &cfg(
+            "sampler = \"gp\"",
+            "",
+            &format!("{PX}[sampler]\ndeterministic_objective = true\n"),
+        ),
+    )
+    .unwrap();
+    assert_eq!(gp.study.sampler, SamplerKind::Gp);
+    assert!(gp.sampler.deterministic_objective);
     // One direction may be named too, as Optuna's set_metric_names allows.
     let one = parse_in(dir.path(), &cfg("metric_names = [\"loss\"]", "", PX)).unwrap();
     assert_eq!(one.study.directions, [Direction::Minimize]);
