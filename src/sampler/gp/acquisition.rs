@@ -19,7 +19,7 @@
 //! at 0, a utility clamped at its floor, a tie in the batch's maximum) they follow torch's
 //! convention (0; 0; shared evenly).
 
-use super::fit::{Gp, Posterior};
+use super::fit::{Cross, Gp, Posterior};
 use super::linalg::{dot, Matrix};
 use super::special::{log_ndtr, log_sigmoid, standard_logei};
 
@@ -110,21 +110,32 @@ impl Conditioned {
     /// sample).
     fn samples(&self, gp: &Gp, x: &[f64], grads: Option<&mut Vec<Vec<f64>>>) -> Vec<f64> {
         let (d, r) = (x.len(), self.running.len());
-        let p: Posterior = gp.posterior_grad(x);
+        // The gradient's parts only when asked for: the first candidates are many.
+        let post: Result<Posterior, ((f64, f64), Cross)> = match grads {
+            Some(_) => Ok(gp.posterior_grad(x)),
+            None => Err(gp.posterior_cross(x)),
+        };
+        let (mean, var, k) = match &post {
+            Ok(p) => (p.mean, p.var, &p.cross.k),
+            Err(((m, v), c)) => (*m, *v, &c.k),
+        };
         let kern = gp.kernel();
         // The posterior cross-covariance with the running trials.
         let c: Vec<f64> = (0..r)
-            .map(|j| kern.value(x, &self.running[j]) - dot(&p.cross.k, &self.vr[j]))
+            .map(|j| kern.value(x, &self.running[j]) - dot(k, &self.vr[j]))
             .collect();
         let mut u = c.clone();
         self.chol.solve_lower(&mut u);
-        let cc = p.var + STABILIZING_NOISE - dot(&u, &u);
+        let cc = var + STABILIZING_NOISE - dot(&u, &u);
         let sd = cc.max(0.0).sqrt();
         let shift: Vec<f64> = self.w.iter().map(|w| dot(&c, w)).collect();
         let values: Vec<f64> = (0..self.z.len())
-            .map(|s| p.mean + shift[s] + sd * self.z[s])
+            .map(|s| mean + shift[s] + sd * self.z[s])
             .collect();
-        if let Some(out) = grads {
+        let (Some(out), Ok(p)) = (grads, &post) else {
+            return values;
+        };
+        {
             // dc_j = dk(x, R_j) - sum_i vr_ji dk(x, X_i)
             let mut dc = vec![vec![0.0; d]; r];
             for ((dcj, xr), vr) in dc.iter_mut().zip(&self.running).zip(&self.vr) {

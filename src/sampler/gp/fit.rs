@@ -259,8 +259,13 @@ impl Gp {
 
     /// The posterior mean and variance at `x` (the variance clamped at 0, as Optuna's).
     pub(super) fn posterior(&self, x: &[f64]) -> (f64, f64) {
+        self.posterior_cross(x).0
+    }
+
+    /// [`Gp::posterior`] with `x`'s [`Cross`].
+    pub(super) fn posterior_cross(&self, x: &[f64]) -> ((f64, f64), Cross) {
         let cross = self.cross(x);
-        self.posterior_of(&cross).0
+        (self.posterior_of(&cross).0, cross)
     }
 
     /// The posterior from `x`'s [`Cross`], and `L^{-1} k` (for its gradient).

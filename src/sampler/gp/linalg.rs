@@ -88,31 +88,46 @@ impl Matrix {
         self.solve_upper_t(b);
     }
 
-    /// `A^{-1}` where this is `A`'s Cholesky factor: `L^{-T} L^{-1}`.
+    /// `A^{-1}` where this is `A`'s Cholesky factor: `L^{-T} L^{-1}`, by rows (the loops run
+    /// along contiguous rows: this is the fit's costliest step).
     pub(super) fn cho_inverse(&self) -> Matrix {
         let n = self.n;
-        // M = L^{-1}, lower triangular, column by column.
+        // M = L^{-1}, lower triangular, row by row: M_i = (e_i - sum_k<i L_ik M_k) / L_ii.
         let mut m = Matrix::zeros(n);
-        for j in 0..n {
-            m.data[j * n + j] = 1.0 / self.data[j * n + j];
-            for i in j + 1..n {
-                let mut s = 0.0;
-                for k in j..i {
-                    s -= self.data[i * n + k] * m.data[k * n + j];
+        for i in 0..n {
+            let (done, rest) = m.data.split_at_mut(i * n);
+            let row = &mut rest[..n];
+            row[i] = 1.0;
+            for k in 0..i {
+                let l = self.data[i * n + k];
+                if l != 0.0 {
+                    let mk = &done[k * n..k * n + k + 1];
+                    for (r, v) in row[..=k].iter_mut().zip(mk) {
+                        *r -= l * v;
+                    }
                 }
-                m.data[i * n + j] = s / self.data[i * n + i];
+            }
+            let d = self.data[i * n + i];
+            row[..=i].iter_mut().for_each(|v| *v /= d);
+        }
+        // A^{-1} = M^T M: row k of M adds M_ki M_kj to (i, j), j <= i <= k.
+        let mut inv = Matrix::zeros(n);
+        for k in 0..n {
+            let mk = &m.data[k * n..k * n + k + 1];
+            for i in 0..=k {
+                let a = mk[i];
+                if a == 0.0 {
+                    continue;
+                }
+                let out = &mut inv.data[i * n..i * n + i + 1];
+                for (o, b) in out.iter_mut().zip(&mk[..=i]) {
+                    *o += a * b;
+                }
             }
         }
-        // A^{-1} = M^T M, symmetric: (i, j) = sum over k >= max(i, j) of M[k][i] M[k][j].
-        let mut inv = Matrix::zeros(n);
         for i in 0..n {
-            for j in 0..=i {
-                let mut s = 0.0;
-                for k in i..n {
-                    s += m.data[k * n + i] * m.data[k * n + j];
-                }
-                inv.data[i * n + j] = s;
-                inv.data[j * n + i] = s;
+            for j in 0..i {
+                inv.data[j * n + i] = inv.data[i * n + j];
             }
         }
         inv
