@@ -121,3 +121,77 @@ fn tpe_concentrates_on_the_optimum_in_the_daemon() {
         early[5]
     );
 }
+
+/// An objective that defines its space as it runs: x always, then one of two branches.
+fn conditional_worker(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("conditional_worker.py");
+    std::fs::write(
+        &script,
+        "import math\n\
+         import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
+         \x20   branch = trial.suggest_categorical('branch', ['lr', 'depth'])\n\
+         \x20   if branch == 'lr':\n\
+         \x20       lr = trial.suggest_float('lr', 1e-5, 1e-1, log=True)\n\
+         \x20       return (x - 0.3) ** 2 + 0.01 * (math.log10(lr) + 3) ** 2\n\
+         \x20   depth = trial.suggest_int('depth', 1, 12)\n\
+         \x20   return (x - 0.3) ** 2 + 0.3 + 0.01 * abs(depth - 6)\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    vec![python(), script.to_string_lossy().into_owned()]
+}
+
+#[test]
+fn the_gp_sampler_runs_a_conditional_study_in_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Cfg {
+        name: "gp".into(),
+        n_trials: Some(24),
+        max_par: 3,
+        sampler: "gp",
+        command: conditional_worker(dir.path()),
+        params: String::new(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::with_toml(&format!(
+        "{}\n[sampler]\nn_startup_trials = 6\nseed = 1\n",
+        cfg.to_toml()
+    ));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sweep.count("COMPLETE"), 24);
+    let dump: Value = serde_json::from_str(&sweep.optuna("optuna_dump.py", &["gp"])).unwrap();
+    let trials = dump["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 24);
+    for t in trials {
+        let p = t["params"].as_object().unwrap();
+        let other = match p["branch"].as_str().unwrap() {
+            "lr" => "depth",
+            _ => "lr",
+        };
+        assert!(!p.contains_key(other), "{t}");
+    }
+    // x and the branch are in every trial: after the random startup the GP proposes them, and
+    // x gathers at its optimum (0.3) where the startup spread it over [-2, 2].
+    let err = |t: &Value| (t["params"]["x"].as_f64().unwrap() - 0.3).abs();
+    let mut late: Vec<f64> = trials[14..].iter().map(err).collect();
+    late.sort_by(f64::total_cmp);
+    // The startup's median distance over [-2, 2] is about 1.
+    assert!(late[5] < 0.3, "late distances to the optimum: {late:?}");
+    // The branch without the fixed cost is found too.
+    let late_lr = trials[14..]
+        .iter()
+        .filter(|t| t["params"]["branch"] == "lr")
+        .count();
+    assert!(
+        late_lr >= 6,
+        "{late_lr}/10 late trials in the better branch"
+    );
+    let best = trials
+        .iter()
+        .map(|t| t["value"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!(best < 0.1, "best {best}");
+}

@@ -55,24 +55,20 @@ struct Conditioned {
 impl Conditioned {
     /// `base`: one row of `running + 1` standard normals per sample, the last one for the
     /// candidate.
-    fn new(gp: &Gp, running: &[Vec<f64>], base: &[Vec<f64>]) -> Conditioned {
+    /// `None` when the running trials' covariance has no factor even with a jitter of 1e-4.
+    fn new(gp: &Gp, running: &[Vec<f64>], base: &[Vec<f64>]) -> Option<Conditioned> {
         let r = running.len();
-        let (mean, mut cov) = gp.joint(running);
+        let (mean, cov) = gp.joint(running);
         // Optuna adds the stabilizing noise and lets a failed factorization raise; here the
-        // jitter grows until the factor exists.
-        let mut jitter = STABILIZING_NOISE;
-        let chol = loop {
+        // jitter grows (two running trials at one point make the covariance singular).
+        let chol = (0..9).find_map(|k| {
+            let jitter = STABILIZING_NOISE * 10f64.powi(k);
             let mut c = cov.clone();
             for i in 0..r {
                 c.set(i, i, c.at(i, i) + jitter);
             }
-            if let Some(l) = c.cholesky() {
-                cov = c;
-                break l;
-            }
-            jitter *= 10.0;
-        };
-        let _ = cov;
+            c.cholesky()
+        })?;
         let mut fantasy = Vec::with_capacity(base.len());
         let mut w = Vec::with_capacity(base.len());
         let mut z = Vec::with_capacity(base.len());
@@ -96,14 +92,14 @@ impl Conditioned {
                 v
             })
             .collect();
-        Conditioned {
+        Some(Conditioned {
             running: running.to_vec(),
             fantasy,
             z,
             chol,
             w,
             vr,
-        }
+        })
     }
 
     /// The candidate's sample values at `x`, and with `grads` their gradients (one row per
@@ -216,35 +212,39 @@ impl Acquisition {
         running: Option<RunningTrials<'_>>,
     ) -> Acquisition {
         let length_scales = objective.hyper.length_scales();
-        let batch = running.filter(|(r, _)| !r.is_empty()).map(|(r, bases)| {
-            let gps = std::iter::once(&objective).chain(constraints.iter().map(|(g, _)| g));
-            let conditioned: Vec<Conditioned> = gps
-                .zip(&bases)
-                .map(|(gp, base)| Conditioned::new(gp, r, base))
-                .collect();
-            let n_samples = conditioned[0].z.len();
-            let best_running = (0..n_samples)
-                .map(|s| {
-                    let mut best = (f64::NEG_INFINITY, 0);
-                    for j in 0..r.len() {
-                        let mut u = objective_utility(conditioned[0].fantasy[s][j], threshold).0;
-                        for (c, (_, t)) in conditioned[1..].iter().zip(&constraints) {
-                            u += constraint_utility(c.fantasy[s][j], *t).0;
+        // Without a factor of the running trials' covariance, they are left out.
+        let batch = running
+            .filter(|(r, _)| !r.is_empty())
+            .and_then(|(r, bases)| {
+                let gps = std::iter::once(&objective).chain(constraints.iter().map(|(g, _)| g));
+                let conditioned: Vec<Conditioned> = gps
+                    .zip(&bases)
+                    .map(|(gp, base)| Conditioned::new(gp, r, base))
+                    .collect::<Option<_>>()?;
+                let n_samples = conditioned[0].z.len();
+                let best_running = (0..n_samples)
+                    .map(|s| {
+                        let mut best = (f64::NEG_INFINITY, 0);
+                        for j in 0..r.len() {
+                            let mut u =
+                                objective_utility(conditioned[0].fantasy[s][j], threshold).0;
+                            for (c, (_, t)) in conditioned[1..].iter().zip(&constraints) {
+                                u += constraint_utility(c.fantasy[s][j], *t).0;
+                            }
+                            if u > best.0 {
+                                best = (u, 1);
+                            } else if u == best.0 {
+                                best.1 += 1;
+                            }
                         }
-                        if u > best.0 {
-                            best = (u, 1);
-                        } else if u == best.0 {
-                            best.1 += 1;
-                        }
-                    }
-                    best
+                        best
+                    })
+                    .collect();
+                Some(Batch {
+                    conditioned,
+                    best_running,
                 })
-                .collect();
-            Batch {
-                conditioned,
-                best_running,
-            }
-        });
+            });
         Acquisition {
             objective,
             threshold,
