@@ -105,7 +105,8 @@ SYSTEMD_UNIT_PATH = /etc/systemd/system /usr/local/lib/systemd/system /usr/lib/s
 # Only for the default SWEEPD_BIN: rebuilt when a source is newer than it (`make build` first,
 # as yourself, and `sudo make install` will not need cargo). touch: cargo leaves an up-to-date
 # binary's mtime alone.
-$(SWEEPD): Cargo.toml Cargo.lock build.rs $(wildcard src/*.rs src/*/*.rs src/*/*/*.rs migrations/*)
+$(SWEEPD): Cargo.toml Cargo.lock build.rs $(wildcard src/*.rs src/*/*.rs src/*/*/*.rs migrations/* \
+		migrations-postgres/*.sql migrations-postgres/functions/*.sql)
 	$(CARGO) build --release
 	@touch $@
 
@@ -174,6 +175,7 @@ bench: build fake-nvml
 	$(VENV)/bin/python bench/search_bench.py all
 	$(VENV)/bin/python bench/multi_bench.py
 	$(VENV)/bin/python bench/conditional_bench.py
+	$(VENV)/bin/python bench/prune_bench.py
 	$(VENV)/bin/python bench/postgres_bench.py
 	$(VENV)/bin/python bench/model_bench.py
 	$(if $(GP),$(MAKE) bench-gp)

@@ -10,7 +10,8 @@
 //! - **for people** ([`format_size`]): config messages ("1.5 GiB", trailing zeros dropped);
 //!   [`format_allocator_size`] quotes an allocator's figures as it writes them ("7.45 GiB");
 //!   [`format_gib`] is the capacity model's fixed "6.0 GiB"; [`whole_mib`] the MiB columns of
-//!   `sweepd gpus` and worker log lines.
+//!   `sweepd gpus`, [`format_mib`] the same with its unit ("512 MiB"). No other module formats
+//!   a size.
 //! - **stored** ([`to_mib`], [`from_mib`]): a trial's peak memory as the `sweepd:peak_memory_mib`
 //!   attribute, a whole number of MiB.
 //! - **durations**: humantime's syntax both ways ("90s", "1h 30m", "1year"); [`parse_duration`]
@@ -200,6 +201,12 @@ pub fn whole_mib(bytes: u64) -> u64 {
     bytes >> 20
 }
 
+/// Whole MiB with the unit ("512 MiB", rounded down): a worker's memory in its recycling
+/// reasons, a trial's expected peak in `sweepd gpus`.
+pub fn format_mib(bytes: u64) -> String {
+    format!("{} MiB", whole_mib(bytes))
+}
+
 /// Bytes as the nearest whole number of MiB, as the `sweepd:peak_memory_mib` attribute stores
 /// them (a JSON number, for Optuna's tools and SQL).
 pub fn to_mib(bytes: u64) -> f64 {
@@ -352,6 +359,15 @@ mod tests {
     #[case::rounds_down((3 << 20) - 1, 2)]
     fn whole_mib_rounds_down(#[case] bytes: u64, #[case] mib: u64) {
         assert_eq!(whole_mib(bytes), mib);
+    }
+
+    #[rstest]
+    #[case::below_one((1 << 20) - 1, "0 MiB")]
+    #[case::exact(512 << 20, "512 MiB")]
+    #[case::rounds_down((3 << 20) - 1, "2 MiB")]
+    #[case::past_a_gib(1100 << 20, "1100 MiB")]
+    fn format_mib_writes_whole_mib_with_the_unit(#[case] bytes: u64, #[case] shown: &str) {
+        assert_eq!(format_mib(bytes), shown);
     }
 
     #[rstest]

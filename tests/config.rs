@@ -512,6 +512,7 @@ fn pool(kind: Kind) -> Vec<String> {
             "none",
             "median",
             "asha",
+            "hyperband",
             "float",
             "int",
             "categorical",
@@ -718,7 +719,8 @@ fn exercise(c: &sweepd::config::Config) {
         return;
     };
     let mut model = sweepd::gpu::MemoryModel::new(&c.space, c.gpu.trial_memory);
-    let mut pruner = sweepd::pruner::Pruner::new(c.pruner.clone(), c.study.directions[0]);
+    let mut pruner =
+        sweepd::pruner::Pruner::new(c.pruner.clone(), c.study.directions[0], &c.study.name);
     for number in 0..4 {
         let Some(params) = s.sample(&c.space, &Default::default(), number) else {
             break;
@@ -971,6 +973,20 @@ fn generated_configs_exit_0_or_2_never_panic() {
         .set("pruner", "reduction_factor", &u32::MAX.to_string())
         .set("pruner", "min_early_stopping_rate", &u32::MAX.to_string());
     gens.push(gen("ASHA at its extremes", asha));
+    let mut hyperband = Doc::base(2);
+    hyperband
+        .set("pruner", "type", &q("hyperband"))
+        .set("pruner", "min_resource", "1")
+        .set("pruner", "max_resource", "2147483648")
+        .set("pruner", "reduction_factor", "2")
+        .set("pruner", "bootstrap_count", &i64::MAX.to_string());
+    gens.push(gen("Hyperband with the most brackets", hyperband));
+    let mut hyperband = Doc::base(2);
+    hyperband
+        .set("pruner", "type", &q("hyperband"))
+        .set("pruner", "min_resource", &i64::MAX.to_string())
+        .set("pruner", "reduction_factor", &u32::MAX.to_string());
+    gens.push(gen("Hyperband with auto at its extremes", hyperband));
     let mut grid = Doc::base(2);
     grid.set("study", "sampler", &q("grid"))
         .set("params.x", "step", "1.0")

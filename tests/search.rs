@@ -143,6 +143,27 @@ fn conditional_worker(dir: &std::path::Path) -> Vec<String> {
     vec![python(), script.to_string_lossy().into_owned()]
 }
 
+/// A worker whose curve is (x - 0.3)^2 + 1 / (step + 1) over 27 steps (0 to 26).
+fn long_curve_worker(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("long_curve_worker.py");
+    std::fs::write(
+        &script,
+        "import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
+         \x20   loss = None\n\
+         \x20   for step in range(27):\n\
+         \x20       loss = (x - 0.3) ** 2 + 1.0 / (step + 1)\n\
+         \x20       trial.report(loss, step)\n\
+         \x20       if trial.should_prune():\n\
+         \x20           raise sweepd_worker.TrialPruned()\n\
+         \x20   return loss\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    vec![python(), script.to_string_lossy().into_owned()]
+}
+
 #[test]
 fn the_gp_sampler_runs_a_conditional_study_in_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,4 +215,86 @@ fn the_gp_sampler_runs_a_conditional_study_in_the_daemon() {
         .map(|t| t["value"].as_f64().unwrap())
         .fold(f64::INFINITY, f64::min);
     assert!(best < 0.1, "best {best}");
+}
+
+#[test]
+fn hyperband_prunes_each_trial_at_its_own_brackets_rungs_as_optuna_assigns_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "hyperband";
+    let cfg = Cfg {
+        name: name.into(),
+        n_trials: Some(60),
+        max_par: 3,
+        sampler: "tpe",
+        command: long_curve_worker(dir.path()),
+        params: "[params.x]\ntype = \"float\"\nlow = -2.0\nhigh = 2.0\n".into(),
+        ..Cfg::default()
+    };
+    // min 1, max 27, factor 3: 4 brackets, bracket k's rungs at steps 3^(k + j); bracket 3's
+    // first (27) is past the last step, so its trials always complete.
+    let pruner = "[pruner]\ntype = \"hyperband\"\nmin_resource = 1\nmax_resource = 27\n\
+                  reduction_factor = 3\n";
+    let sweep = Sweep::with_toml(&format!("{}\n{pruner}\n", cfg.to_toml()));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dump: Value = serde_json::from_str(&sweep.optuna("optuna_dump.py", &[name])).unwrap();
+    let trials = dump["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 60);
+    // Optuna's own HyperbandPruner on the same study: each trial's bracket.
+    let optuna: Value =
+        serde_json::from_str(&sweep.optuna("optuna_brackets.py", &[name, "1", "27", "3"])).unwrap();
+    assert_eq!(optuna["n_brackets"], 4);
+    let bracket = |t: &Value| {
+        optuna["brackets"][t["number"].to_string()]
+            .as_u64()
+            .unwrap()
+    };
+    let curve = |t: &Value| -> std::collections::BTreeMap<u64, f64> {
+        t["intermediate_values"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(s, v)| (s.parse().unwrap(), v.as_f64().unwrap()))
+            .collect()
+    };
+    let mut pruned_in = [0; 4];
+    for t in trials {
+        let b = bracket(t) as u32;
+        let iv = curve(t);
+        let (last, value) = iv.last_key_value().map(|(s, v)| (*s, *v)).unwrap();
+        match t["state"].as_str().unwrap() {
+            "COMPLETE" => assert_eq!(last, 26, "{t}"),
+            "PRUNED" => {
+                pruned_in[b as usize] += 1;
+                // Optuna records a pruned trial's last intermediate value as its value.
+                assert_eq!(t["value"].as_f64(), Some(value), "{t}");
+                // Reporting every step, a trial is pruned exactly at one of its bracket's
+                // rungs, never at another bracket's.
+                let rungs: Vec<u64> = (b..4).map(|k| 3u64.pow(k)).collect();
+                assert!(
+                    rungs.contains(&last),
+                    "trial {} of bracket {b} pruned at step {last}, not one of its rungs \
+                     {rungs:?}",
+                    t["number"]
+                );
+                // Pruned means not the best recorded there: a trial of its own bracket had a
+                // lower value at that step.
+                assert!(
+                    trials.iter().any(|o| o["number"] != t["number"]
+                        && bracket(o) == u64::from(b)
+                        && curve(o).get(&last).is_some_and(|v| *v < value)),
+                    "trial {} pruned at step {last} with {value}: no better value of bracket \
+                     {b} there",
+                    t["number"]
+                );
+            }
+            other => panic!("trial {} ended {other}", t["number"]),
+        }
+    }
+    assert_eq!(pruned_in[3], 0, "the last bracket never prunes");
+    assert!(
+        pruned_in[0] >= 3 && pruned_in.iter().filter(|n| **n > 0).count() >= 2,
+        "pruned per bracket: {pruned_in:?}"
+    );
+    drop(dir);
 }

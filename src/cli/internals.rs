@@ -43,12 +43,10 @@ pub(super) fn internals() -> Value {
 #[cfg(test)]
 mod tests {
     use super::internals;
-    use crate::cli::{Cli, Command};
     use crate::config::{GpuConfig, SamplerConfig};
     use crate::gpu::memory_model::{MIN_MEASURED, PRIOR_MARGIN};
     use crate::sampler::gp::MAX_FIT_TRIALS as GP_MAX_FIT_TRIALS;
     use crate::sampler::tpe::HISTORY_WINDOW;
-    use clap::{CommandFactory, Parser};
     use serde_json::{json, Value};
 
     fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
@@ -103,14 +101,5 @@ mod tests {
         ] {
             assert_eq!(at(&printed, name), &want, "{name} in {printed:#}");
         }
-    }
-
-    #[test]
-    fn internals_parses_with_json_and_is_left_out_of_help() {
-        let cli = Cli::try_parse_from(["sweepd", "internals", "--json"]).expect("parses");
-        assert!(matches!(cli.command, Command::Internals { json: true }));
-        assert!(Cli::try_parse_from(["sweepd", "internals"]).is_err());
-        let help = Cli::command().render_help().to_string();
-        assert!(!help.contains("internals"), "{help}");
     }
 }

@@ -364,8 +364,8 @@ impl Default for SamplerConfig {
     }
 }
 
-/// `[pruner]`: `type = "none"` (the default), `"median"` or `"asha"`; keys that belong to
-/// another type are errors.
+/// `[pruner]`: `type = "none"` (the default), `"median"`, `"asha"` or `"hyperband"`; keys that
+/// belong to another type are errors.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PrunerConfig {
     #[default]
@@ -386,6 +386,27 @@ pub enum PrunerConfig {
         /// Default 0.
         min_early_stopping_rate: u32,
     },
+    /// Optuna's `HyperbandPruner`: one successive halving per bracket, bracket `k` with
+    /// `min_early_stopping_rate = k`.
+    Hyperband {
+        /// Default 1; at least 1.
+        min_resource: i64,
+        /// Default `Auto`; a number of steps is at least `min_resource`.
+        max_resource: MaxResource,
+        /// Default 3; at least 2.
+        reduction_factor: u32,
+        /// Default 0; above 0 only with a number of steps as `max_resource`.
+        bootstrap_count: usize,
+    },
+}
+
+/// Hyperband's `max_resource`: the steps a full-length trial reports, given or (`Auto`, Optuna's
+/// default) taken from the first trials to complete: their largest last step, plus one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxResource {
+    #[default]
+    Auto,
+    Steps(i64),
 }
 
 /// `[metrics]`: an optional Prometheus endpoint. A `listen` address that is not loopback is

@@ -140,6 +140,9 @@ pub(crate) struct RawPruner {
     pub(crate) min_resource: Option<Spanned<i64>>,
     pub(crate) reduction_factor: Option<Spanned<i64>>,
     pub(crate) min_early_stopping_rate: Option<Spanned<i64>>,
+    // An integer or "auto", so it is taken untyped.
+    pub(crate) max_resource: Option<Spanned<toml::Value>>,
+    pub(crate) bootstrap_count: Option<Spanned<i64>>,
 }
 
 #[derive(serde::Deserialize)]

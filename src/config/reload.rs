@@ -5,9 +5,8 @@
 //! docs/configuration.md lists exactly the live keys in its table and the others in its "needs
 //! a restart" paragraph.
 //!
-//! What a live key's new value then does is the supervisor's: most are read from the running
-//! config at each decision; `gpu.headroom` and `[retry]` are also handed to admission and the
-//! circuit breaker when the reload is applied.
+//! What a live key's new value then does is the supervisor's: it keeps one copy of the config
+//! in force (`supervisor::settings`), which the reload swaps and every decision reads.
 
 use super::raw::dotted;
 use super::{
@@ -317,6 +316,25 @@ fn pruner_changed(old: &Config, new: &Config, out: &mut Vec<String>) {
             diff("pruner.reduction_factor", a1 == b1);
             diff("pruner.min_early_stopping_rate", a2 == b2);
         }
+        (
+            PrunerConfig::Hyperband {
+                min_resource: a0,
+                max_resource: a1,
+                reduction_factor: a2,
+                bootstrap_count: a3,
+            },
+            PrunerConfig::Hyperband {
+                min_resource: b0,
+                max_resource: b1,
+                reduction_factor: b2,
+                bootstrap_count: b3,
+            },
+        ) => {
+            diff("pruner.min_resource", a0 == b0);
+            diff("pruner.max_resource", a1 == b1);
+            diff("pruner.reduction_factor", a2 == b2);
+            diff("pruner.bootstrap_count", a3 == b3);
+        }
         (a, b) => diff("pruner.type", a == b),
     }
 }
@@ -433,6 +451,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.reload_diff(&new), ["pruner.n_warmup_steps"]);
+        let hyperband = |rest: &str| {
+            parse_in(
+                dir.path(),
+                &with("", &format!("[pruner]\ntype = \"hyperband\"\n{rest}")),
+            )
+            .unwrap()
+        };
+        let old = hyperband("max_resource = 27\n");
+        assert_eq!(
+            old.reload_diff(&hyperband("max_resource = 81\nbootstrap_count = 1\n")),
+            ["pruner.max_resource", "pruner.bootstrap_count"]
+        );
+        assert_eq!(
+            old.reload_diff(&hyperband("max_resource = 27\nreduction_factor = 2\n")),
+            ["pruner.reduction_factor"]
+        );
+        assert_eq!(old.reload_diff(&hyperband("")), ["pruner.max_resource"]);
     }
 
     /// Two valid configs in `dir` that differ in every key a file can change.

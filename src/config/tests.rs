@@ -775,6 +775,56 @@ fn pruner_defaults_per_type() {
             min_early_stopping_rate: 1
         }
     );
+    let c = parsed(&with("", "[pruner]\ntype = \"hyperband\"\n"));
+    assert_eq!(
+        c.pruner,
+        PrunerConfig::Hyperband {
+            min_resource: 1,
+            max_resource: MaxResource::Auto,
+            reduction_factor: 3,
+            bootstrap_count: 0
+        }
+    );
+    let c = parsed(&with(
+        "",
+        "[pruner]\ntype = \"hyperband\"\nmin_resource = 2\nmax_resource = 100\n\
+         reduction_factor = 4\nbootstrap_count = 3\n",
+    ));
+    assert_eq!(
+        c.pruner,
+        PrunerConfig::Hyperband {
+            min_resource: 2,
+            max_resource: MaxResource::Steps(100),
+            reduction_factor: 4,
+            bootstrap_count: 3
+        }
+    );
+    let c = parsed(&with(
+        "",
+        "[pruner]\ntype = \"hyperband\"\nmax_resource = \"auto\"\nmin_resource = 7\n",
+    ));
+    assert_eq!(
+        c.pruner,
+        PrunerConfig::Hyperband {
+            min_resource: 7,
+            max_resource: MaxResource::Auto,
+            reduction_factor: 3,
+            bootstrap_count: 0
+        }
+    );
+    // The most steps a worker can report, plus one; and max_resource = min_resource (one
+    // bracket, which prunes at min_resource).
+    let c = parsed(&with(
+        "",
+        "[pruner]\ntype = \"hyperband\"\nmax_resource = 2147483648\nmin_resource = 2147483648\n",
+    ));
+    assert!(matches!(
+        c.pruner,
+        PrunerConfig::Hyperband {
+            max_resource: MaxResource::Steps(2147483648),
+            ..
+        }
+    ));
     let c = parsed(&with("", "[pruner]\ntype = \"none\"\n"));
     assert_eq!(c.pruner, PrunerConfig::None);
 }
@@ -1068,7 +1118,7 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::swapping_prob_negative(with("", "[sampler]\nswapping_prob = -0.1\n"), "sampler.swapping_prob", &[])]
 #[case::mutation_prob_as_text(with("", "[sampler]\nmutation_prob = \"low\"\n"), "sampler.mutation_prob", &["must be a number"])]
 // [pruner]
-#[case::unknown_pruner_type(with("", "[pruner]\ntype = \"hyperband\"\nmin_resource = 1\n"), "pruner.type", &["\"none\", \"median\", \"asha\""])]
+#[case::unknown_pruner_type(with("", "[pruner]\ntype = \"pbt\"\nmin_resource = 1\n"), "pruner.type", &["\"none\", \"median\", \"asha\", \"hyperband\""])]
 #[case::asha_key_on_median(with("", "[pruner]\ntype = \"median\"\nmin_resource = 2\n"), "pruner.min_resource", &["\"asha\""])]
 #[case::median_key_on_asha(with("", "[pruner]\ntype = \"asha\"\nn_warmup_steps = 2\n"), "pruner.n_warmup_steps", &[])]
 #[case::median_key_on_none(with("", "[pruner]\ntype = \"none\"\ninterval_steps = 2\n"), "pruner.interval_steps", &[])]
@@ -1078,6 +1128,20 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::negative_median_n_startup_trials(with("", "[pruner]\ntype = \"median\"\nn_startup_trials = -1\n"), "pruner.n_startup_trials", &[])]
 #[case::zero_min_resource(with("", "[pruner]\ntype = \"asha\"\nmin_resource = 0\n"), "pruner.min_resource", &[])]
 #[case::reduction_factor_below_two(with("", "[pruner]\ntype = \"asha\"\nreduction_factor = 1\n"), "pruner.reduction_factor", &["at least 2 (got 1)"])]
+#[case::hyperband_key_on_asha(with("", "[pruner]\ntype = \"asha\"\nmax_resource = 27\n"), "pruner.max_resource", &["of pruner type \"hyperband\"", "type \"asha\""])]
+#[case::bootstrap_count_on_median(with("", "[pruner]\ntype = \"median\"\nbootstrap_count = 2\n"), "pruner.bootstrap_count", &["\"hyperband\""])]
+#[case::shared_key_on_median_names_both_types(with("", "[pruner]\ntype = \"median\"\nreduction_factor = 2\n"), "pruner.reduction_factor", &["pruner types \"asha\" and \"hyperband\""])]
+#[case::min_early_stopping_rate_on_hyperband(with("", "[pruner]\ntype = \"hyperband\"\nmin_early_stopping_rate = 1\n"), "pruner.min_early_stopping_rate", &["bracket k the rate k"])]
+#[case::hyperband_max_resource_as_other_text(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = \"max\"\n"), "pruner.max_resource", &["\"auto\""])]
+#[case::hyperband_max_resource_as_float(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = 27.0\n"), "pruner.max_resource", &["not float"])]
+#[case::hyperband_max_resource_zero(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = 0\n"), "pruner.max_resource", &["at least 1 (got 0)"])]
+#[case::hyperband_max_resource_below_min_resource(with("", "[pruner]\ntype = \"hyperband\"\nmin_resource = 5\nmax_resource = 4\n"), "pruner.max_resource", &["below min_resource (5)", "never prune"])]
+#[case::hyperband_max_resource_past_any_step(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = 2147483649\n"), "pruner.max_resource", &["at most 2147483648"])]
+#[case::hyperband_bootstrap_with_auto(with("", "[pruner]\ntype = \"hyperband\"\nbootstrap_count = 2\n"), "pruner.bootstrap_count", &["max_resource` unset", "number of steps"])]
+#[case::hyperband_bootstrap_with_auto_written(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = \"auto\"\nbootstrap_count = 1\n"), "pruner.bootstrap_count", &["max_resource = \"auto\""])]
+#[case::hyperband_negative_bootstrap_count(with("", "[pruner]\ntype = \"hyperband\"\nmax_resource = 9\nbootstrap_count = -1\n"), "pruner.bootstrap_count", &["must not be negative"])]
+#[case::hyperband_reduction_factor_below_two(with("", "[pruner]\ntype = \"hyperband\"\nreduction_factor = 1\n"), "pruner.reduction_factor", &["at least 2 (got 1)"])]
+#[case::hyperband_zero_min_resource(with("", "[pruner]\ntype = \"hyperband\"\nmin_resource = 0\n"), "pruner.min_resource", &[])]
 #[case::negative_min_early_stopping_rate(with("", "[pruner]\ntype = \"asha\"\nmin_early_stopping_rate = -1\n"), "pruner.min_early_stopping_rate", &[])]
 // [metrics]
 #[case::metrics_on_every_ipv4_address(with("", "[metrics]\nlisten = \"0.0.0.0:9464\"\n"), "metrics.listen", &["allow_remote"])]

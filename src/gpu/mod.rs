@@ -15,11 +15,28 @@
 //!   trials have yet to allocate;
 //! - [`peak_log`]: the file that the daemons of one `[gpu] memory_group` on a host share their
 //!   measured peaks and their running trials' levels through, so that each memory model learns
-//!   from the trials of all.
+//!   from the trials of all;
+//! - [`runtime_dir`]: where the ledger and the peak logs live, opened so that no other user can
+//!   steer them.
 //!
 //! The supervisor drives them all: it polls the monitor, hands its readings to admission with
 //! the memory model's estimate and the other daemons' claims, and feeds each finished trial's
 //! peak back to the model.
+//!
+//! Layers, lowest first: a file imports only files of the layers below it (read from the `use`
+//! lines), so that none imports a file that imports it back.
+//! 1. [`nvml`], [`runtime_dir`], `ledger/entry.rs`, `memory_model/tuning.rs` (the model's
+//!    constants): nothing of this folder;
+//! 2. `ledger/text.rs` and `ledger/valid.rs` (the entries), `memory_model/fit.rs` (the
+//!    constants);
+//! 3. [`ledger`] (`ledger/mod.rs`: entries, text, valid, the runtime directory) and
+//!    [`memory_model`] (`memory_model/mod.rs`: fit, constants; its unit tests in
+//!    `memory_model/tests.rs` read it);
+//! 4. [`admission`] (the ledger's requests) and [`peak_log`] (the ledger's owners, the runtime
+//!    directory);
+//! 5. [`monitor`] (admission's views of devices and trials and its `settled_margin`, nvml);
+//! 6. this file, which declares and re-exports them and which none of them imports. Sizes in
+//!    messages are written by `crate::units`.
 
 pub mod admission;
 pub mod ledger;
@@ -35,10 +52,3 @@ pub use memory_model::{Estimate, MemoryModel};
 pub use monitor::Monitor;
 pub use nvml::Gpu;
 pub use peak_log::PeakLog;
-
-/// Bytes as GiB with one decimal ("6.0 GiB"), the unit every capacity message uses.
-pub fn fmt_gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / GIB)
-}
-
-const GIB: f64 = (1u64 << 30) as f64;

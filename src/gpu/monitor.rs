@@ -12,7 +12,7 @@
 //! that NVML still lists is killed (and logged), so no orphan keeps holding memory that sweepd
 //! would otherwise count as used forever.
 
-use super::admission::{DeviceView, RunningTrial};
+use super::admission::{settled_margin, DeviceView, RunningTrial};
 use super::nvml::{DeviceReading, Gpu};
 use crate::process;
 use crate::store::MemorySample;
@@ -80,8 +80,6 @@ impl TrialMemory {
 
 /// Of the prediction a trial must use to be taken as having reached its peak.
 pub const SETTLED_SHARE: f64 = 0.75;
-/// What a settled trial is still expected to grow by (allocator noise), as a share of its use.
-pub const SETTLED_MARGIN: f64 = 0.02;
 
 /// Whether a running trial has reached its peak, so that admission may count it at what it uses
 /// rather than at its expected peak (the rest of which would otherwise be held back for its whole
@@ -131,7 +129,7 @@ pub fn next_look(t: &TrialMemory, now: Instant, longest: Duration) -> Option<Ins
 }
 
 /// Takes a new reading of what a running trial uses. Returns how far it grew beyond what was
-/// held back for it, if it had settled and then grew by more than [`SETTLED_MARGIN`]: a trial
+/// held back for it, if it had settled and then grew by more than [`settled_margin`]: a trial
 /// that allocates late, which admission under-counted while it was settled. `settling` is off
 /// once one trial of the study did that.
 pub fn observe(t: &mut TrialMemory, used: u64, now: Instant, settling: bool) -> Option<u64> {
@@ -139,7 +137,7 @@ pub fn observe(t: &mut TrialMemory, used: u64, now: Instant, settling: bool) -> 
     if used != t.used_now {
         if t.settled && used > t.used_now {
             t.grew_after_settling = true;
-            let held_back = (t.used_now as f64 * SETTLED_MARGIN).ceil() as u64;
+            let held_back = settled_margin(t.used_now);
             late = Some(used - t.used_now).filter(|g| *g > held_back);
         }
         t.used_now = used;

@@ -1,24 +1,19 @@
-//! Trial system attributes sweepd writes: the owner attribute naming the daemon that runs a
-//! trial, the record of negative zeros that SQLite's REAL columns lose (PostgreSQL keeps them;
-//! the record is written on both, so the two read back alike), and the upsert of one attribute.
+//! Trial system attributes as sweepd writes them (their names are `study::attrs`): the record
+//! of negative zeros that SQLite's REAL columns lose (PostgreSQL keeps them; the record is
+//! written on both, so the two read back alike), and the upsert of one attribute.
 
 use super::engine::{sql, Tx};
 use super::{Result, SqlContext, Store};
+use crate::study::attrs::NEGATIVE_ZERO_ATTR;
 use crate::study::{ParamValue, Params};
 use serde_json::Value;
 
-/// The trial system attribute naming the sweepd daemon that runs a trial (`DaemonId::json`),
-/// written when the trial starts: RUNNING trials without it belong to someone else (an Optuna
-/// script) and are never reconciled by sweepd.
-pub const OWNER_ATTR: &str = "sweepd:daemon";
-
-/// SQLite stores a REAL that equals an integer as that integer, so a -0.0 written to Optuna's
-/// float columns (`trial_values`, `trial_intermediate_values`, `trial_params`) reads back as 0.0,
-/// for Optuna as for us. sweepd keeps the sign of such zeros in this trial system attribute and
-/// applies it wherever it reads its own values back, so what a worker sent is what sweepd shows.
-pub(super) const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
-
 /// The content of [`NEGATIVE_ZERO_ATTR`]: which of a trial's stored zeros are really -0.0.
+///
+/// SQLite stores a REAL that equals an integer as that integer, so a -0.0 written to Optuna's
+/// float columns (`trial_values`, `trial_intermediate_values`, `trial_params`) reads back as
+/// 0.0, for Optuna as for us. sweepd keeps the sign of such zeros in this attribute and applies
+/// it wherever it reads its own values back, so what a worker sent is what sweepd shows.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct NegativeZeros {
     /// Objective indices of `trial_values`.

@@ -18,10 +18,12 @@
 //! skip different trials (the tally counts this daemon's own, this read leaves them out: the
 //! supervisor learnt them as it wrote them).
 
-use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
+use super::attrs::NegativeZeros;
+use super::daemon::DaemonId;
 use super::engine::{sql, Conn};
 use super::outage::retrying;
-use super::{placeholders, read_value, DaemonId, Result, SqlContext, Store, Study};
+use super::{placeholders, read_value, Result, SqlContext, Store, Study};
+use crate::study::attrs::{CONSTRAINTS_ATTR, NEGATIVE_ZERO_ATTR, OWNER_ATTR, PEAK_MEMORY_ATTR};
 use crate::study::{Distribution, Params, TrialRecord, TrialState};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -289,27 +291,33 @@ impl Store {
         let sql = format!(
             "SELECT CAST(trial_id AS BIGINT), key, value_json FROM trial_system_attributes \
              WHERE trial_id IN ({marks}) \
-             AND key IN ('constraints', 'sweepd:peak_memory_mib', ${})",
-            n + 1
+             AND key IN (${}, ${}, ${})",
+            n + 1,
+            n + 2,
+            n + 3
         );
         let attrs: Vec<(i64, String, String)> = sql!(conn.reborrow(), |c| {
             let mut q = sqlx::query_as(&sql);
             for id in &finals {
                 q = q.bind(id);
             }
-            q.bind(NEGATIVE_ZERO_ATTR).fetch_all(c).await
+            q.bind(CONSTRAINTS_ATTR)
+                .bind(PEAK_MEMORY_ATTR)
+                .bind(NEGATIVE_ZERO_ATTR)
+                .fetch_all(c)
+                .await
         })
         .at(&self.path)?;
         rows += attrs.len();
         for (trial_id, key, json) in attrs {
             let changed = &mut out[index[&trial_id]];
             match key.as_str() {
-                "constraints" => {
+                CONSTRAINTS_ATTR => {
                     if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
                         changed.record.constraints = cs.iter().filter_map(Value::as_f64).collect();
                     }
                 }
-                "sweepd:peak_memory_mib" => {
+                PEAK_MEMORY_ATTR => {
                     let mib = serde_json::from_str::<Value>(&json)
                         .ok()
                         .and_then(|v| v.as_f64());

@@ -10,10 +10,12 @@
 //! finds its trials no longer RUNNING: nothing runs twice, and a result it still reports is
 //! refused by the finish's own conditional update.
 
+use super::daemon::{DaemonId, DaemonView};
 use super::engine::{sql, Engine, Tx};
 use super::once::{once, Commit};
 use super::outage::retrying;
-use super::{DaemonId, Result, SqlContext, Store, Study, OWNER_ATTR};
+use super::{Result, SqlContext, Store, Study};
+use crate::study::attrs::OWNER_ATTR;
 use crate::study::{DaemonState, Failure, FailureKind, Finish};
 use serde_json::Value;
 use std::time::Duration;
@@ -28,7 +30,7 @@ pub struct FailedOver {
 /// One host of a study, for `status`: its daemon row and what it runs now.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HostView {
-    pub daemon: super::DaemonView,
+    pub daemon: DaemonView,
     /// RUNNING trials this host's daemons started.
     pub running: Vec<i64>,
 }

@@ -21,6 +21,7 @@
 
 use super::engine::{sql, Pool};
 use super::{sqlite, Result, SqlContext, Store};
+use crate::study::attrs::{FAIL_REASON_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR};
 
 /// The value of the `trial_params` row `p` as the user's code saw it: the choice for a
 /// categorical (JSON true/false kept as booleans), an integer for int distributions, the float
@@ -87,8 +88,10 @@ fn duration_of(t: &str) -> String {
     format!("(julianday({t}.datetime_complete) - julianday({t}.datetime_start)) * 86400.0")
 }
 
-/// The trial system attributes `sweepd_trials` shows.
-const SHOWN_ATTRS: &str = "('sweepd:worker_id', 'sweepd:worker_pid', 'fail_reason')";
+/// The trial system attributes `sweepd_trials` shows, as a SQL list.
+fn shown_attrs() -> String {
+    format!("('{WORKER_ID_ATTR}', '{WORKER_PID_ATTR}', '{FAIL_REASON_ATTR}')")
+}
 
 /// Statements deleting sweepd's rows of study `id` (a trigger body fragment).
 fn forget_study(id: &str) -> String {
@@ -119,11 +122,12 @@ fn triggers() -> Vec<(&'static str, String)> {
             format!("CREATE TRIGGER {name} {on}\nBEGIN\n    {body}\nEND"),
         )
     };
+    let shown = shown_attrs();
     let set_attrs = format!(
         "worker_id = {}, worker_pid = {}, fail_reason = {}",
-        attr_of("sweepd_trials.trial_id", "sweepd:worker_id"),
-        attr_of("sweepd_trials.trial_id", "sweepd:worker_pid"),
-        attr_of("sweepd_trials.trial_id", "fail_reason"),
+        attr_of("sweepd_trials.trial_id", WORKER_ID_ATTR),
+        attr_of("sweepd_trials.trial_id", WORKER_PID_ATTR),
+        attr_of("sweepd_trials.trial_id", FAIL_REASON_ATTR),
     );
     let set_params = format!("params = {}", params_of("sweepd_trials.trial_id"));
     let set_attr_from_new = |column: &str, key: &str| {
@@ -248,19 +252,19 @@ fn triggers() -> Vec<(&'static str, String)> {
         ),
         trigger(
             "sweepd_trial_attrs_insert",
-            &format!("AFTER INSERT ON trial_system_attributes WHEN NEW.\"key\" IN {SHOWN_ATTRS}"),
+            &format!("AFTER INSERT ON trial_system_attributes WHEN NEW.\"key\" IN {shown}"),
             format!(
                 "{}\n    {}\n    {}",
-                set_attr_from_new("worker_id", "sweepd:worker_id"),
-                set_attr_from_new("worker_pid", "sweepd:worker_pid"),
-                set_attr_from_new("fail_reason", "fail_reason"),
+                set_attr_from_new("worker_id", WORKER_ID_ATTR),
+                set_attr_from_new("worker_pid", WORKER_PID_ATTR),
+                set_attr_from_new("fail_reason", FAIL_REASON_ATTR),
             ),
         ),
         trigger(
             "sweepd_trial_attrs_update",
             &format!(
                 "AFTER UPDATE ON trial_system_attributes \
-                 WHEN OLD.\"key\" IN {SHOWN_ATTRS} OR NEW.\"key\" IN {SHOWN_ATTRS}"
+                 WHEN OLD.\"key\" IN {shown} OR NEW.\"key\" IN {shown}"
             ),
             format!(
                 "UPDATE sweepd_trials SET {set_attrs} WHERE trial_id IN (OLD.trial_id, NEW.trial_id);"
@@ -268,7 +272,7 @@ fn triggers() -> Vec<(&'static str, String)> {
         ),
         trigger(
             "sweepd_trial_attrs_delete",
-            &format!("AFTER DELETE ON trial_system_attributes WHEN OLD.\"key\" IN {SHOWN_ATTRS}"),
+            &format!("AFTER DELETE ON trial_system_attributes WHEN OLD.\"key\" IN {shown}"),
             format!("UPDATE sweepd_trials SET {set_attrs} WHERE trial_id = OLD.trial_id;"),
         ),
         // sweepd's own table: a reused worker id does not inherit a deleted worker's events.
@@ -311,9 +315,9 @@ SELECT s.study_name, t.trial_id, t.number, t.state, v.value, v.value_type, {},
   LEFT JOIN trial_values AS v ON v.trial_id = t.trial_id AND v.objective = 0",
             params_of("t.trial_id"),
             duration_of("t"),
-            attr_of("t.trial_id", "sweepd:worker_id"),
-            attr_of("t.trial_id", "sweepd:worker_pid"),
-            attr_of("t.trial_id", "fail_reason"),
+            attr_of("t.trial_id", WORKER_ID_ATTR),
+            attr_of("t.trial_id", WORKER_PID_ATTR),
+            attr_of("t.trial_id", FAIL_REASON_ATTR),
         ),
     ]
 }

@@ -17,16 +17,37 @@
 //!
 //! The store records and reads; it decides nothing (whether a daemon still runs, whether a
 //! failure is retried, what the budget allows are the callers' rules, passed in where a
-//! transaction needs them) and imports nothing of sweepd's but `study`. One file per concern:
-//! `schema` (opening the file, version checks, migrations, file modes), `trials` (starting,
-//! claiming, finishing and re-enqueueing trials, their reports, the RUNNING ones to reconcile),
-//! `suggested` (what a running trial's objective adds: suggested params, user attributes),
-//! `attrs` (the system attributes sweepd writes: the owner, negative zeros), `views` (trials
-//! read back for the CLI, and the peaks a restarted daemon's memory model starts from), `feed`
-//! (what changed since a daemon last looked: every trial at its start, then other processes'
-//! trials as they come, for the sampler, pruner and memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state, the CLI's
-//! commands), `step` (PostgreSQL: a finish, the next start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU rows, memory samples), `time` (the one timestamp codec),
-//! `columns` (enums and unsigned numbers in columns), and the three below.
+//! transaction needs them) and imports nothing of sweepd's but `study` (the attribute names
+//! are `study::attrs`). One file per concern: `schema` (opening the file, version checks,
+//! migrations, file modes), `trials` (starting, claiming, finishing and re-enqueueing trials,
+//! their reports, the RUNNING ones to reconcile), `rows` (what a start and a finish write, built
+//! once for both write paths, and the types of a start), `suggested` (what a running trial's
+//! objective adds: suggested params, user attributes), `attrs` (the negative zeros' record, the
+//! upsert of one attribute), `views` (trials read back for the CLI, and the peaks a restarted
+//! daemon's memory model starts from), `feed` (what changed since a daemon last looked: every
+//! trial at its start, then other processes' trials as they come, for the sampler, pruner and
+//! memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state,
+//! the CLI's commands), `hosts` (heartbeats, failover), `step` (PostgreSQL: a finish, the next
+//! start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU
+//! rows, memory samples), `time` (the one timestamp codec), `columns` (enums and unsigned
+//! numbers in columns), and the engines' files below.
+//!
+//! **Layers.** A file uses (imports, and calls the `Store` methods of) files of lower layers
+//! only, lowest first:
+//! 1. `time`, `columns`, `sync`, `sqlite`, `postgres`: nothing of the folder;
+//! 2. `engine`;
+//! 3. `outage`, `attrs`;
+//! 4. `once`;
+//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `mirror`;
+//! 6. `rows`, `feed`;
+//! 7. `step`;
+//! 8. `trials`;
+//! 9. `suggested`, `hosts`, `schema`.
+//!
+//! This file is the folder itself: the `Store` handle that every file extends (`impl Store`),
+//! its error, the `Study` row and the connection and transaction helpers every file uses, and
+//! the re-exports of the public names. Files name each other by their own path
+//! (`super::daemon::DaemonId`), never through a re-export.
 //!
 //! **Two engines.** SQLite for one host; PostgreSQL for several hosts on one study, used as
 //! Optuna uses it (its own schema, its row lock on the study before numbering a trial). The
@@ -47,6 +68,7 @@ mod mirror;
 mod once;
 mod outage;
 mod postgres;
+mod rows;
 mod schema;
 mod sqlite;
 mod step;
@@ -59,19 +81,19 @@ mod trials;
 mod views;
 mod workers;
 
-pub use attrs::OWNER_ATTR;
 pub use daemon::{DaemonId, DaemonLockError, DaemonView, Holder, Instance};
 pub use engine::Engine;
 pub use feed::{Changed, Changes, Feed};
 pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
+pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
-pub use suggested::{ParamRefused, FAIL_REASON_USER_ATTR};
+pub use suggested::ParamRefused;
 pub use telemetry::{GpuRow, MemorySample};
-pub use trials::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use views::{Candidate, TrialView};
 pub use workers::WorkerView;
 
+use crate::study::attrs::METRIC_NAMES_ATTR;
 use crate::study::Direction;
 use engine::sql;
 use serde_json::{json, Value};
@@ -184,9 +206,6 @@ impl Study {
             .unwrap_or_else(|| format!("values_{i}"))
     }
 }
-
-/// The study system attribute Optuna's `set_metric_names` writes.
-pub const METRIC_NAMES_ATTR: &str = "study:metric_names";
 
 /// Names the database an sqlx error happened on (and, through [`StoreError::Sql`]'s message,
 /// the file system's state when that is the cause): `query.execute(..).await.at(&self.path)?`.
@@ -388,6 +407,21 @@ impl Store {
     /// A transaction for single-row writes (see `engine::Pool::begin`).
     async fn begin(&self) -> Result<engine::Tx> {
         self.pool.begin().await.at(&self.path)
+    }
+
+    /// Starts a multi-statement write transaction. It commits lazily: whoever reports what it
+    /// wrote (a trial started or finished) waits for [`Store::sync`] first. On SQLite it holds
+    /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
+    /// study's row lock (`engine::Tx::lock_study`).
+    async fn begin_write(&self) -> Result<engine::Tx> {
+        self.pool.begin_write().await.at(&self.path)
+    }
+
+    /// A write transaction serialised with every writer of the study's trials.
+    async fn begin_study_write(&self, study_id: i64) -> Result<engine::Tx> {
+        let mut tx = self.begin_write().await?;
+        tx.lock_study(study_id).await.at(&self.path)?;
+        Ok(tx)
     }
 
     /// Finds the study, or creates it the way `optuna.create_study` does: one

@@ -16,8 +16,8 @@
 //! rows older than a day (those a killed daemon left). PostgreSQL only: SQLite does not run an
 //! operation again (see `outage`), so it records nothing.
 
-use super::engine::{sql, Tx};
-use super::{Engine, Result, SqlContext, Store};
+use super::engine::{sql, Engine, Tx};
+use super::{Result, SqlContext, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeSet;

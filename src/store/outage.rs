@@ -33,7 +33,8 @@
 //! published ([`Outage`], [`Store::outage`]) for the supervisor's status line, watchdog, daemon
 //! row and metrics.
 
-use super::{Engine, Result, Store, StoreError};
+use super::engine::Engine;
+use super::{Result, Store, StoreError};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

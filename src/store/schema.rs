@@ -65,26 +65,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts a multi-statement write transaction. It commits lazily: whoever reports what it
-    /// wrote (a trial started or finished) waits for [`Store::sync`] first. On SQLite it holds
-    /// the write lock from the start; on PostgreSQL one that numbers or counts trials takes the
-    /// study's row lock (`engine::Tx::lock_study`).
-    pub(super) async fn begin_write(&self) -> Result<engine::Tx> {
-        self.pool.begin_write().await.at(&self.path)
-    }
-
-    /// A write transaction serialised with every writer of the study's trials.
-    pub(super) async fn begin_study_write(&self, study_id: i64) -> Result<engine::Tx> {
-        let mut tx = self.begin_write().await?;
-        tx.lock_study(study_id).await.at(&self.path)?;
-        Ok(tx)
-    }
-
-    /// Opens an existing SQLite database without changing it.
-    pub async fn open_existing(path: &Path) -> Result<Store> {
-        Store::open_existing_target(&Target::Sqlite(path.to_owned())).await
-    }
-
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.
     pub async fn open_existing_target(target: &Target) -> Result<Store> {
         if let Target::Sqlite(path) = target {
@@ -177,5 +157,58 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A migration that a released sweepd applied is never edited: sqlx keeps each applied
+    /// migration's checksum and refuses a database whose migration differs ("previously applied
+    /// but has been modified"), on every host. A change is a new migration, or for a function,
+    /// its file in `migrations-postgres/functions/`. (The first 8 bytes of each SHA-384.)
+    #[test]
+    fn a_released_migration_is_never_edited() {
+        let released: [(&str, &[&str]); 2] = [
+            (
+                "sqlite",
+                &[
+                    "14a739edfc62eec7",
+                    "a7ff08c2be2b6d00",
+                    "dfda4abdeb652e9e",
+                    "890af7eb1ff0dbb3",
+                    "65fa988f1e781270",
+                    "bb43168233169e69",
+                    "d526dacc8782b20b",
+                    "c4a4518107caca7e",
+                ],
+            ),
+            (
+                "postgres",
+                &[
+                    "4bb4bf5fc4670db1",
+                    "7a63f6e8a2decccc",
+                    "e20c808dce52bcf8",
+                    "740dfaddd70cfed7",
+                    "82ddec8bf638c544",
+                    "71c9f420226e232b",
+                    "2469cd762849c4bb",
+                    "0be1f2fdd88e2eb0",
+                ],
+            ),
+        ];
+        for (engine, sums) in released {
+            let migrator = match engine {
+                "sqlite" => sqlx::migrate!("./migrations"),
+                _ => sqlx::migrate!("./migrations-postgres"),
+            };
+            for (m, sum) in migrator.iter().zip(sums) {
+                let hex: String = m.checksum[..8].iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(&hex, sum, "{engine} migration {} was edited", m.version);
+            }
+            assert!(
+                migrator.iter().count() >= sums.len(),
+                "{engine}: one went missing"
+            );
+        }
     }
 }

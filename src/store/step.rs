@@ -6,18 +6,22 @@
 //! the `once!` record, commit), a finish and the next start held it for six round trips between
 //! sweepd and the server, about a millisecond on one machine: every host's slots waited in
 //! that line (the coordination bench's ~900 trials/s at 1, 2 and 4 hosts alike). Here they are
-//! one call of the server-side function `sweepd_step` (`migrations-postgres/0005_sweepd_step.sql`,
-//! as 0006 and 0007 replaced it) in a statement of its own, so the lock is held for as long as
-//! the server takes to run it, less the finish, which it writes before it takes the lock. A
-//! writer that holds the lock and then takes that trial's row (a failover of this host while it
-//! runs) deadlocks with it; the server rolls one back, and `retrying!` runs it again.
+//! one call of the server-side function `sweepd_step` in a statement of its own, so the lock is
+//! held for as long as the server takes to run it, less the finish, which it writes before it
+//! takes the lock. Its one definition is `migrations-postgres/functions/sweepd_step.sql`,
+//! installed by `postgres::migrate`. A writer that holds the lock and then takes that trial's
+//! row (a failover of this host while it runs) deadlocks with it; the server rolls one back,
+//! and `retrying!` runs it again.
 //!
-//! The function writes the rows the statement-per-row path (`trials`) writes, under the same
-//! conditions, and decides the budget by [`Tally`]'s rule over the trials it reads; it returns
-//! those trials, which the daemon's tally takes in as a refresh would, and the daemon checks
-//! that its tally agrees with the decision. It records what it wrote in `sweepd_ops`, as
-//! `once!` does, and answers a call it already ran (whose commit the daemon could not confirm)
-//! from that record.
+//! The function writes the rows the statement-per-row path (`trials`) writes (both built by
+//! `rows`), under the same conditions, and decides the budget by [`Tally`]'s rule over the
+//! trials it reads (`sweepd_tally`, the read a refresh makes); it returns those trials, which
+//! the daemon's tally takes in as a refresh would, and the daemon checks (in debug builds) that
+//! its tally agrees with the decision. The rule is written twice, in `Tally` and in the
+//! function, because it is decided under the lock within the call's one round trip; a table of
+//! cases run on both engines holds the two together (tests/postgres.rs). The function records
+//! what it wrote in `sweepd_ops`, as `once!` does, and answers a call it already ran (whose
+//! commit the daemon could not confirm) from that record.
 //!
 //! Rare cases keep the statement-per-row path (the callers use it when [`Store::step`] returns
 //! `None`): SQLite, negative zeros (their note is read and rewritten), and finishes other than
@@ -26,23 +30,10 @@
 use super::attrs::is_negative_zero;
 use super::engine::{Conn, Pool, Stamp};
 use super::outage::retrying;
+use super::rows::{attr_texts, start_rows_of, FinishWrite, ParamRow, StartCtx, StartOp, StartRec};
 use super::tally::{apply_read, TallyRow};
-use super::trials::{attr_texts, start_rows_of, StartCtx, StartOp, StartRec};
 use super::{encode_value, Result, SqlContext, Store, Study};
 use crate::study::{Finish, SearchSpace, Tally};
-use serde_json::Value;
-
-/// One param row of a start: name, internal value, `distribution_json`.
-pub(super) type ParamRow = (String, f64, String);
-
-/// A finish to write: the trial, how it ended (only COMPLETE goes through `sweepd_step`), its
-/// system attributes, and the worker whose success it was.
-pub(super) struct FinishWrite<'a> {
-    pub(super) trial_id: i64,
-    pub(super) how: &'a Finish,
-    pub(super) attrs: &'a [(&'a str, Value)],
-    pub(super) done_by: Option<i64>,
-}
 
 /// A start to write: what it starts in which space, and who starts it against which budget.
 pub(super) type StartWrite<'a, 'c> = (&'a SearchSpace, StartOp<'a>, &'a mut StartCtx<'c>);

@@ -8,10 +8,6 @@ use super::{Result, SqlContext, Store, Study};
 use crate::study::{pyjson, Distribution, ParamValue};
 use serde_json::Value;
 
-/// The user attribute that carries a failed trial's reason where optuna-dashboard shows it
-/// (it shows user attributes, not the `fail_reason` system attribute Optuna keeps it in).
-pub const FAIL_REASON_USER_ATTR: &str = "sweepd:fail_reason";
-
 /// Why a suggested param was not recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamRefused {

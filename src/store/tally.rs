@@ -3,31 +3,24 @@
 use super::engine::{sql, Conn};
 use super::outage::retrying;
 use super::{placeholders, Result, SqlContext, Store, Study};
+use crate::study::attrs::{OWNER_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR};
 use crate::study::{Tally, TrialState};
 
-/// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]).
-const TALLY_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
-     CAST(t.state AS TEXT) AS state, \
-     EXISTS (SELECT 1 FROM trial_system_attributes a \
-             WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as') AS retried, \
-     EXISTS (SELECT 1 FROM trial_system_attributes a \
-             WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id')) \
-       AS sweepd \
-     FROM trials t";
-
-/// [`TALLY_COLUMNS`] as PostgreSQL runs them well: each attribute looked up by the trial's
-/// index entry (a subquery with `LIMIT 1`). Written as `EXISTS`, the planner hashes the whole
-/// `trial_system_attributes` table for each read (a scan growing with the study: 0.7 ms at
-/// 800 trials, inside the study's lock) rather than probe it for the few rows read.
-const TALLY_COLUMNS_PG: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
-     CAST(t.state AS TEXT) AS state, \
-     (SELECT true FROM trial_system_attributes a \
-      WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' LIMIT 1) IS NOT NULL \
-       AS retried, \
-     (SELECT true FROM trial_system_attributes a \
-      WHERE a.trial_id = t.trial_id AND a.key IN ('sweepd:daemon', 'sweepd:worker_id') \
-      LIMIT 1) IS NOT NULL AS sweepd \
-     FROM trials t";
+/// The columns [`Store::refresh_tally`] reads for each trial (a [`TallyRow`]) on SQLite. On
+/// PostgreSQL the function `sweepd_tally` reads them
+/// (`migrations-postgres/functions/sweepd_tally.sql`), for a refresh as for `sweepd_step`.
+fn tally_columns() -> String {
+    format!(
+        "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
+         CAST(t.state AS TEXT) AS state, \
+         EXISTS (SELECT 1 FROM trial_system_attributes a \
+                 WHERE a.trial_id = t.trial_id AND a.key = '{RETRIED_AS_ATTR}') AS retried, \
+         EXISTS (SELECT 1 FROM trial_system_attributes a \
+                 WHERE a.trial_id = t.trial_id AND a.key IN ('{OWNER_ATTR}', '{WORKER_ID_ATTR}')) \
+           AS sweepd \
+         FROM trials t"
+    )
+}
 
 /// What the tally needs of one trial.
 #[derive(sqlx::FromRow)]
@@ -74,9 +67,9 @@ impl Store {
         }
         // trial_id is the rowid (a sequence on PostgreSQL): a range over it reads only the
         // new rows.
-        let sql = format!(
-            "{TALLY_COLUMNS} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id"
-        );
+        let columns = tally_columns();
+        let sql =
+            format!("{columns} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id");
         let new: Vec<TallyRow> = sql!(conn.reborrow(), |c| sqlx::query_as(&sql)
             .bind(tally.seen())
             .bind(study.id)
@@ -89,7 +82,7 @@ impl Store {
         let open: Vec<i64> = tally.open();
         for chunk in open.chunks(500) {
             let marks = placeholders(1, chunk.len());
-            let sql = format!("{TALLY_COLUMNS} WHERE t.trial_id IN ({marks})");
+            let sql = format!("{columns} WHERE t.trial_id IN ({marks})");
             let rows: Vec<TallyRow> = sql!(conn.reborrow(), |c| {
                 let mut q = sqlx::query_as(&sql);
                 for id in chunk {
@@ -111,8 +104,8 @@ impl Store {
     }
 
     /// [`Store::refresh_tally_on`] on PostgreSQL: the new trials and the open ones in one
-    /// statement (one round trip inside the study's lock, and one text whatever the number of
-    /// open trials, so the server keeps one prepared statement for it).
+    /// statement, `sweepd_tally`'s read (one round trip inside the study's lock, and one text
+    /// whatever the number of open trials, so the server keeps one prepared statement for it).
     async fn refresh_tally_pg(
         &self,
         c: &mut sqlx::PgConnection,
@@ -120,21 +113,14 @@ impl Store {
         tally: &mut Tally,
     ) -> Result<()> {
         let open: Vec<i64> = tally.open();
-        // The open trials are at most `seen`, the new ones above it: no row is read twice.
-        // Each part ordered by trial_id: the server keeps a generic plan for a prepared
-        // statement after a few runs, and for a bare `trial_id > $1` (no value to judge how
-        // many rows) that plan scans the whole table; ordered, it walks the primary key.
-        let sql = format!(
-            "({TALLY_COLUMNS_PG} WHERE t.trial_id > $1 AND t.study_id = $2 ORDER BY t.trial_id) \
-             UNION ALL ({TALLY_COLUMNS_PG} WHERE t.trial_id = ANY($3) ORDER BY t.trial_id)"
-        );
-        let rows: Vec<TallyRow> = sqlx::query_as(&sql)
-            .bind(tally.seen())
-            .bind(study.id)
-            .bind(&open)
-            .fetch_all(c)
-            .await
-            .at(&self.path)?;
+        let rows: Vec<TallyRow> =
+            sqlx::query_as("SELECT trial_id, state, retried, sweepd FROM sweepd_tally($1, $2, $3)")
+                .bind(study.id)
+                .bind(tally.seen())
+                .bind(&open)
+                .fetch_all(c)
+                .await
+                .at(&self.path)?;
         apply_read(tally, open, rows);
         Ok(())
     }

@@ -2,131 +2,26 @@
 //! finished once with a retry copy where a failure asks for one, re-enqueued, their
 //! intermediate reports, and the RUNNING trials of sweepd daemons for reconciling at start.
 
-use super::attrs::{is_negative_zero, NegativeZeros, NEGATIVE_ZERO_ATTR, OWNER_ATTR};
-use super::engine::{sql, Label, Stamp, Tx};
+use super::attrs::{is_negative_zero, NegativeZeros};
+use super::daemon::DaemonId;
+use super::engine::{sql, Engine, Label, Stamp, Tx};
 use super::once::{once, Commit};
 use super::outage::retrying;
-use super::step::{FinishWrite, ParamRow};
-use super::suggested::FAIL_REASON_USER_ATTR;
-use super::{
-    encode_value, placeholders, read_value, DaemonId, Engine, Result, SqlContext, Store, Study,
+use super::rows::{
+    attr_texts, param_row, runner_attrs, start_rows_of, FinishWrite, ParamRow, Runner, StartCtx,
+    StartOp, StartRec, Started, Waiting,
+};
+use super::{encode_value, placeholders, read_value, Result, SqlContext, Store, Study};
+use crate::study::attrs::{
+    ATTEMPTS_ATTR, FAILED_TRIAL_ATTR, FAIL_KIND_ATTR, FAIL_REASON_ATTR, FAIL_REASON_USER_ATTR,
+    FIXED_PARAMS_ATTR, NEGATIVE_ZERO_ATTR, OWNER_ATTR, RETRIED_AS_ATTR, RETRY_HISTORY_ATTR,
+    STDERR_TAIL_ATTR, WORKER_ID_ATTR,
 };
 use crate::study::{
-    Attempts, Claimed, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
-    Tally, TrialState,
+    Attempts, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
+    TrialState,
 };
 use serde_json::{json, Value};
-
-/// What starting a trial needs besides the trial: who starts it, and the budget it is checked
-/// against.
-pub struct StartCtx<'a> {
-    pub study: &'a Study,
-    pub owner: &'a DaemonId,
-    pub budget: Option<u64>,
-    pub tally: &'a mut Tally,
-    /// The worker (and GPU) that will run the trial, when already known: recorded in the
-    /// start's own commit instead of a `set_runner` commit of its own.
-    pub runner: Option<(Runner, Option<u32>)>,
-    /// A new trial waits for any WAITING trial of the study but these (the caller's own line
-    /// of candidates): the start is refused with [`Started::Waiting`], decided in the start's
-    /// own transaction from the tally it reads, so that WAITING trials go first without a look
-    /// for them before every start. `None`: no such condition.
-    pub skip_waiting: Option<&'a [i64]>,
-}
-
-/// The write that starts a trial: a new one with sampled params, or a WAITING one claimed with
-/// its complete params.
-#[derive(Debug, Clone, Copy)]
-pub enum StartOp<'a> {
-    New(&'a Params),
-    Claim(&'a Waiting, &'a Params),
-}
-
-impl StartOp<'_> {
-    /// The trial it starts, once the store has given it its row.
-    fn claimed(self, trial_id: i64, number: i64) -> Claimed {
-        let (params, attempts) = match self {
-            StartOp::New(params) => (params.clone(), Attempts::new()),
-            StartOp::Claim(w, params) => (params.clone(), w.attempts.clone()),
-        };
-        Claimed {
-            trial_id,
-            number,
-            params,
-            attempts,
-        }
-    }
-}
-
-/// A start as its transaction decided it, and as `once!` records it: with the
-/// [`StartOp`], enough to tell the caller what [`Started`].
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub(super) enum StartRec {
-    Yes { trial_id: i64, number: i64 },
-    Taken,
-    NoRoom,
-    Waiting,
-}
-
-impl StartRec {
-    pub(super) fn started(self, op: StartOp<'_>) -> Started {
-        match self {
-            StartRec::Yes { trial_id, number } => Started::Yes(op.claimed(trial_id, number)),
-            StartRec::Taken => Started::Taken,
-            StartRec::NoRoom => Started::NoRoom,
-            StartRec::Waiting => Started::Waiting,
-        }
-    }
-
-    /// Only a start that happened is committed.
-    fn commit(self) -> Commit<StartRec> {
-        match self {
-            StartRec::Yes { .. } => Commit::Yes(self),
-            _ => Commit::No(self),
-        }
-    }
-}
-
-/// How an attempt to start a trial ended.
-#[derive(Debug)]
-pub enum Started {
-    /// The trial is RUNNING for this daemon.
-    Yes(Claimed),
-    /// Another process claimed the WAITING trial first.
-    Taken,
-    /// The budget is spent, or reserved by trials running now (the tally says which).
-    NoRoom,
-    /// A new trial, refused because a WAITING trial outside [`StartCtx::skip_waiting`] waits:
-    /// it goes first.
-    Waiting,
-}
-
-/// A WAITING trial looked at, not yet claimed.
-#[derive(Debug, Clone)]
-pub struct Waiting {
-    pub trial_id: i64,
-    pub number: i64,
-    /// The params it already has, in this study's space.
-    pub fixed: Params,
-    /// Params it already has outside the static space (a retry copy of a trial whose objective
-    /// suggested them), each with its own distribution: its objective gets these values back.
-    pub extra: Vec<(String, Distribution, ParamValue)>,
-    /// Enqueued values (Optuna's `fixed_params`) of names outside the static space, in external
-    /// form: the objective gets them when it suggests the name.
-    pub enqueued: serde_json::Map<String, Value>,
-    /// Names that already have a `trial_params` row.
-    present: Vec<String>,
-    pub problem: Option<String>,
-    /// Earlier failed attempts of these params by failure kind (`sweepd:attempts`).
-    pub attempts: Attempts,
-}
-
-/// Who runs a claimed trial; written as `sweepd:` system attributes.
-#[derive(Debug, Clone, Copy)]
-pub struct Runner {
-    pub worker_id: i64,
-    pub pid: u32,
-}
 
 impl Store {
     /// The study's RUNNING trials that a sweepd daemon started, with that daemon (`None` for
@@ -140,11 +35,12 @@ impl Store {
                  WHERE a.trial_id = t.trial_id AND a.key = $1) \
              FROM trials t WHERE t.study_id = $2 AND t.state = 'RUNNING' AND EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
-                 AND a.key IN ($1, 'sweepd:worker_id')) \
+                 AND a.key IN ($1, $3)) \
              ORDER BY t.trial_id",
             )
             .bind(OWNER_ATTR)
             .bind(study.id)
+            .bind(WORKER_ID_ATTR)
             .fetch_all(c)
             .await)
             .at(&self.path)
@@ -197,12 +93,14 @@ impl Store {
         let row: Option<(i64, Option<String>)> = sql!(tx.conn(), |c| {
             sqlx::query_as(
             "SELECT CAST(t.number AS BIGINT), (SELECT a.value_json FROM trial_system_attributes a \
-               WHERE a.trial_id = t.trial_id AND a.key = 'sweepd:fail_kind') \
+               WHERE a.trial_id = t.trial_id AND a.key = $2) \
              FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
-                 AND a.key = 'sweepd:retried_as')",
+                 AND a.key = $3)",
         )
         .bind(trial_id)
+        .bind(FAIL_KIND_ATTR)
+        .bind(RETRIED_AS_ATTR)
         .fetch_optional(c)
         .await
         })
@@ -216,7 +114,7 @@ impl Store {
         let copy = self
             .enqueue_retry(tx, study, trial_id, number, kind)
             .await?;
-        self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
+        self.set_attr(tx, trial_id, RETRIED_AS_ATTR, &json!(copy))
             .await?;
         Ok(Commit::Yes(Some(copy)))
     }
@@ -308,9 +206,11 @@ impl Store {
         }
         let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
-             AND key IN ('sweepd:attempts', 'fixed_params', $2)",
+             AND key IN ($2, $3, $4)",
         )
         .bind(trial_id)
+        .bind(ATTEMPTS_ATTR)
+        .bind(FIXED_PARAMS_ATTR)
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(c)
         .await)
@@ -318,8 +218,8 @@ impl Store {
         let mut fixed_attr = None;
         for (key, text) in attrs {
             match key.as_str() {
-                "sweepd:attempts" => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
-                "fixed_params" => fixed_attr = Some(text),
+                ATTEMPTS_ATTR => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
+                FIXED_PARAMS_ATTR => fixed_attr = Some(text),
                 _ => {
                     let zeros = NegativeZeros::parse(Some(&text));
                     zeros.params(&mut w.fixed);
@@ -746,7 +646,7 @@ impl Store {
             self.count_trial_done(tx, worker_id).await?;
         }
         if let Finish::Fail(f) = how {
-            self.set_attr(tx, trial_id, "fail_reason", &json!(f.reason))
+            self.set_attr(tx, trial_id, FAIL_REASON_ATTR, &json!(f.reason))
                 .await?;
             // Where optuna-dashboard shows it: it lists user attributes, not system ones.
             let shown = crate::study::pyjson::dumps(&json!(format!("{}: {}", f.kind, f.reason)));
@@ -763,17 +663,17 @@ impl Store {
             .map(|r| r.rows_affected())
             })
             .at(&self.path)?;
-            self.set_attr(tx, trial_id, "sweepd:fail_kind", &json!(f.kind))
+            self.set_attr(tx, trial_id, FAIL_KIND_ATTR, &json!(f.kind))
                 .await?;
             if let Some(tail) = &f.stderr_tail {
-                self.set_attr(tx, trial_id, "sweepd:stderr_tail", &json!(tail))
+                self.set_attr(tx, trial_id, STDERR_TAIL_ATTR, &json!(tail))
                     .await?;
             }
             if f.retry {
                 let copy = self
                     .enqueue_retry(tx, study, trial_id, number, f.kind)
                     .await?;
-                self.set_attr(tx, trial_id, "sweepd:retried_as", &json!(copy))
+                self.set_attr(tx, trial_id, RETRIED_AS_ATTR, &json!(copy))
                     .await?;
             }
         }
@@ -793,9 +693,13 @@ impl Store {
     ) -> Result<i64> {
         let attrs: Vec<(String, String)> = sql!(tx.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
-             AND key IN ('failed_trial', 'retry_history', 'fixed_params', 'sweepd:attempts', $2)",
+             AND key IN ($2, $3, $4, $5, $6)",
         )
         .bind(failed_id)
+        .bind(FAILED_TRIAL_ATTR)
+        .bind(RETRY_HISTORY_ATTR)
+        .bind(FIXED_PARAMS_ATTR)
+        .bind(ATTEMPTS_ATTR)
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(c)
         .await)
@@ -808,10 +712,10 @@ impl Store {
         for (key, json) in attrs {
             let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
             match key.as_str() {
-                "failed_trial" => first = value.as_i64().unwrap_or(first),
-                "retry_history" => history = value.as_array().cloned().unwrap_or_default(),
-                "sweepd:attempts" => attempts = serde_json::from_value(value).unwrap_or_default(),
-                "fixed_params" => fixed = Some(value),
+                FAILED_TRIAL_ATTR => first = value.as_i64().unwrap_or(first),
+                RETRY_HISTORY_ATTR => history = value.as_array().cloned().unwrap_or_default(),
+                ATTEMPTS_ATTR => attempts = serde_json::from_value(value).unwrap_or_default(),
+                FIXED_PARAMS_ATTR => fixed = Some(value),
                 _ => zero_params = NegativeZeros::parse(Some(&json)).params,
             }
         }
@@ -828,14 +732,15 @@ impl Store {
         .await
         .map(|r| r.rows_affected()))
         .at(&self.path)?;
-        self.set_attr(tx, copy_id, "failed_trial", &json!(first))
+        self.set_attr(tx, copy_id, FAILED_TRIAL_ATTR, &json!(first))
             .await?;
-        self.set_attr(tx, copy_id, "retry_history", &Value::Array(history))
+        self.set_attr(tx, copy_id, RETRY_HISTORY_ATTR, &Value::Array(history))
             .await?;
         if let Some(fixed) = fixed {
-            self.set_attr(tx, copy_id, "fixed_params", &fixed).await?;
+            self.set_attr(tx, copy_id, FIXED_PARAMS_ATTR, &fixed)
+                .await?;
         }
-        self.set_attr(tx, copy_id, "sweepd:attempts", &json!(attempts))
+        self.set_attr(tx, copy_id, ATTEMPTS_ATTR, &json!(attempts))
             .await?;
         if !zero_params.is_empty() {
             self.note_negative_zeros(tx, copy_id, |z| z.params = zero_params)
@@ -843,52 +748,4 @@ impl Store {
         }
         Ok(copy_number)
     }
-}
-
-/// System attributes as the JSON texts that are stored.
-pub(super) fn attr_texts<'a>(attrs: &[(&'a str, Value)]) -> Vec<(&'a str, String)> {
-    attrs.iter().map(|(k, v)| (*k, v.to_string())).collect()
-}
-
-/// The system attributes and param rows a start writes: the owner (and the runner, when
-/// known), and the params in the order the space defines them (as `trials` shows them), less
-/// those a claimed WAITING trial already has.
-pub(super) fn start_rows_of(
-    space: &SearchSpace,
-    op: StartOp<'_>,
-    owner: &DaemonId,
-    runner: Option<(Runner, Option<u32>)>,
-) -> (Vec<(&'static str, String)>, Vec<ParamRow>) {
-    let mut attrs: Vec<(&'static str, String)> = vec![(OWNER_ATTR, owner.json().to_string())];
-    if let Some((runner, gpu)) = runner {
-        attrs.extend(runner_attrs(runner, gpu));
-    }
-    let (params, skip) = match op {
-        StartOp::New(params) => (params, &[][..]),
-        StartOp::Claim(w, params) => (params, &w.present[..]),
-    };
-    let rows = space
-        .params
-        .iter()
-        .filter(|spec| !skip.contains(&spec.name))
-        .filter_map(|spec| Some(param_row(&spec.name, &spec.dist, params.get(&spec.name)?)))
-        .collect();
-    (attrs, rows)
-}
-
-/// A param as Optuna stores it: name, internal value, `distribution_json`.
-fn param_row(name: &str, dist: &Distribution, v: &ParamValue) -> ParamRow {
-    (name.to_owned(), dist.to_internal(v), dist.optuna_json())
-}
-
-/// The system attributes naming the worker that runs a trial and its GPU, as JSON texts.
-fn runner_attrs(runner: Runner, gpu: Option<u32>) -> Vec<(&'static str, String)> {
-    let mut attrs = vec![
-        ("sweepd:worker_id", json!(runner.worker_id).to_string()),
-        ("sweepd:worker_pid", json!(runner.pid).to_string()),
-    ];
-    if let Some(gpu) = gpu {
-        attrs.push(("sweepd:gpu", json!(gpu).to_string()));
-    }
-    attrs
 }

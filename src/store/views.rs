@@ -2,10 +2,14 @@
 //! peaks a restarted daemon's memory model starts from (its sampler and pruner learn the study
 //! through `feed`).
 
-use super::attrs::{NegativeZeros, NEGATIVE_ZERO_ATTR};
+use super::attrs::NegativeZeros;
 use super::engine::{sql, Label};
 use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
+use crate::study::attrs::{
+    CONSTRAINTS_ATTR, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR,
+    RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
+};
 use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -73,10 +77,11 @@ impl Store {
         let rows: Vec<(String, i64, Option<i64>)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT CAST(t.state AS TEXT), COUNT(*), SUM(CASE WHEN a.trial_id IS NULL THEN 0 ELSE 1 END) \
              FROM trials t LEFT JOIN trial_system_attributes a \
-               ON a.trial_id = t.trial_id AND a.key = 'sweepd:retried_as' \
+               ON a.trial_id = t.trial_id AND a.key = $2 \
              WHERE t.study_id = $1 GROUP BY t.state",
         )
         .bind(study.id)
+        .bind(RETRIED_AS_ATTR)
         .fetch_all(c)
         .await)
         .at(&self.path)?;
@@ -218,9 +223,10 @@ impl Store {
             sqlx::query_as(
                 "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \
                  FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
-                 WHERE t.study_id = $1 AND a.key IN ('constraints', $2)",
+                 WHERE t.study_id = $1 AND a.key IN ($2, $3)",
             )
             .bind(study.id)
+            .bind(CONSTRAINTS_ATTR)
             .bind(NEGATIVE_ZERO_ATTR)
             .fetch_all(c)
             .await
@@ -346,9 +352,13 @@ impl Store {
         let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
-             ('sweepd:worker_id', 'sweepd:worker_pid', 'sweepd:fail_kind', 'fail_reason', $2)",
+             ($2, $3, $4, $5, $6)",
         )
         .bind(view.trial_id)
+        .bind(WORKER_ID_ATTR)
+        .bind(WORKER_PID_ATTR)
+        .bind(FAIL_KIND_ATTR)
+        .bind(FAIL_REASON_ATTR)
         .bind(NEGATIVE_ZERO_ATTR)
         .fetch_all(c)
         .await
@@ -357,10 +367,10 @@ impl Store {
         for (key, json) in attrs {
             let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
             match key.as_str() {
-                "sweepd:worker_id" => view.worker_id = value.as_i64(),
-                "sweepd:worker_pid" => view.worker_pid = value.as_i64(),
-                "sweepd:fail_kind" => view.fail_kind = value.as_str().map(str::to_owned),
-                "fail_reason" => view.fail_reason = value.as_str().map(str::to_owned),
+                WORKER_ID_ATTR => view.worker_id = value.as_i64(),
+                WORKER_PID_ATTR => view.worker_pid = value.as_i64(),
+                FAIL_KIND_ATTR => view.fail_kind = value.as_str().map(str::to_owned),
+                FAIL_REASON_ATTR => view.fail_reason = value.as_str().map(str::to_owned),
                 _ => {
                     let zeros = NegativeZeros::parse(Some(&json));
                     if let Some(v) = view.value.as_f64() {
@@ -397,10 +407,11 @@ impl Store {
              p.distribution_json \
              FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
              JOIN trial_params p ON p.trial_id = a.trial_id \
-             WHERE t.study_id = $1 AND a.key = 'sweepd:peak_memory_mib' AND t.state <> 'FAIL' \
+             WHERE t.study_id = $1 AND a.key = $2 AND t.state <> 'FAIL' \
              ORDER BY a.trial_id",
             )
             .bind(study.id)
+            .bind(PEAK_MEMORY_ATTR)
             .fetch_all(c)
             .await)
             .at(&self.path)?;

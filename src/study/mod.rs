@@ -1,10 +1,12 @@
 //! The study's domain: what a trial is, the values it takes, how it ended and how the budget
-//! counts it, each state and kind as an enum with one name and its database spelling.
+//! counts it, each state and kind as an enum with one name and its database spelling, and the
+//! names of the attributes that carry them on Optuna's tables (`attrs`).
 //!
 //! Pure types and rules, no I/O, and nothing else of sweepd's imported: every other module
 //! may use them (config, store, samplers, the supervisor), so the arrows between those never
 //! have to point back.
 
+pub mod attrs;
 mod decimal;
 pub mod pareto;
 pub mod pyjson;

@@ -16,7 +16,7 @@ use serde_json::Value;
 /// PostgreSQL.
 pub const MAX_NAME_CHARS: usize = 512;
 /// Names sweepd keeps for its own params and attributes.
-pub const RESERVED_PREFIX: &str = "sweepd:";
+pub const RESERVED_PREFIX: &str = super::attrs::SWEEPD_PREFIX;
 /// An int param's value is stored as a float (`trial_params.param_value`): past ±2^53 it would
 /// be stored rounded.
 pub const MAX_EXACT_INT: i64 = 1 << 53;

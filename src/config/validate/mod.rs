@@ -3,11 +3,12 @@
 //!
 //! Here: the [`Validator`] (how problems are reported and located), the readers every table
 //! shares (bounded integers, sizes, durations, keywords), the bounds themselves (one list, which
-//! docs/configuration.md mirrors), and the small tables `[study]`, `[storage]`, `[sampler]`,
-//! `[pruner]` and `[metrics]`. `[worker]` and `[gpu]`/`[retry]` have a file each below this one;
+//! docs/configuration.md mirrors), and the small tables `[study]`, `[storage]`, `[sampler]` and
+//! `[metrics]`. `[worker]`, `[gpu]`/`[retry]` and `[pruner]` have a file each below this one;
 //! the search space is `config::params`.
 
 mod gpu;
+mod pruner;
 mod worker;
 
 pub use worker::helper_dir;
@@ -35,7 +36,7 @@ pub(crate) const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
 pub(crate) const MAX_PAR: usize = 1024;
 pub(crate) const MAX_PAR_LIMIT: i64 = MAX_PAR as i64;
 pub(crate) const PRESETS: &str = "\"default\", \"none\"";
-pub(crate) const PRUNERS: &str = "\"none\", \"median\", \"asha\"";
+pub(crate) const PRUNERS: &str = "\"none\", \"median\", \"asha\", \"hyperband\"";
 /// The keys PyTorch documents for `PYTORCH_CUDA_ALLOC_CONF`; older releases abort at startup on
 /// any other.
 pub(crate) const PYTORCH_ALLOC_KEYS: [&str; 10] = [
@@ -504,111 +505,6 @@ impl Validator<'_> {
                 .probability(raw.swapping_prob.as_ref(), "sampler.swapping_prob")
                 .unwrap_or(d.swapping_prob),
             mutation_prob: self.probability(raw.mutation_prob.as_ref(), "sampler.mutation_prob"),
-        }
-    }
-
-    pub(crate) fn pruner(&mut self, raw: Option<&RawPruner>) -> PrunerConfig {
-        let Some(raw) = raw else {
-            return PrunerConfig::None;
-        };
-        /// Which pruner type each setting belongs to.
-        #[derive(Clone, Copy, PartialEq)]
-        enum Kind {
-            None,
-            Median,
-            Asha,
-        }
-        let written = self.choice(raw.kind.as_ref(), "pruner.type", PRUNERS, |s| match s {
-            "none" => Some(Kind::None),
-            "median" => Some(Kind::Median),
-            "asha" => Some(Kind::Asha),
-            _ => None,
-        });
-        let kind = match (&raw.kind, written) {
-            (None, _) => Kind::None,
-            (Some(_), Some(k)) => k,
-            // Unknown type: which settings apply cannot be told.
-            (Some(_), None) => return PrunerConfig::None,
-        };
-        let fields = [
-            ("n_startup_trials", &raw.n_startup_trials, Kind::Median),
-            ("n_warmup_steps", &raw.n_warmup_steps, Kind::Median),
-            ("interval_steps", &raw.interval_steps, Kind::Median),
-            ("min_resource", &raw.min_resource, Kind::Asha),
-            ("reduction_factor", &raw.reduction_factor, Kind::Asha),
-            (
-                "min_early_stopping_rate",
-                &raw.min_early_stopping_rate,
-                Kind::Asha,
-            ),
-        ];
-        let (type_name, hint) = match kind {
-            Kind::None if raw.kind.is_none() => ("none", " (the default); set `type`"),
-            Kind::None => ("none", ""),
-            Kind::Median => ("median", ""),
-            Kind::Asha => ("asha", ""),
-        };
-        for (name, value, owner) in fields {
-            if let Some(v) = value {
-                if owner != kind {
-                    let owner = if owner == Kind::Median {
-                        "median"
-                    } else {
-                        "asha"
-                    };
-                    self.at(
-                        v,
-                        &format!("pruner.{name}"),
-                        format!(
-                            "`{name}` is a setting of pruner type {owner:?} and does not apply \
-                             to type {type_name:?}{hint}"
-                        ),
-                    );
-                }
-            }
-        }
-        match kind {
-            Kind::None => PrunerConfig::None,
-            Kind::Median => PrunerConfig::Median {
-                n_startup_trials: self.int(
-                    raw.n_startup_trials.as_ref(),
-                    "pruner.n_startup_trials",
-                    0..=USIZE_MAX,
-                    5,
-                ),
-                n_warmup_steps: self.int(
-                    raw.n_warmup_steps.as_ref(),
-                    "pruner.n_warmup_steps",
-                    0..=i64::MAX,
-                    0,
-                ),
-                interval_steps: self.int(
-                    raw.interval_steps.as_ref(),
-                    "pruner.interval_steps",
-                    1..=i64::MAX,
-                    1,
-                ),
-            },
-            Kind::Asha => PrunerConfig::Asha {
-                min_resource: self.int(
-                    raw.min_resource.as_ref(),
-                    "pruner.min_resource",
-                    1..=i64::MAX,
-                    1,
-                ),
-                reduction_factor: self.int(
-                    raw.reduction_factor.as_ref(),
-                    "pruner.reduction_factor",
-                    2..=U32_MAX,
-                    3,
-                ),
-                min_early_stopping_rate: self.int(
-                    raw.min_early_stopping_rate.as_ref(),
-                    "pruner.min_early_stopping_rate",
-                    0..=U32_MAX,
-                    0,
-                ),
-            },
         }
     }
 

@@ -5,12 +5,25 @@
 //! Split from the model so that each holds in one's head: the model says what a trial is to the
 //! regression and turns a fit into an estimate with its words; this file fits.
 
-use super::{
-    Features, Measured, BASE_SHARE, DRIVES, MAX_ERRORS, MAX_PAIRED, MIN_SELECT, NEIGHBOURS,
-    PAIR_FROM, RIDGE, RIDGE_FIXED, SPREAD,
+use super::tuning::{
+    BASE_SHARE, DRIVES, MAX_ERRORS, MAX_PAIRED, MIN_SELECT, NEIGHBOURS, PAIR_FROM, RIDGE,
+    RIDGE_FIXED, SPREAD,
 };
 use std::collections::VecDeque;
 use std::ops::Range;
+
+/// What a trial is to the regression: one value per feature.
+pub(super) type Features = Vec<f64>;
+
+/// A measured trial, as the regression takes it in: its features and its peak.
+#[derive(Debug, Clone)]
+pub(super) struct Measured {
+    pub(super) x: Features,
+    pub(super) peak: u64,
+    /// A trial still running, whose peak is the level it has settled at
+    /// (`MemoryModel::running`): its id, until it ends and its measured peak replaces it.
+    pub(super) running: Option<i64>,
+}
 
 /// The fitted model: the regression's coefficients (log-bytes above `base` per feature unit),
 /// and each measured trial's features with its residual, for the local correction.

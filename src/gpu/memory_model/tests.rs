@@ -290,12 +290,12 @@ fn two_memory_terms_over_seven_params_are_covered_from_20_trials_on() {
 
 /// Asserts that the estimate `e` is at least `peak` and says `words` in its explanation.
 fn covers(e: &Estimate, peak: u64, words: &str) {
-    eprintln!("peak {}; {}", fmt_gib(peak), e.why);
+    eprintln!("peak {}; {}", format_gib(peak), e.why);
     assert!(
         e.bytes >= peak,
         "{} for a peak of {}: {}",
-        fmt_gib(e.bytes),
-        fmt_gib(peak),
+        format_gib(e.bytes),
+        format_gib(peak),
         e.why
     );
     assert!(e.why.contains(words), "{}", e.why);
@@ -418,12 +418,12 @@ fn a_bimodal_workload_is_learnt_per_mode() {
     assert!(
         (2548 * MIB..2900 * MIB).contains(&small),
         "small {}",
-        fmt_gib(small)
+        format_gib(small)
     );
     assert!(
         (6644 * MIB..7300 * MIB).contains(&large),
         "large {}",
-        fmt_gib(large)
+        format_gib(large)
     );
 }
 
@@ -451,7 +451,7 @@ fn the_one_trial_of_a_mode_does_not_make_the_margin_near_it_its_novelty_error() 
         large.why
     );
     let small = m.expected(&p(0, lr()));
-    assert!(small < 3 << 30, "small {}", fmt_gib(small));
+    assert!(small < 3 << 30, "small {}", format_gib(small));
 }
 
 /// Regression (the bench's bimodal workload): with 10 trials measured, a fit that gave the
@@ -658,7 +658,7 @@ fn params_a_trial_does_not_have_are_a_feature_of_their_own() {
     assert!(
         e >= peak(1024, 4),
         "{} < {}",
-        fmt_gib(e),
-        fmt_gib(peak(1024, 4))
+        format_gib(e),
+        format_gib(peak(1024, 4))
     );
 }

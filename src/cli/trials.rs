@@ -1,0 +1,24 @@
+//! `sweepd trials`: the study's trials, oldest first, optionally of one state and the last few.
+
+use super::args::{Output, StudyArg};
+use super::csv;
+use super::error::CliError;
+use super::open::open_study;
+use super::render::{print_json, trials_table};
+use crate::study::TrialState;
+
+pub(super) async fn trials(
+    arg: &StudyArg,
+    state: Option<TrialState>,
+    limit: Option<u64>,
+    output: Output,
+) -> Result<(), CliError> {
+    let opened = open_study(arg).await?;
+    let trials = opened.store.trials(&opened.study, state, limit).await?;
+    match output {
+        Output::Json => print_json(&trials),
+        Output::Csv => csv::trials(&opened.study, &trials, opened.static_names()),
+        Output::Text => print!("{}", trials_table(&trials)),
+    }
+    Ok(())
+}
