@@ -7,10 +7,10 @@ use super::engine::{sql, Label};
 use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::attrs::{
-    CONSTRAINTS_ATTR, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR,
-    RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
+    CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR,
+    PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
 };
-use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialState};
+use crate::study::{pareto, ConstraintAttrs, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -223,18 +223,21 @@ impl Store {
             sqlx::query_as(
                 "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \
                  FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
-                 WHERE t.study_id = $1 AND a.key IN ($2, $3)",
+                 WHERE t.study_id = $1 AND (a.key IN ($2, $3) OR a.key LIKE $4)",
             )
             .bind(study.id)
             .bind(CONSTRAINTS_ATTR)
             .bind(NEGATIVE_ZERO_ATTR)
+            .bind(format!("{CONSTRAINT_KEY_PREFIX}%"))
             .fetch_all(c)
             .await
         })
         .at(&self.path)?;
-        let mut constraints: HashMap<i64, Vec<f64>> = HashMap::new();
-        let mut constrained = false;
+        let mut constraints: HashMap<i64, ConstraintAttrs> = HashMap::new();
         for (trial_id, key, json) in attrs {
+            if constraints.entry(trial_id).or_default().take(&key, &json) {
+                continue;
+            }
             if key == NEGATIVE_ZERO_ATTR {
                 let zeros = NegativeZeros::parse(Some(&json));
                 if let Some(vs) = values.get_mut(&trial_id) {
@@ -242,11 +245,13 @@ impl Store {
                         *v = zeros.value(objective as i64, *v);
                     }
                 }
-            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
-                constrained |= !cs.is_empty();
-                constraints.insert(trial_id, cs.iter().filter_map(Value::as_f64).collect());
             }
         }
+        let mut constraints: HashMap<i64, Vec<f64>> = constraints
+            .into_iter()
+            .map(|(id, c)| (id, c.values()))
+            .collect();
+        let constrained = constraints.values().any(|c| !c.is_empty());
         let candidates = rows
             .into_iter()
             .map(|(trial_id, number)| Candidate {
