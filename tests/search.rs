@@ -298,3 +298,84 @@ fn hyperband_prunes_each_trial_at_its_own_brackets_rungs_as_optuna_assigns_them(
     );
     drop(dir);
 }
+
+/// An objective with Optuna 5's `trial.set_constraint`: (x - 1.5)^2, feasible where x <= -0.5
+/// (the constraint x + 0.5), so the unconstrained optimum is infeasible.
+fn constrained_worker(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("constrained_worker.py");
+    std::fs::write(
+        &script,
+        "import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
+         \x20   trial.set_constraint('edge', x + 0.5)\n\
+         \x20   return (x - 1.5) ** 2\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    vec![python(), script.to_string_lossy().into_owned()]
+}
+
+/// A study whose objective sets a constraint, run by the daemon with `sampler`: every trial's
+/// constraint reads back through Optuna as it wrote it, and the sampler learns from it: the
+/// late trials gather at the feasible side's edge (x = -0.5; the GP closes in on it from both
+/// sides), where the objective alone pulls them to x = 1.5, and a feasible trial is near it.
+fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("constrained-{sampler}");
+    let cfg = Cfg {
+        name: name.clone(),
+        n_trials: Some(n_trials),
+        max_par: 2,
+        sampler,
+        command: constrained_worker(dir.path()),
+        params: "[params.x]\ntype = \"float\"\nlow = -2.0\nhigh = 2.0\n".into(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::with_toml(&format!(
+        "{}\n[sampler]\nn_startup_trials = 8\nseed = 3\n",
+        cfg.to_toml()
+    ));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dump: Value = serde_json::from_str(&sweep.optuna("optuna_dump.py", &[&name])).unwrap();
+    let trials = dump["trials"].as_array().unwrap();
+    assert_eq!(trials.len() as u64, n_trials);
+    let x = |t: &Value| t["params"]["x"].as_f64().unwrap();
+    for t in trials {
+        assert_eq!(t["state"], "COMPLETE", "{t}");
+        // Optuna 5's own reading: `trial.constraints`, from the attribute `constraints:edge`.
+        assert_eq!(
+            t["constraints"],
+            serde_json::json!({"edge": x(t) + 0.5}),
+            "{t}"
+        );
+        assert_eq!(t["system_attrs"]["constraints:edge"], x(t) + 0.5, "{t}");
+    }
+    let mut late: Vec<f64> = trials[trials.len() - 12..].iter().map(x).collect();
+    late.sort_by(f64::total_cmp);
+    let median = (late[5] + late[6]) / 2.0;
+    assert!(
+        median <= 0.0,
+        "late trials with {sampler} (sorted): {late:?}"
+    );
+    let best_feasible = trials
+        .iter()
+        .map(x)
+        .filter(|x| *x <= -0.5)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        best_feasible >= -1.0,
+        "the feasible x nearest the edge with {sampler}: {best_feasible}"
+    );
+}
+
+#[test]
+fn a_constraint_set_by_the_objective_steers_tpe_to_the_feasible_side() {
+    a_constraint_steers("tpe", 36);
+}
+
+#[test]
+fn a_constraint_set_by_the_objective_steers_the_gp_to_the_feasible_side() {
+    a_constraint_steers("gp", 24);
+}

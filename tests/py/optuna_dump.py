@@ -15,6 +15,7 @@ usage: python tests/py/optuna_dump.py DB_PATH STUDY_NAME
      "distributions": {"x": {"name": "FloatDistribution", "attributes": {...}}},
      "intermediate_values": {"0": 0.3, "1": 0.2},
      "system_attrs": {...}, "user_attrs": {...},
+     "constraints": {"mem": 0.5},             # Optuna 5's trial.constraints
      "datetime_start": "2026-01-01T12:00:00.123456" | null,
      "datetime_complete": ... | null}
   ]
@@ -59,6 +60,7 @@ def dump_trial(t: optuna.trial.FrozenTrial) -> dict:
             str(step): jsonable(v) for step, v in sorted(t.intermediate_values.items())
         },
         "system_attrs": jsonable(t.system_attrs),
+        "constraints": jsonable(t.constraints),
         "user_attrs": jsonable(t.user_attrs),
         "datetime_start": iso(t.datetime_start),
         "datetime_complete": iso(t.datetime_complete),

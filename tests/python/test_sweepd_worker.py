@@ -1460,6 +1460,41 @@ class SuggestLocalTests(unittest.TestCase):
         self.assertEqual(chan.sent, [{"type": "user_attr", "trial_id": 1, "key": "k",
                                       "value": (1, 2)}])
 
+    @needs_optuna
+    def test_set_constraint_behaves_as_optuna_5s(self):
+        trial, chan = self.trial()
+        ot = optuna_trial()
+        calls = [("mem", 2.5), ("lat", -1), ("mem", -3.0), ("x", float("nan")), ("y", "abc"),
+                 ("z", None), ("big", float("inf")), ("s", "0.25")]
+        for key, value in calls:
+            ours = outcome(lambda: trial.set_constraint(key, value))
+            theirs = outcome(lambda: ot.set_constraint(key, value))
+            self.assertEqual(ours[0], theirs[0], (key, value))
+            self.assertEqual([c for c, _ in ours[1]], [c for c, _ in theirs[1]], (key, value))
+            self.assertEqual([t for _, t in ours[1]], [t for _, t in theirs[1]], (key, value))
+        self.assertEqual(trial.constraints, ot.constraints)
+        self.assertEqual(trial.constraints, {"mem": 2.5, "lat": -1.0, "big": float("inf"),
+                                             "s": 0.25})
+        self.assertEqual(chan.sent, [
+            {"type": "constraint", "trial_id": 1, "key": "mem", "value": 2.5},
+            {"type": "constraint", "trial_id": 1, "key": "lat", "value": -1.0},
+            {"type": "constraint", "trial_id": 1, "key": "big", "value": "inf"},
+            {"type": "constraint", "trial_id": 1, "key": "s", "value": 0.25},
+        ])
+
+    def test_set_constraint_refuses_what_sweepd_would(self):
+        trial, chan = self.trial()
+        self.assertRaisesRegex(ValueError, "NUL", trial.set_constraint, "a\0b", 1.0)
+        self.assertRaisesRegex(ValueError, "at most 512 characters",
+                               trial.set_constraint, "k" * 501, 1.0)
+        self.assertRaises(TypeError, trial.set_constraint, 3, 1.0)
+        self.assertEqual(chan.sent, [])
+        trial.set_constraint("k" * 500, 1.0)
+        self.assertEqual(len(chan.sent), 1)
+        trial._finished = True
+        self.assertRaisesRegex(RuntimeError, "after the trial finished",
+                               trial.set_constraint, "late", 1.0)
+
     def test_set_user_attr_refuses_what_sweepd_would(self):
         # What PostgreSQL cannot store is refused on SQLite too, and as sweepd reads JSON.
         trial, chan = self.trial()
