@@ -49,8 +49,9 @@
 //!   process's earlier proposals, so a restarted daemon proposes what the first would have.
 //! - **Infeasible failures.** A FAIL trial with a violated constraint (sweepd's out-of-memory
 //!   verdict: it did not fit even alone on the device) has no value for the objective's GP but
-//!   joins the constraints' GPs, so the region that ran out of memory is avoided. Trials with
-//!   fewer constraint values than others count the missing ones as 0 (satisfied); Optuna
+//!   joins the constraints' GPs, so the region that ran out of memory is avoided; that mark
+//!   has a GP of its own beside the objective's constraints (`constraint_columns`). Trials
+//!   with fewer constraint values than others count the missing ones as 0 (satisfied); Optuna
 //!   refuses such a study.
 //! - **Enqueued values are conditioned on**: a param of the space the trial already holds is
 //!   pinned while the acquisition is optimized over the others (Optuna optimizes all of them
@@ -305,18 +306,17 @@ impl GpSampler {
             }
         }
         let threshold = best.map_or(f64::NEG_INFINITY, |b| b.0);
-        let n_constraints = points
-            .iter()
-            .map(|p| p.row.constraints.len())
-            .max()
-            .unwrap_or(0);
+        let columns = constraint_columns(
+            &points
+                .iter()
+                .map(|p| (&p.row.constraints[..], p.row.loss.is_none()))
+                .collect::<Vec<_>>(),
+        );
+        let n_constraints = columns.first().map_or(0, Vec::len);
         let mut constraints = Vec::with_capacity(n_constraints);
         for c in 0..n_constraints {
             // Optuna models -c (to be maximized); feasible is -c >= 0.
-            let neg: Vec<f64> = points
-                .iter()
-                .map(|p| -p.row.constraints.get(c).copied().unwrap_or(0.0))
-                .collect();
+            let neg: Vec<f64> = columns.iter().map(|row| -row[c]).collect();
             let (mean, std) = mean_std(&finite_clipped(&neg));
             let data = Data {
                 x: points.iter().map(|p| p.x.clone()).collect(),
@@ -343,6 +343,41 @@ impl GpSampler {
 
 /// Optuna's floor on a standard deviation.
 const STD_FLOOR: f64 = 1e-10;
+
+/// Each row's constraint values in the columns the constraints' GPs are fitted on, from
+/// (its values, whether it is an infeasible FAIL). A COMPLETE trial's values are the
+/// objective's constraints, by place (`study::constraint_values`: by key). An infeasible FAIL
+/// is sweepd's out-of-memory verdict: its last value is that mark, which gets a column of its
+/// own after the objective's (0 for every other row), so that a study whose objective sets
+/// constraints does not model an out-of-memory trial as violating the first of them. Missing
+/// values are 0 (satisfied).
+fn constraint_columns(rows: &[(&[f64], bool)]) -> Vec<Vec<f64>> {
+    fn own<'a>(&(values, failed): &(&'a [f64], bool)) -> &'a [f64] {
+        if failed {
+            &values[..values.len().saturating_sub(1)]
+        } else {
+            values
+        }
+    }
+    let k = rows.iter().map(|r| own(r).len()).max().unwrap_or(0);
+    let marked = rows
+        .iter()
+        .any(|(values, failed)| *failed && !values.is_empty());
+    rows.iter()
+        .map(|r| {
+            let mut out = own(r).to_vec();
+            out.resize(k, 0.0);
+            if marked {
+                out.push(if r.1 {
+                    r.0.last().copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                });
+            }
+            out
+        })
+        .collect()
+}
 
 /// Non-finite values clipped to the finite ones' range (all 0 when none is finite), as
 /// Optuna's `warn_and_convert_inf`; NaN counts as the lowest.

@@ -519,6 +519,36 @@ fn a_region_that_ran_out_of_memory_is_avoided() {
     assert!(late_oom <= 3, "{late_oom}/13 late trials out of memory");
 }
 
+#[rstest::rstest]
+#[case::no_constraints(vec![(vec![], false), (vec![], false)], vec![vec![], vec![]])]
+#[case::the_objectives_by_place(
+    vec![(vec![0.5, -1.0], false), (vec![-2.0, 3.0], false)],
+    vec![vec![0.5, -1.0], vec![-2.0, 3.0]]
+)]
+#[case::missing_ones_are_satisfied(
+    vec![(vec![0.5], false), (vec![], false)],
+    vec![vec![0.5], vec![0.0]]
+)]
+#[case::an_out_of_memory_mark_alone_gets_its_own_column(
+    vec![(vec![0.5, -1.0], false), (vec![1.0], true)],
+    vec![vec![0.5, -1.0, 0.0], vec![0.0, 0.0, 1.0]]
+)]
+#[case::after_the_objectives_own_when_it_set_them(
+    vec![(vec![0.5, -1.0], false), (vec![-0.5, -2.0, 1.0], true)],
+    vec![vec![0.5, -1.0, 0.0], vec![-0.5, -2.0, 1.0]]
+)]
+#[case::a_study_without_objective_constraints(
+    vec![(vec![], false), (vec![1.0], true)],
+    vec![vec![0.0], vec![1.0]]
+)]
+fn an_out_of_memory_mark_is_a_constraint_of_its_own(
+    #[case] rows: Vec<(Vec<f64>, bool)>,
+    #[case] want: Vec<Vec<f64>>,
+) {
+    let rows: Vec<(&[f64], bool)> = rows.iter().map(|(v, f)| (&v[..], *f)).collect();
+    assert_eq!(constraint_columns(&rows), want);
+}
+
 #[test]
 fn a_conditional_objective_gets_gp_values_for_the_params_its_trials_share() {
     // Every trial suggests x; half of them also suggest a branch param.
