@@ -368,6 +368,16 @@ fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
         best_feasible >= -1.0,
         "the feasible x nearest the edge with {sampler}: {best_feasible}"
     );
+    // `sweepd best` is Optuna 5's `study.best_trial`: the best feasible trial, though
+    // infeasible ones nearer 1.5 have better values.
+    let best: Value =
+        serde_json::from_slice(&sweep.sweepd(&["best", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert!(
+        trials.iter().any(|t| x(t) > -0.5),
+        "no infeasible trial to pass over"
+    );
+    assert_eq!(best["number"], dump["best_trial"], "{best}");
 }
 
 #[test]

@@ -7,6 +7,7 @@ usage: python tests/py/optuna_dump.py DB_PATH STUDY_NAME
   "optuna_version": "5.0.0",
   "direction": "MINIMIZE" | "MAXIMIZE",       # objective 0
   "directions": ["MINIMIZE", ...],            # all objectives
+  "best_trial": 7 | null,                     # study.best_trial's number (one objective)
   "trials": [                                 # ordered by number
     {"number": 0, "trial_id": 1, "state": "COMPLETE",
      "value": 1.5 | null | "inf" | "-inf",    # objective 0
@@ -67,6 +68,14 @@ def dump_trial(t: optuna.trial.FrozenTrial) -> dict:
     }
 
 
+def best_number(study) -> int | None:
+    """Optuna's `study.best_trial` (the best feasible one), or None where it has none."""
+    try:
+        return study.best_trial.number
+    except (RuntimeError, ValueError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         usage("usage: optuna_dump.py DB_PATH STUDY_NAME")
@@ -81,6 +90,7 @@ def main(argv: list[str]) -> int:
         "direction": directions[0],
         "directions": directions,
         "trials": [dump_trial(t) for t in trials],
+        "best_trial": best_number(study),
     }
     json.dump(doc, sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
