@@ -594,4 +594,6 @@ impl Config {
 }
 
 #[cfg(test)]
+mod problem_tests;
+#[cfg(test)]
 mod tests;
