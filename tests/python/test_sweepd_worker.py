@@ -1231,6 +1231,27 @@ class SuggestWireTests(Base):
         self.assertIn("sweepd refused user attribute 'k': no room", w.stderr())
         self.assertIn("sweepd refused user attribute 'late': ended", w.stderr())
 
+    def test_a_refused_constraint_is_said_on_stderr_and_the_trial_goes_on(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                trial.set_constraint("mem", 0.5)
+                return trial.suggest_int("n", 1, 3)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 4, "number": 0, "params": {}})
+        self.assertEqual(w.recv(), {"type": "constraint", "trial_id": 4, "key": "mem",
+                                    "value": 0.5})
+        w.send({"type": "constraint_refused", "trial_id": 4, "key": "mem", "error": "no room"})
+        self.assertEqual(w.recv()["type"], "suggest")
+        w.send({"type": "param", "trial_id": 4, "name": "n", "value": 2})
+        self.assertEqual(w.recv(), {"type": "result", "trial_id": 4, "value": 2.0})
+        self.assertIn("sweepd refused constraint 'mem': no room", w.stderr())
+
     def test_datetime_start(self):
         script = self.write_script("""
             import sweepd_worker
