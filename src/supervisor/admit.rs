@@ -549,11 +549,11 @@ impl GpuCtl {
         let mut mine = self.my_claims(idle);
         if let Some(p) = new {
             let c = mine.entry(p.device).or_default();
-            c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);
+            c.unclaimed = c.unclaimed.saturating_add(p.admitted);
             c.running += 1;
             c.trials.get_or_insert_with(Vec::new).push(Held {
                 pgid: 0,
-                bound: p.estimate.bytes,
+                bound: p.admitted,
             });
         }
         if let Err(e) = locked.write(&mine) {
