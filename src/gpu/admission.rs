@@ -19,9 +19,9 @@
 //! they fill waits for them, with the reason in [`Wait::Memory`].
 //!
 //! Caps ([`memory_cap`]): each trial's framework allocator is held to the bytes it was
-//! admitted with, less what its worker holds outside the allocator (its context). A capped
-//! trial can never hold more than that, so it is counted at it until it ends
-//! ([`RunningTrial::unclaimed`]), not at a settled level it may still grow from.
+//! admitted with, less what its worker holds outside the allocator (its context): a trial that
+//! outgrows its estimate fails at its cap rather than take its neighbours' memory. A settled
+//! trial still counts at its level ([`RunningTrial::unclaimed`]), as before caps.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
 //! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
@@ -116,9 +116,6 @@ pub struct RunningTrial {
     pub used_now: u64,
     /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
     pub settled: bool,
-    /// It runs under a memory cap: it may grow to `expected_peak` (the bytes it was admitted
-    /// with, its cap and its worker's context) and never beyond.
-    pub capped: bool,
 }
 
 /// What a worker process is taken to hold outside its framework's allocator (its CUDA context,
@@ -148,11 +145,9 @@ impl RunningTrial {
     /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`,
     /// or once it has settled at its peak, only allocator noise on what it uses
     /// ([`settled_margin`]): the rest of an over-estimate is not held back for its whole run.
-    /// A capped trial is counted at its cap whether settled or not: it may still grow to it,
-    /// and a neighbour admitted into that room would then fail for it.
     pub fn unclaimed(&self) -> u64 {
         let rest = self.expected_peak.saturating_sub(self.used_now);
-        if self.settled && !self.capped {
+        if self.settled {
             rest.min(settled_margin(self.used_now))
         } else {
             rest
@@ -706,7 +701,6 @@ mod tests {
             expected_peak,
             used_now,
             settled: false,
-            capped: false,
         }
     }
 
@@ -1375,26 +1369,6 @@ mod tests {
         assert_eq!(d.grant(4 * G), 4 * G);
         let waits = cap().decide(&card(0, 2 * G), &[], 4 * G, G, now);
         assert_eq!(waits.grant(4 * G), 4 * G);
-    }
-
-    #[test]
-    fn a_capped_trial_counts_at_its_cap_even_once_settled() {
-        let settled = RunningTrial {
-            settled: true,
-            ..trial(1, 0, 7 * G, 5 * G)
-        };
-        assert_eq!(settled.unclaimed(), 5 * G / 50 + 1);
-        let capped = RunningTrial {
-            capped: true,
-            ..settled.clone()
-        };
-        assert_eq!(capped.unclaimed(), 2 * G);
-        // At its cap already: nothing left to claim.
-        let full = RunningTrial {
-            used_now: 7 * G,
-            ..capped
-        };
-        assert_eq!(full.unclaimed(), 0);
     }
 
     #[rstest::rstest]

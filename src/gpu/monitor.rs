@@ -50,9 +50,10 @@ pub struct TrialMemory {
     /// once, and is not taken at its level again.
     pub settled: bool,
     pub grew_after_settling: bool,
-    /// It runs under a memory cap: `expected_peak` is what it was admitted with, the most it
-    /// may hold (`RunningTrial::capped`).
+    /// It runs under a memory cap (`[gpu] caps` when it was admitted), and the bytes it was
+    /// admitted with, which its cap comes from (`expected_peak` may be lowered since).
     pub capped: bool,
+    pub admitted: u64,
     /// The cap its worker was given for it (`None`: not sent yet, or no cap), and what its
     /// worker is taken to hold outside the allocator (measured, or the prior).
     pub cap: Option<u64>,
@@ -254,7 +255,6 @@ fn views_of(st: &State) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String
             expected_peak: t.expected_peak,
             used_now: t.used_now,
             settled: t.settled,
-            capped: t.capped,
         })
         .collect();
     (views, running, errors)
@@ -436,6 +436,7 @@ impl Monitor {
                 settled: false,
                 grew_after_settling: false,
                 capped,
+                admitted: expected_peak,
                 cap: None,
                 context,
                 reserved: None,
@@ -446,7 +447,7 @@ impl Monitor {
 
     /// The bytes trial `trial_id` was admitted with (`None`: not ours, or ended).
     pub fn admitted(&self, trial_id: i64) -> Option<u64> {
-        self.lock().trials.get(&trial_id).map(|t| t.expected_peak)
+        self.lock().trials.get(&trial_id).map(|t| t.admitted)
     }
 
     /// Whether trial `trial_id` runs under a memory cap.
@@ -717,6 +718,7 @@ mod tests {
             settled: false,
             grew_after_settling: false,
             capped: false,
+            admitted: 0,
             cap: None,
             context: 0,
             reserved: None,

@@ -182,7 +182,6 @@ impl Core {
                 bound: memory.as_ref().map_or(0, |m| m.expected_peak),
                 guess: g.model.guess(),
                 headroom: cfg.gpu.headroom,
-                cap,
                 context: memory.as_ref().map_or(0, |m| m.context),
                 peak_reserved: framework.map(|f| f.peak_reserved),
                 requested: framework.and_then(|f| f.requested),

@@ -37,9 +37,7 @@ pub(in crate::supervisor) struct OnDevice {
     pub(in crate::supervisor) guess: u64,
     /// `[gpu] headroom`.
     pub(in crate::supervisor) headroom: u64,
-    /// The memory cap it ran under (`None`: none), and what its worker was taken to hold
-    /// outside the allocator.
-    pub(in crate::supervisor) cap: Option<u64>,
+    /// What its worker was taken to hold outside the allocator.
     pub(in crate::supervisor) context: u64,
     /// What its worker's helper said with its error: the most its allocator reserved, the
     /// allocation that failed, the cap it enforced.
@@ -190,9 +188,11 @@ struct CapReached {
 }
 
 /// Whether an out-of-memory failure of a trial on a device is its own cap
-/// (`classify::cap_hit`, from the message's figures and the worker's), and where it hit.
+/// (`classify::cap_hit`, from the message's figures and the worker's), and where it hit. Only
+/// a cap the worker says it enforced (`worker_cap`) can be hit: a worker that did not (an older
+/// helper, a framework it could not limit) grew into the device, and its OOM is the device's.
 fn cap_reached(reason: &str, tail: Option<&str>, d: &OnDevice) -> Option<CapReached> {
-    let cap = d.worker_cap.or(d.cap)?;
+    let cap = d.worker_cap?;
     let figures = tail
         .and_then(classify::oom_figures)
         .or_else(|| classify::oom_figures(reason));
@@ -315,7 +315,6 @@ mod tests {
             bound: 8 * G,
             guess: 0,
             headroom: G,
-            cap: None,
             context: 0,
             peak_reserved: None,
             requested: None,
@@ -522,7 +521,7 @@ mod tests {
         let mut c = Case::on_gpu();
         c.attempts = earlier.iter().copied().collect();
         c.on_device = Some(OnDevice {
-            cap: cap.map(gib),
+            worker_cap: cap.map(gib),
             context: G / 2,
             peak: None,
             bound: cap.map_or(8 * G, |c| gib(c + 0.5)),
@@ -564,7 +563,7 @@ mod tests {
     fn the_workers_own_figures_tell_a_cap_hit_where_the_message_has_none() {
         let mut c = Case::on_gpu();
         c.on_device = Some(OnDevice {
-            cap: Some(4 * G),
+            worker_cap: Some(4 * G),
             peak_reserved: Some(gib(3.5)),
             requested: Some(G),
             ..card()
@@ -578,6 +577,26 @@ mod tests {
         });
         let v = c.judge(failed(Oom, "GPU out of memory (XLA RESOURCE_EXHAUSTED)"));
         assert!(matches!(&v.how, Finish::Fail(f) if f.kind == Oom), "{v:?}");
+    }
+
+    /// sweepd told the worker a cap of 4 GiB, but its helper enforced none (an older helper, or
+    /// a framework it cannot limit): the trial grew past 4 GiB into the device, and the device
+    /// ran out. Judged by sweepd's cap, that read as a cap hit (`cap`, re-run for free, never
+    /// infeasible, the device's admission never backing off), though no cap had stopped it.
+    /// Only the cap the worker says it enforced is in the facts now (`worker_cap`, none here).
+    #[test]
+    fn a_device_oom_of_a_worker_that_enforced_no_cap_is_not_taken_for_a_cap_hit() {
+        let mut c = Case::on_gpu();
+        c.on_device = Some(OnDevice {
+            context: G / 2,
+            ..card()
+        });
+        let v = c.judge(torch_oom(9.0, 1.0, 0.2));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        assert_eq!(f.kind, Oom, "{}", f.reason);
+        assert!(v.oom);
     }
 
     /// The card: another job held 22 of 24 GiB, and the OOMs of trials that started

@@ -541,7 +541,6 @@ mod tests {
             expected_peak: used,
             used_now: used,
             settled: true,
-            capped: false,
         }
     }
 
