@@ -153,3 +153,97 @@ fn a_oneshot_trial_finds_its_cap_and_jaxs_limit_in_its_environment() {
     let want = cap as f64 / (24u64 << 30) as f64;
     assert!((fraction - want).abs() < 0.001, "{fraction} for {cap}");
 }
+
+/// The issue's card: another job holds 22 of its 24 GiB. "A device with no trial of ours always
+/// takes one" started trials into the 2 GiB it left, and they failed by OOM one after another,
+/// spending the budget. Now the trial waits for that job, and `sweepd gpus` says so; once the
+/// job is gone, every trial runs, none failed.
+#[test]
+fn a_card_another_job_fills_is_waited_for_not_tried() {
+    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [2048]\n";
+    let cfg = Cfg {
+        n_trials: Some(2),
+        max_par: 2,
+        command: cap_worker(),
+        params: params.into(),
+        ..Cfg::default()
+    };
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
+               poll_interval = \"100ms\"\n";
+    let (sweep, gpus) = gpu_study(&cfg, &["24G Fake A10"], gpu);
+    let me = std::process::id();
+    gpus.append(&format!("proc 0 {me} 22G"));
+    let child = sweep.spawn_run();
+    let wait = || -> String {
+        let out = sweep.sweepd(&["gpus", "--json"]).output().unwrap();
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        rows[0]["wait"].as_str().unwrap_or_default().to_owned()
+    };
+    wait_until(LIMIT, "the wait for the other job in `sweepd gpus`", || {
+        wait().ends_with("other processes hold 22.0 GiB here: waiting for them")
+    });
+    // Some polls later, still nothing started and nothing failed.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(running(&sweep), 0, "{}", sweep.daemon_stderr());
+    assert!(fails(&sweep).is_empty(), "{:?}", fails(&sweep));
+    gpus.append(&format!("proc 0 {me} 0"));
+    let out = wait_output(child, LIMIT);
+    let err = sweep.daemon_stderr();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(sweep.count("COMPLETE"), 2, "{err}");
+    assert!(fails(&sweep).is_empty(), "{:?}", fails(&sweep));
+    assert!(
+        err.contains("other processes hold 22.0 GiB here: waiting for them"),
+        "{err}"
+    );
+}
+
+/// Three 3 GiB trials (3.25 GiB with their workers' contexts) on a card whose NVML cannot name
+/// our processes (`directive` in the fake's state): each must be measured by what its framework
+/// reported, and the log must say which source the card uses and why. Before, NVML's list was
+/// the only source: the trials held nothing by it, no peak was measured, and the memory model
+/// never learned.
+fn measured_by_their_frameworks(directive: &str, why: &str) {
+    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [3072]\n";
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 3,
+        command: cap_worker(),
+        params: params.into(),
+        ..Cfg::default()
+    }
+    .env("CAP_HOLD_S", "1.0");
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"3GiB\"\n\
+               poll_interval = \"100ms\"\n";
+    let (sweep, gpus) = gpu_study(&cfg, &["24G Fake A10"], gpu);
+    gpus.append(directive);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
+    assert!(fails(&sweep).is_empty(), "{:?}", fails(&sweep));
+    assert!(err.contains(why), "{err}");
+    let peaks = sweep
+        .sql("SELECT value_json FROM trial_system_attributes WHERE key = 'sweepd:peak_memory_mib'");
+    assert_eq!(peaks.len(), 3, "{err}");
+    for p in peaks {
+        let mib: f64 = p.parse().unwrap();
+        assert!((3300.0..3400.0).contains(&mib), "peak {mib} MiB: {err}");
+    }
+}
+
+#[test]
+fn trials_in_a_containers_pid_namespace_are_measured_by_their_frameworks() {
+    measured_by_their_frameworks(
+        "pid_offset 100000",
+        "memory from the workers' frameworks: NVML lists no process of ours",
+    );
+}
+
+#[test]
+fn trials_without_memory_per_process_in_nvml_are_measured_by_their_frameworks() {
+    measured_by_their_frameworks(
+        "proc_memory_unavailable",
+        "memory from the workers' frameworks: NVML gives no memory per process",
+    );
+}

@@ -302,6 +302,12 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// It waits for memory that processes neither ours nor another daemon's hold on the device
+    /// (more than `headroom` of it): someone else's job, waited for, not tried.
+    pub fn waits_for_others(&self) -> bool {
+        matches!(&self.wait, Some(Wait::Memory { foreign, headroom, .. }) if foreign > headroom)
+    }
+
     /// The bytes a trial of `expected_peak` is admitted with here: its estimate, or what the
     /// card gives where it took the trial as its only one though the estimate is more (an empty
     /// card: under a cap, the trial runs in what there is and is re-run larger only if it
@@ -1330,6 +1336,7 @@ mod tests {
         let dev = card(0, 24 * G - gib(used));
         let d = cap().decide(&dev, &[], gib(estimate), G, now);
         assert_eq!(d.admitted, admitted, "{d:?}");
+        assert_eq!(d.waits_for_others(), said.is_some(), "{d:?}");
         let text = d.wait.as_ref().map(|w| w.to_string());
         match said {
             Some(end) => {

@@ -196,6 +196,7 @@ impl Core {
             _ => decide::admit_line(&mut facts),
         };
         if let Some(g) = &mut self.gpu {
+            g.say_busy(a.head_waits.as_deref());
             if a.head_estimate.is_some() {
                 g.next_expected = a.head_estimate.clone();
             }
