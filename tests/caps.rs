@@ -223,6 +223,17 @@ fn measured_by_their_frameworks(directive: &str, why: &str) {
     assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
     assert!(fails(&sweep).is_empty(), "{:?}", fails(&sweep));
     assert!(err.contains(why), "{err}");
+    // `sweepd gpus` says it too.
+    let out = sweep.sweepd(&["gpus", "--json"]).output().unwrap();
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let source = rows[0]["source"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with(source) || source.starts_with(why),
+        "{source}"
+    );
+    let text = sweep.sweepd(&["gpus"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("gpu 0: {why}")), "{text}");
     let peaks = sweep
         .sql("SELECT value_json FROM trial_system_attributes WHERE key = 'sweepd:peak_memory_mib'");
     assert_eq!(peaks.len(), 3, "{err}");
