@@ -184,19 +184,30 @@ pub fn framework_peak(
     (peak <= total).then_some(peak)
 }
 
+/// Readings in a row in which a trial that reported allocator memory has no process NVML lists
+/// before a device is taken to be one where NVML cannot name our processes: one reading may
+/// have been taken just before the process's first allocation, whose report came after it.
+const UNLISTED_READINGS: u32 = 3;
+
 /// Each device's memory source after a reading in which process group `g` uses `groups[(d,
 /// g)]` on device `d` (`gpu::source`): a change is said once in the log.
 fn judge_sources(st: &mut State, groups: &HashMap<(u32, i32), u64>) {
     for (device, reading) in &st.readings {
         let Ok(reading) = reading else { continue };
-        let reported_but_unlisted = st.trials.values().any(|t| {
+        let unlisted = st.trials.values().any(|t| {
             t.device == *device
                 && t.reserved.is_some_and(|r| r > 0)
                 && t.pgid.is_some_and(|g| !groups.contains_key(&(*device, g)))
         });
+        let streak = st.unlisted.entry(*device).or_default();
+        *streak = if unlisted {
+            streak.saturating_add(1)
+        } else {
+            0
+        };
         let seen = Seen {
             no_memory_per_process: reading.no_memory_per_process,
-            reported_but_unlisted,
+            reported_but_unlisted: *streak >= UNLISTED_READINGS,
         };
         let was = st.sources.get(device).copied().unwrap_or_default();
         let now = source::source(was, seen);
@@ -225,6 +236,9 @@ struct State {
     groups: HashMap<(u32, i32), u64>,
     /// Where each device's memory per trial comes from (`gpu::source`; absent: NVML's).
     sources: HashMap<u32, Source>,
+    /// Readings in a row in which a trial of ours reported memory NVML listed no process for,
+    /// by device.
+    unlisted: HashMap<u32, u32>,
     /// The latest context a worker of ours was measured at: a new worker's, until its own.
     context_seen: Option<u64>,
 }
