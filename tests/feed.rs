@@ -371,6 +371,7 @@ async fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(targe
         reason: "out of memory".into(),
         stderr_tail: None,
         retry: true,
+        counts: true,
     });
     store
         .finish(&study, failed, &fail, &[])

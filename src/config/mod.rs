@@ -242,6 +242,9 @@ pub struct GpuConfig {
     /// Studies on this host of the same group (and worker command and params) learn their
     /// trials' memory from each other's measured peaks (`gpu::peak_log`); default none.
     pub memory_group: Option<String>,
+    /// Each trial's framework allocator is held to the memory it was admitted with (its
+    /// "cap", `docs/gpu-memory-model.md`); default true.
+    pub caps: bool,
 }
 
 impl Default for GpuConfig {
@@ -256,6 +259,7 @@ impl Default for GpuConfig {
             nvml_lib: None,
             idle_worker_timeout: Duration::from_secs(60),
             memory_group: None,
+            caps: true,
         }
     }
 }

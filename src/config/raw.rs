@@ -95,6 +95,7 @@ pub(crate) struct RawGpu {
     pub(crate) nvml_lib: Option<Spanned<String>>,
     pub(crate) idle_worker_timeout: Option<Spanned<String>>,
     pub(crate) memory_group: Option<Spanned<String>>,
+    pub(crate) caps: Option<Spanned<bool>>,
 }
 
 #[derive(serde::Deserialize)]

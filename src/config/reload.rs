@@ -103,6 +103,7 @@ pub const KEYS: &[Key] = &[
     field!("gpu.nvml_lib", Restart, gpu.nvml_lib),
     field!("gpu.idle_worker_timeout", Live, gpu.idle_worker_timeout),
     field!("gpu.memory_group", Restart, gpu.memory_group),
+    field!("gpu.caps", Restart, gpu.caps),
     field!(
         "sampler.n_startup_trials",
         Restart,
@@ -217,6 +218,7 @@ const _: fn(&Config) = |c| {
         nvml_lib: _,
         idle_worker_timeout: _,
         memory_group: _,
+        caps: _,
     } = gpu;
     let RetryConfig {
         oom: _,
@@ -486,7 +488,7 @@ mod tests {
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
              max_par_per_device = 2\npoll_interval = \"2s\"\nnvml_lib = \"libnvidia-ml.so.1\"\n\
-             idle_worker_timeout = \"5m\"\nmemory_group = \"g\"\n\
+             idle_worker_timeout = \"5m\"\nmemory_group = \"g\"\ncaps = false\n\
              [retry]\noom = 0\ncuda_fatal = 3\ncrash = 4\nbreaker_threshold = 2\n\
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\noom_admission_factor = 0.5\n\
              oom_recovery = \"20m\"\nstop_after_same_error = 2\n\

@@ -562,6 +562,7 @@ fn defaults_when_new_tables_are_absent() {
             nvml_lib: None,
             idle_worker_timeout: Duration::from_secs(60),
             memory_group: None,
+            caps: true,
         }
     );
     assert_eq!(
@@ -655,7 +656,7 @@ fn parses_every_new_setting() {
              [gpu]\ndevices = [0, 2]\nheadroom = \"1.5 GiB\"\ntrial_memory = \"8G\"\n\
              max_par_per_device = 4\ngpus_per_trial = 1\npoll_interval = \"250ms\"\n\
              nvml_lib = \"libnvidia-ml.so.1\"\nidle_worker_timeout = \"90s\"\n\
-             memory_group = \"resnet\"\n\
+             memory_group = \"resnet\"\ncaps = false\n\
              [retry]\noom = 0\ncuda_fatal = 3\ncrash = 4\nbreaker_threshold = 2\n\
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\n\
              oom_admission_factor = 0.5\noom_recovery = \"20m\"\n\
@@ -694,6 +695,7 @@ fn parses_every_new_setting() {
             nvml_lib: Some(dir.path().join("libnvidia-ml.so.1")),
             idle_worker_timeout: Duration::from_secs(90),
             memory_group: Some("resnet".into()),
+            caps: false,
         }
     );
     assert_eq!(

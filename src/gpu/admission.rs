@@ -12,7 +12,16 @@
 //! that has not allocated yet counts at its whole expected peak; one that has settled at its
 //! peak, `super::monitor::settled`, only at allocator noise), `others` is the same for the
 //! other daemons on this host (from [`super::ledger`]), and at most `max_par_per_device` of our
-//! trials run on it. A device with no trial of ours or of another daemon always takes one.
+//! trials run on it. A device with no trial of ours or of another daemon, and nothing else on
+//! it beyond `headroom` ([`DeviceView::foreign`]), takes one whatever its estimate: an estimate
+//! too large for the card must not stall the sweep (under a cap, it runs in what the card
+//! gives: [`Decision::grant`]). Memory that other processes hold is not ours to try: a card
+//! they fill waits for them, with the reason in [`Wait::Memory`].
+//!
+//! Caps ([`memory_cap`]): each trial's framework allocator is held to the bytes it was
+//! admitted with, less what its worker holds outside the allocator (its context): a trial that
+//! outgrows its estimate fails at its cap rather than take its neighbours' memory. A settled
+//! trial still counts at its level ([`RunningTrial::unclaimed`]), as before caps.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
 //! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
@@ -61,6 +70,19 @@ pub struct DeviceView {
     pub others_used: u64,
 }
 
+impl DeviceView {
+    /// What processes that are neither ours (our running trials, `ours_used` in all, and idle
+    /// workers) nor the other daemons' trials hold on the device: someone else's job. Not ours
+    /// to try: a card they fill is waited for, never tried.
+    pub fn foreign(&self, ours_used: u64) -> u64 {
+        self.total
+            .saturating_sub(self.free)
+            .saturating_sub(self.idle)
+            .saturating_sub(ours_used)
+            .saturating_sub(self.others_used)
+    }
+}
+
 /// One of our idle workers: a persistent worker waiting on `device` for its next trial.
 #[derive(Debug, Clone)]
 pub struct IdleWorker {
@@ -94,6 +116,19 @@ pub struct RunningTrial {
     pub used_now: u64,
     /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
     pub settled: bool,
+}
+
+/// What a worker process is taken to hold outside its framework's allocator (its CUDA context,
+/// library workspaces) until it says or is measured (`docs/gpu-memory-model.md`).
+pub const CONTEXT_PRIOR: u64 = 512 << 20;
+/// The least cap a trial is given, however little it was admitted with.
+pub const MIN_CAP: u64 = 64 << 20;
+
+/// The memory cap of a trial admitted with `admitted` bytes on a worker that holds `context`
+/// outside its allocator: what the allocator may hold, so that the process holds no more than
+/// it was admitted with (at least [`MIN_CAP`]).
+pub fn memory_cap(admitted: u64, context: u64) -> u64 {
+    admitted.saturating_sub(context).max(MIN_CAP)
 }
 
 /// What a settled trial is still expected to grow by (allocator noise), as a share of its use.
@@ -148,6 +183,8 @@ pub enum Wait {
         others_idle: u64,
         /// Of `others`, what is left free for another daemon's trial passed too often.
         held: u64,
+        /// What processes other than sweepd's hold on the device ([`DeviceView::foreign`]).
+        foreign: u64,
     },
 }
 
@@ -172,6 +209,7 @@ impl fmt::Display for Wait {
                 others_running,
                 others_idle,
                 held,
+                foreign,
             } => {
                 let mut parts = format!("free {}", format_gib(*free));
                 if *idle > 0 {
@@ -232,6 +270,13 @@ impl fmt::Display for Wait {
                         format_gib(*others_idle)
                     )?;
                 }
+                if *foreign > *headroom {
+                    write!(
+                        f,
+                        "; other processes hold {} here: waiting for them",
+                        format_gib(*foreign)
+                    )?;
+                }
                 Ok(())
             }
         }
@@ -254,6 +299,26 @@ pub struct Decision {
     /// fit (at most `max_par_per_device`; at least 1 on a device with none of ours running) —
     /// the "PAR per device" that status shows.
     pub par_estimate: usize,
+}
+
+impl Decision {
+    /// It waits for memory that processes neither ours nor another daemon's hold on the device
+    /// (more than `headroom` of it): someone else's job, waited for, not tried.
+    pub fn waits_for_others(&self) -> bool {
+        matches!(&self.wait, Some(Wait::Memory { foreign, headroom, .. }) if foreign > headroom)
+    }
+
+    /// The bytes a trial of `expected_peak` is admitted with here: its estimate, or what the
+    /// card gives where it took the trial as its only one though the estimate is more (an empty
+    /// card: under a cap, the trial runs in what there is and is re-run larger only if it
+    /// needs more; it then never fits, and is found infeasible).
+    pub fn grant(&self, expected_peak: u64) -> u64 {
+        if self.admitted && self.usable > 0 {
+            expected_peak.min(self.usable)
+        } else {
+            expected_peak
+        }
+    }
 }
 
 /// The admission factor of one device after an out-of-memory failure there.
@@ -379,14 +444,17 @@ impl Capacity {
         let mut par_now = 0;
         let mut unclaimed: u64 = 0;
         let mut claiming = 0;
+        let mut ours_used: u64 = 0;
         for t in running.iter().filter(|t| t.device == device.index) {
             par_now += 1;
+            ours_used = ours_used.saturating_add(t.used_now);
             let u = t.unclaimed();
             if u > 0 {
                 claiming += 1;
                 unclaimed = unclaimed.saturating_add(u);
             }
         }
+        let foreign = device.foreign(ours_used);
         let factor = self.admission_factor(device.index, now);
         let before_factor = device
             .free
@@ -407,13 +475,20 @@ impl Capacity {
                 running: par_now,
                 limit,
             })
-        } else if par_now == 0 && device.others_running == 0 && device.held == 0 {
+        } else if par_now == 0
+            && device.others_running == 0
+            && device.held == 0
+            && foreign <= headroom
+        {
             // Always one on a device with no trial of any daemon: a too-large estimate must not
-            // stall the sweep forever. If the trial does not fit it fails by OOM and that feeds
-            // back. (With another daemon's trials there, it waits for them to end instead; with
-            // another daemon's trial waiting for the card drained, that one goes first: taking
-            // "always one" each time our last trial ended, the moment the card was empty,
-            // kept a 21.6 GiB trial of the other daemon waiting 4 s while we ran one at a time.)
+            // stall the sweep forever. If the trial does not fit it fails by OOM (or reaches
+            // its cap) and that feeds back. (With another daemon's trials there, it waits for
+            // them to end instead; with another daemon's trial waiting for the card drained,
+            // that one goes first: taking "always one" each time our last trial ended, the
+            // moment the card was empty, kept a 21.6 GiB trial of the other daemon waiting 4 s
+            // while we ran one at a time. With someone else's job holding the card, it waits
+            // for that job: "always one" started trials into the 2 GiB it left of 24, and ten of
+            // them failed in 0.3 s.)
             par_estimate = par_estimate.max(1);
             None
         } else if usable >= expected_peak {
@@ -433,6 +508,7 @@ impl Capacity {
                 others_running: device.others_running,
                 others_idle: device.others_idle,
                 held: device.held,
+                foreign,
             })
         };
         Decision {
@@ -702,6 +778,7 @@ mod tests {
                 others_running: 0,
                 others_idle: 0,
                 held: 0,
+                foreign: G,
             })
         );
         assert_eq!(why[0].par_now, 3);
@@ -833,11 +910,12 @@ mod tests {
         let (running, why) = fill(&c, &dev, 40 * G, now);
         assert_eq!(running.len(), 1);
         assert!(matches!(why[0].wait, Some(Wait::Memory { .. })));
-        // Also when other people's processes hold nearly everything, or after OOMs.
+        // Also after OOMs. (Not where other people's processes hold the card:
+        // `a_card_that_other_processes_fill_is_waited_for_not_tried`.)
         let mut c = cap();
         c.record_oom(0, now);
         c.record_oom(0, now);
-        assert!(c.decide(&card(0, G / 2), &[], 6 * G, G, now).admitted);
+        assert!(c.decide(&card(0, 23 * G), &[], 40 * G, G, now).admitted);
     }
 
     #[test]
@@ -871,7 +949,12 @@ mod tests {
             trial(2, 0, 3 * G, G),
             trial(3, 0, 2 * G, 2 * G),
         ];
-        let d = c.decide(&card(0, gib(9.1)), &running, 6 * G, G, now);
+        // The card holds what our trials use and nothing else.
+        let card = |free: u64, used: u64| DeviceView {
+            total: free + used,
+            ..card(0, free)
+        };
+        let d = c.decide(&card(gib(9.1), 4 * G), &running, 6 * G, G, now);
         let wait = d.wait.unwrap();
         assert_eq!(
             wait.to_string(),
@@ -879,10 +962,10 @@ mod tests {
              to be claimed by 2 running trials)"
         );
         let one = [trial(1, 0, 3 * G, G)];
-        let d = c.decide(&card(0, 2 * G), &one, 6 * G, G, now);
+        let d = c.decide(&card(2 * G, G), &one, 6 * G, G, now);
         assert!(d.wait.unwrap().to_string().ends_with("by 1 running trial)"));
         let claimed = [trial(1, 0, 3 * G, 3 * G)];
-        let d = c.decide(&card(0, 2 * G), &claimed, 6 * G, G, now);
+        let d = c.decide(&card(2 * G, 3 * G), &claimed, 6 * G, G, now);
         assert_eq!(
             d.wait.unwrap().to_string(),
             "needs 6.0 GiB, 1.0 GiB available (free 2.0 GiB − headroom 1.0 GiB)"
@@ -915,6 +998,7 @@ mod tests {
         let shared = DeviceView {
             others: 5 * G,
             others_running: 2,
+            others_used: 4 * G,
             ..with_idle.clone()
         };
         let d = c.decide(&shared, &busy, 12 * G, G, now);
@@ -941,9 +1025,12 @@ mod tests {
             ));
         // No trial of ours there, but the other daemon's: no "always one", it waits for them.
         assert!(!c.decide(&shared, &[], 12 * G, G, now).admitted);
+        // Their trials gone, and what they held with them.
         let alone = DeviceView {
             others: 0,
             others_running: 0,
+            others_used: 0,
+            free: 18 * G,
             ..shared
         };
         assert!(c.decide(&alone, &[], 40 * G, G, now).admitted);
@@ -978,11 +1065,12 @@ mod tests {
             ..card(0, 4 * G)
         };
         assert!(!c.decide(&running, &[], 6 * G, G, now).admitted);
+        // Gone, and its memory with it: an empty card takes one whatever its estimate.
         let gone = DeviceView {
             others_running: 0,
-            ..running
+            ..card(0, 23 * G)
         };
-        assert!(c.decide(&gone, &[], 6 * G, G, now).admitted);
+        assert!(c.decide(&gone, &[], 40 * G, G, now).admitted);
     }
 
     #[test]
@@ -1217,6 +1305,90 @@ mod tests {
         let backfilled = |id: i64| id == 2;
         let got = cap().backfill_room(&dev, &running, gib(head), backfilled, G, now);
         assert_eq!(got, gib(room), "{} GiB", got as f64 / G as f64);
+    }
+
+    /// Someone else's job holds 22 of the 24 GiB (`used` GiB, none of it ours): a trial that
+    /// needs more than the rest waits for that job, and says so; one within the rest starts.
+    /// "Always one" is for an empty card only (nothing beyond headroom held by others).
+    #[rstest::rstest]
+    #[case::a_busy_card_waits(
+        22.0,
+        4.0,
+        false,
+        Some(" other processes hold 22.0 GiB here: waiting for them")
+    )]
+    #[case::what_fits_beside_it_starts(22.0, 0.5, true, None)]
+    #[case::an_empty_card_takes_one_whatever_its_estimate(0.0, 40.0, true, None)]
+    #[case::a_little_within_headroom_is_empty_still(0.75, 40.0, true, None)]
+    #[case::past_headroom_it_is_not(
+        1.5,
+        40.0,
+        false,
+        Some(" other processes hold 1.5 GiB here: waiting for them")
+    )]
+    fn a_card_that_other_processes_fill_is_waited_for_not_tried(
+        #[case] used: f64,
+        #[case] estimate: f64,
+        #[case] admitted: bool,
+        #[case] said: Option<&str>,
+    ) {
+        let now = Instant::now();
+        let dev = card(0, 24 * G - gib(used));
+        let d = cap().decide(&dev, &[], gib(estimate), G, now);
+        assert_eq!(d.admitted, admitted, "{d:?}");
+        assert_eq!(d.waits_for_others(), said.is_some(), "{d:?}");
+        let text = d.wait.as_ref().map(|w| w.to_string());
+        match said {
+            Some(end) => {
+                let text = text.unwrap();
+                assert!(text.ends_with(&format!(";{end}")), "{text}");
+                assert!(
+                    text.starts_with(&format!("needs {estimate:.1} GiB")),
+                    "{text}"
+                );
+            }
+            None => assert_eq!(text, None),
+        }
+    }
+
+    #[test]
+    fn our_own_trials_and_idle_workers_and_other_daemons_are_not_foreign() {
+        // 24 GiB: 8 free, 6 held by our idle workers, 6 by our running trial, 4 by another
+        // daemon's trials: nothing of anyone else's.
+        let dev = DeviceView {
+            idle: 6 * G,
+            others_used: 4 * G,
+            ..card(0, 8 * G)
+        };
+        assert_eq!(dev.foreign(6 * G), 0);
+        assert_eq!(dev.foreign(4 * G), 2 * G);
+        // Readings that do not add up are never negative.
+        assert_eq!(card(0, 30 * G).foreign(0), 0);
+    }
+
+    #[test]
+    fn an_empty_card_grants_a_trial_too_large_for_it_what_it_has() {
+        let now = Instant::now();
+        let d = cap().decide(&card(0, 24 * G), &[], 40 * G, G, now);
+        assert!(d.admitted);
+        assert_eq!(d.grant(40 * G), 23 * G);
+        // Where it fits, its estimate.
+        assert_eq!(d.grant(4 * G), 4 * G);
+        let waits = cap().decide(&card(0, 2 * G), &[], 4 * G, G, now);
+        assert_eq!(waits.grant(4 * G), 4 * G);
+    }
+
+    #[rstest::rstest]
+    #[case::less_the_context(8 * G, 512 << 20, 8 * G - (512 << 20))]
+    #[case::measured_context(8 * G, G, 7 * G)]
+    #[case::never_below_the_least(G / 2, G, MIN_CAP)]
+    #[case::nothing_admitted(0, CONTEXT_PRIOR, MIN_CAP)]
+    fn a_trials_cap_is_what_it_was_admitted_with_less_its_workers_context(
+        #[case] admitted: u64,
+        #[case] context: u64,
+        #[case] want: u64,
+    ) {
+        assert_eq!(memory_cap(admitted, context), want);
     }
 
     #[test]

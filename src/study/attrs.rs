@@ -29,6 +29,9 @@ pub const RETRIED_AS_ATTR: &str = "sweepd:retried_as";
 pub const ATTEMPTS_ATTR: &str = "sweepd:attempts";
 /// A finished trial's measured GPU memory peak, in MiB.
 pub const PEAK_MEMORY_ATTR: &str = "sweepd:peak_memory_mib";
+/// The memory cap a GPU trial ran under, in MiB: what its framework's allocator was allowed to
+/// hold (the bytes it was admitted with, less its worker's context), `docs/gpu-memory-model.md`.
+pub const MEMORY_CAP_ATTR: &str = "sweepd:memory_cap_mib";
 /// Which of a trial's stored zeros are -0.0 (SQLite's REAL columns lose the sign).
 pub const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
 
@@ -66,6 +69,7 @@ pub const TRIAL_SYSTEM_ATTRS: &[&str] = &[
     RETRIED_AS_ATTR,
     ATTEMPTS_ATTR,
     PEAK_MEMORY_ATTR,
+    MEMORY_CAP_ATTR,
     NEGATIVE_ZERO_ATTR,
     FAIL_REASON_ATTR,
     FAILED_TRIAL_ATTR,

@@ -108,8 +108,12 @@ impl Direction {
 spelled! {
     /// How a trial failed: stored as `sweepd:fail_kind` and shown by `sweepd trials`.
     FailureKind, "failure kind" {
-        /// Out of memory (GPU, or host for Python's `MemoryError`).
+        /// Out of memory (GPU, or host for Python's `MemoryError`): the device was full.
         Oom => "oom",
+        /// The trial's own allocator reached the memory cap it was admitted with, while the
+        /// device still had room: its estimate was low, not the device full. Re-run with a
+        /// larger cap; it spends no budget and no retry.
+        Cap => "cap",
         /// A CUDA error that leaves the process's CUDA context unusable.
         CudaFatal => "cuda_fatal",
         /// The process died by a signal.
@@ -150,11 +154,13 @@ impl FailureKind {
     }
 
     /// A fault that may clear by itself (a device, a driver, memory others hold), as opposed to
-    /// an error of the objective, which is the same error next time, or sweepd's own stop.
+    /// an error of the objective, which is the same error next time, sweepd's own stop, or a
+    /// trial that reached its own memory cap (the device is fine: only its estimate was low).
     pub fn may_clear(&self) -> bool {
         !matches!(
             self,
             FailureKind::Interrupted
+                | FailureKind::Cap
                 | FailureKind::UserError
                 | FailureKind::BadValue
                 | FailureKind::Protocol
@@ -206,6 +212,10 @@ pub struct Failure {
     pub stderr_tail: Option<String>,
     /// Enqueue a WAITING copy with the same params, as Optuna's RetryFailedTrialCallback does.
     pub retry: bool,
+    /// The attempt counts against its kind's retry limit (`sweepd:attempts` on the copy). Not
+    /// for an attempt that failed for something else's doing: an out-of-memory failure whose
+    /// message shows that other processes held the card.
+    pub counts: bool,
 }
 
 /// How a trial ended, as recorded.
@@ -413,6 +423,7 @@ mod tests {
                 reason: String::new(),
                 stderr_tail: None,
                 retry,
+                counts: true,
             })
         };
         assert!(fail(false).spends());

@@ -16,7 +16,7 @@ use super::suggest::Live;
 use crate::gpu::admission::{DeviceView, RunningTrial};
 use crate::gpu::ledger::{self, Claims, Held, Owner, Request};
 use crate::gpu::peak_log::Shared;
-use crate::gpu::{Capacity, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, PeakLog};
+use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Ledger, MemoryModel, Monitor, PeakLog};
 use crate::study::{Params, SearchSpace};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,6 +32,9 @@ pub(super) struct GpuCtl {
     pub(super) next_expected: Option<Estimate>,
     /// Devices whose readings are failing (logged once, when they start failing).
     failing: std::collections::HashSet<u32>,
+    /// Devices the head of our line waits on for memory other processes hold (logged once,
+    /// when the wait starts).
+    busy: BTreeSet<u32>,
     /// The host's ledger, shared with the other daemons on it (`None`: it could not be opened,
     /// and this daemon counts only its own trials).
     pub(super) ledger: Option<Ledger>,
@@ -86,6 +89,7 @@ impl GpuCtl {
             model,
             next_expected: None,
             failing: Default::default(),
+            busy: BTreeSet::new(),
             ledger,
             ledger_failing: false,
             peak_log,
@@ -102,6 +106,26 @@ impl GpuCtl {
     }
 
     /// The file of peaks shared with our memory group, where there is one.
+    /// Says in the log, once each time it starts, that the head of our line waits on a device
+    /// for memory that other processes hold (`Decision::waits_for_others`); `waits`: the head's
+    /// decisions where it waits (`None`: it did not).
+    pub(super) fn say_busy(&mut self, waits: Option<&[Decision]>) {
+        let busy: Vec<&Decision> = waits
+            .unwrap_or_default()
+            .iter()
+            .filter(|d| d.waits_for_others())
+            .collect();
+        for d in &busy {
+            if let (false, Some(w)) = (self.busy.contains(&d.device), &d.wait) {
+                info!(
+                    gpu = d.device,
+                    "a trial waits for other processes' memory: {w}"
+                );
+            }
+        }
+        self.busy = busy.iter().map(|d| d.device).collect();
+    }
+
     pub(super) fn peak_log(&self) -> Option<&PeakLog> {
         self.peak_log.as_ref()
     }
@@ -549,11 +573,11 @@ impl GpuCtl {
         let mut mine = self.my_claims(idle);
         if let Some(p) = new {
             let c = mine.entry(p.device).or_default();
-            c.unclaimed = c.unclaimed.saturating_add(p.estimate.bytes);
+            c.unclaimed = c.unclaimed.saturating_add(p.admitted);
             c.running += 1;
             c.trials.get_or_insert_with(Vec::new).push(Held {
                 pgid: 0,
-                bound: p.estimate.bytes,
+                bound: p.admitted,
             });
         }
         if let Err(e) = locked.write(&mine) {

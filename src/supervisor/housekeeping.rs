@@ -524,6 +524,7 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
                         error: None,
                         updated_at: String::new(),
                         expected_why: why.clone(),
+                        source: Some(m.source(device).to_string()),
                     }
                 }
                 Err(e) => GpuRow {

@@ -242,7 +242,8 @@ pub(super) fn resembles(p: &Params, bad: &Params, dists: &Dists) -> bool {
 pub(super) fn retry_allowed(kind: FailureKind, attempts: &Attempts, cfg: &RetryConfig) -> bool {
     let n = |k: FailureKind| attempts.get(&k).copied().unwrap_or(0);
     match kind {
-        FailureKind::Interrupted => true,
+        // sweepd's doing, or the trial's own estimate: the params are not at fault.
+        FailureKind::Interrupted | FailureKind::Cap => true,
         FailureKind::Oom => n(FailureKind::Oom) < cfg.oom,
         FailureKind::CudaFatal => n(FailureKind::CudaFatal) < cfg.cuda_fatal,
         FailureKind::Killed
@@ -401,6 +402,9 @@ pub(super) struct OomVerdict {
     /// What the memory model raises its estimate near these params from (`MemoryModel::record_oom`),
     /// unless the memory counted for the trial was taken ([`memory_taken`]).
     pub(super) reached: Option<u64>,
+    /// Its message shows other processes held the card ([`memory_taken`]): the failure is
+    /// theirs, and spends neither the budget nor the trial's retries.
+    pub(super) others_held: bool,
 }
 
 /// The verdict on an out-of-memory failure, starting from `alone` (the [`infeasible`] rule's
@@ -460,6 +464,7 @@ pub(super) fn oom_verdict(alone: Option<String>, f: &OomFacts) -> OomVerdict {
         infeasible,
         notes,
         reached,
+        others_held: taken,
     }
 }
 
@@ -685,6 +690,7 @@ mod tests {
             let expected = !matches!(
                 kind,
                 FailureKind::Interrupted
+                    | FailureKind::Cap
                     | FailureKind::UserError
                     | FailureKind::BadValue
                     | FailureKind::Protocol

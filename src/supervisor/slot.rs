@@ -172,7 +172,7 @@ impl Slot {
             // CPU-only persistent workers start before a trial is claimed: a worker that cannot
             // start must not leave trials behind. On GPUs the device is known only after admission.
             if self.persistent() && self.sh.monitor.is_none() && matches!(self.hand, Hand::Empty) {
-                match start_persistent(self.index, &self.sh, None).await? {
+                match start_persistent(self.index, &self.sh, None, None).await? {
                     Ok(w) => {
                         self.start_failures = 0;
                         self.hand = Hand::Ready(Current::new(w, None));
@@ -355,11 +355,21 @@ impl Slot {
         if let Some(c) = turn.worker.take_if(|c| c.device != turn.device) {
             retire(&sh, c.worker, c.device, &Retirement::MovedDevice).await?;
         }
+        let id = turn.claimed.trial_id;
+        if let Some(c) = turn.worker.take_if(|c| {
+            let cap = memory_cap(&sh, id, turn.device, c.worker.memory.context);
+            let framework = c.worker.memory.framework.as_deref();
+            decide::cap_outgrown(framework, c.worker.spawn_cap, cap.map(|(c, _)| c))
+        }) {
+            let why = "its framework read a smaller memory cap at its start".to_owned();
+            retire(&sh, c.worker, c.device, &Retirement::Replaced(why)).await?;
+        }
         if turn.worker.is_some() {
             return Ok(Step::Go(()));
         }
         turn.runner_written = false;
-        match start_persistent(self.index, &sh, turn.device).await? {
+        let cap = memory_cap(&sh, id, turn.device, None);
+        match start_persistent(self.index, &sh, turn.device, cap).await? {
             Ok(w) => {
                 self.start_failures = 0;
                 turn.worker = Some(Current::new(w, turn.device));
@@ -391,7 +401,10 @@ impl Slot {
         let (claimed, device) = (&turn.claimed, turn.device);
         if let Some(c) = turn.worker.as_mut() {
             bind(&sh, claimed, &c.worker, device, turn.runner_written).await?;
-            let (outcome, fate, framework) = run_trial(&sh, &mut c.worker, claimed, None).await;
+            let cap = memory_cap(&sh, claimed.trial_id, device, c.worker.memory.context);
+            let cap = cap.map(|(c, _)| c);
+            let (outcome, fate, framework) =
+                run_trial(&sh, &mut c.worker, claimed, None, cap).await;
             let ran = Ran {
                 outcome,
                 fate,
@@ -400,17 +413,18 @@ impl Slot {
             };
             return Ok(Some(ran));
         }
-        match start_oneshot(self.index, &sh, claimed, device).await {
+        let cap = memory_cap(&sh, claimed.trial_id, device, None);
+        match start_oneshot(self.index, &sh, claimed, device, cap).await {
             Ok(Some((mut w, result_file))) => {
                 bind(&sh, claimed, &w, device, false).await?;
-                // The process exits with its trial: no reading of what it holds after.
-                let (outcome, fate, _) = run_trial(&sh, &mut w, claimed, Some(&result_file)).await;
+                let (outcome, fate, framework) =
+                    run_trial(&sh, &mut w, claimed, Some(&result_file), None).await;
                 let _ = std::fs::remove_file(&result_file);
                 let ran = Ran {
                     outcome,
                     fate,
                     oneshot: Some(w),
-                    framework: None,
+                    framework,
                 };
                 Ok(Some(ran))
             }
@@ -485,6 +499,7 @@ impl Slot {
             fresh_worker: fresh,
             // A success counts for its worker in the finish's own commit.
             done_by: worker_id.filter(|_| success),
+            framework: ran.framework,
         };
         let (_, next) = finish_and_next(&sh, handback, took, to_pool, then).await?;
         // A worker kept here is the runner that commit recorded for the next trial.
@@ -523,6 +538,11 @@ impl Slot {
         // another daemon room this study had only stepped away from.
         self.sh.read_gpus().await;
         c.health.idle = m.group_used(c.worker.pid as i32, d);
+        if m.source(d) != crate::gpu::source::Source::Processes {
+            // NVML cannot name it: what it holds is its context and what its allocator kept.
+            let context = c.worker.memory.context.unwrap_or_else(|| m.context_guess());
+            c.health.idle = ran.framework.map(|fw| context.saturating_add(fw.reserved));
+        }
         if let (Some(held), Some(fw)) = (c.health.idle, ran.framework) {
             if let Some(peak) = m.raise_peak(claimed.trial_id, held, fw.reserved, fw.peak_reserved)
             {
@@ -537,6 +557,33 @@ impl Slot {
             c.health.baseline = c.health.idle;
         }
     }
+}
+
+/// The memory cap of trial `trial_id` on `device` (`gpu::admission::memory_cap`), its worker
+/// taken to hold `context` outside its allocator (else what the latest worker was measured at,
+/// else the prior), recorded with the monitor; with the device's total. `None` without GPUs,
+/// or with `[gpu] caps` off when the trial was admitted.
+fn memory_cap(
+    sh: &Shared,
+    trial_id: i64,
+    device: Option<u32>,
+    context: Option<u64>,
+) -> Option<(u64, Option<u64>)> {
+    let (m, d) = (sh.monitor.as_ref()?, device?);
+    if !m.capped(trial_id) {
+        return None;
+    }
+    let admitted = m.admitted(trial_id)?;
+    let context = context.unwrap_or_else(|| m.context_guess());
+    let cap = crate::gpu::admission::memory_cap(admitted, context);
+    m.set_cap(trial_id, cap, context);
+    let total = m
+        .readings()
+        .into_iter()
+        .find(|(i, _)| *i == d)
+        .and_then(|(_, r)| r.ok())
+        .map(|r| r.total);
+    Some((cap, total))
 }
 
 /// A trial interrupted before it ran: `reason`.
@@ -585,6 +632,7 @@ async fn record_finish(
         outcome,
         fresh_worker: false,
         done_by: None,
+        framework: None,
     };
     let (how, _) = finish_and_next(sh, handback, Duration::ZERO, None, Then::Stop).await?;
     Ok(how)

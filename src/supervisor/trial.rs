@@ -9,7 +9,7 @@ use super::decide::Outcome;
 use super::events::WorkerEvent;
 use super::policy::Fate;
 use super::shared::Shared;
-use super::workers::{kill_group, KILL_GRACE};
+use super::workers::{kill_group, took_memory, KILL_GRACE};
 use crate::classify;
 use crate::clock;
 use crate::config::Config;
@@ -86,11 +86,13 @@ async fn killed(w: &mut Worker, kind: FailureKind, why: String) -> (Outcome, Fat
 /// said of its memory (persistent workers whose helper reports it). `result_file` is set in
 /// oneshot mode, where the process exiting is the normal end of the trial. The limits:
 /// `trial_timeout`, `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study.
+/// `cap`: the memory cap a persistent worker is told with the trial (`memory_cap`).
 pub(super) async fn run_trial(
     sh: &Shared,
     w: &mut Worker,
     c: &Claimed,
     result_file: Option<&PathBuf>,
+    cap: Option<u64>,
 ) -> Ended {
     let cfg = sh.cfg();
     let params = cfg.space.external_json(&c.params);
@@ -101,8 +103,8 @@ pub(super) async fn run_trial(
     ))
     .await;
     if result_file.is_none() {
-        let msg =
-            json!({"type": "trial", "trial_id": c.trial_id, "number": c.number, "params": params});
+        let msg = json!({"type": "trial", "trial_id": c.trial_id, "number": c.number,
+            "params": params, "memory_cap": cap});
         if let Err(e) = w.send(&msg).await {
             let why = format!("could not send the trial to the worker: {e}");
             return (
@@ -317,6 +319,21 @@ impl Conversation<'_> {
                 );
                 let (o, fate) = killed(w, FailureKind::Protocol, why).await;
                 end(o, fate)
+            }
+            Event::Msg(Message::Memory {
+                trial_id,
+                reserved,
+                peak_reserved,
+                worker,
+            }) => {
+                took_memory(self.sh, w, Some(&worker));
+                // Figures of this trial's allocator (a late one of an ended trial is dropped).
+                if let (Some(m), true) =
+                    (&self.sh.monitor, trial_id.is_none_or(|t| t == c.trial_id))
+                {
+                    m.framework(c.trial_id, reserved, peak_reserved, worker.context);
+                }
+                Heard::On
             }
             Event::Msg(_) => Heard::On,
             // A persistent worker without its channel can never deliver this trial's outcome:

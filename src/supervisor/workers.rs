@@ -68,6 +68,25 @@ pub(super) fn worker_env(
     env
 }
 
+/// What a worker started under a memory cap of `cap` bytes on a device of `total` bytes finds
+/// in its environment (`docs/protocol.md`): the cap itself, for the helper and for workers with
+/// no framework, and JAX's own limit, which JAX reads once, when it starts.
+pub(super) fn cap_env(cap: u64, total: Option<u64>) -> Vec<(String, String)> {
+    let mut env = vec![("SWEEPD_MEMORY_CAP".to_owned(), cap.to_string())];
+    if let Some(total) = total.filter(|t| *t > 0) {
+        let fraction = (cap as f64 / total as f64).min(1.0);
+        env.push((
+            "XLA_PYTHON_CLIENT_PREALLOCATE".to_owned(),
+            "false".to_owned(),
+        ));
+        env.push((
+            "XLA_PYTHON_CLIENT_MEM_FRACTION".to_owned(),
+            format!("{fraction:.3}"),
+        ));
+    }
+    env
+}
+
 /// Slots whose worker start is waiting out a shortage now: the first says so, the last to
 /// get through says it is over (one warning per burst, however many slots meet it).
 static SHORT: AtomicUsize = AtomicUsize::new(0);
@@ -165,23 +184,33 @@ pub(super) async fn spawn_worker(
 
 /// Starts a persistent worker and waits for its `ready`. The inner `Err` is a start failure
 /// (reason, stderr tail) the slot may retry.
+/// `cap`: the memory cap of its first trial and the device's total, for its environment (a
+/// framework that reads its limit once keeps this one for the worker's life).
 pub(super) async fn start_persistent(
     slot: usize,
     sh: &Shared,
     device: Option<u32>,
+    cap: Option<(u64, Option<u64>)>,
 ) -> Result<Result<Worker, (String, String)>, RunError> {
-    let Some(mut w) = spawn_worker(slot, sh, device, Vec::new(), Vec::new()).await? else {
+    let env = cap.map_or_else(Vec::new, |(c, total)| cap_env(c, total));
+    let Some(mut w) = spawn_worker(slot, sh, device, Vec::new(), env).await? else {
         return Ok(Err(("the study is stopping".to_owned(), String::new())));
     };
+    w.spawn_cap = cap.map(|(c, _)| c);
     let deadline = tokio::time::sleep(sh.cfg().worker.startup_timeout);
     tokio::pin!(deadline);
     let failure = loop {
         tokio::select! {
             ev = w.next_event() => match ev {
-                Event::Msg(Message::Ready) => {
+                Event::Msg(Message::Ready { memory }) => {
+                    took_memory(sh, &mut w, memory.as_ref());
                     sh.store.worker_state(w.id, WorkerState::Ready).await?;
                     WorkerEvent::Ready.record(&sh.store, Some(w.id), None).await?;
                     return Ok(Ok(w));
+                }
+                Event::Msg(Message::Memory { worker, .. }) => {
+                    took_memory(sh, &mut w, Some(&worker));
+                    continue;
                 }
                 Event::Msg(_) => continue,
                 Event::Garbage(why) => break format!("sent garbage before `ready`: {why}"),
@@ -201,6 +230,16 @@ pub(super) async fn start_persistent(
     Ok(Err((failure, stderr)))
 }
 
+/// What a worker's framework said of its process's memory (`ready`, `memory` messages): kept
+/// with the worker, and its context, once measured, is what new workers are taken to hold.
+pub(super) fn took_memory(sh: &Shared, w: &mut Worker, said: Option<&process::WorkerMemory>) {
+    let Some(said) = said else { return };
+    w.memory.update(said);
+    if let (Some(m), Some(c)) = (&sh.monitor, said.context) {
+        m.context_seen(c);
+    }
+}
+
 /// Spawns a oneshot worker for one trial: params as `--name=value` and as JSON in env. `None`
 /// if the study stopped while the start waited out a shortage.
 pub(super) async fn start_oneshot(
@@ -208,6 +247,7 @@ pub(super) async fn start_oneshot(
     sh: &Shared,
     c: &Claimed,
     device: Option<u32>,
+    cap: Option<(u64, Option<u64>)>,
 ) -> Result<Option<(Worker, PathBuf)>, RunError> {
     let params = sh.cfg().space.external_json(&c.params);
     let args = params
@@ -231,7 +271,7 @@ pub(super) async fn start_oneshot(
     }
     let result_file = results.join(format!("trial-{}.result", c.trial_id));
     let _ = std::fs::remove_file(&result_file);
-    let env = vec![
+    let mut env = vec![
         ("SWEEPD_TRIAL_ID".to_owned(), c.trial_id.to_string()),
         ("SWEEPD_TRIAL_NUMBER".to_owned(), c.number.to_string()),
         ("SWEEPD_PARAMS".to_owned(), params.to_string()),
@@ -240,8 +280,14 @@ pub(super) async fn start_oneshot(
             result_file.to_string_lossy().into_owned(),
         ),
     ];
+    if let Some((cap, total)) = cap {
+        env.extend(cap_env(cap, total));
+    }
     let w = spawn_worker(slot, sh, device, args, env).await?;
-    Ok(w.map(|w| (w, result_file)))
+    Ok(w.map(|mut w| {
+        w.spawn_cap = cap.map(|(c, _)| c);
+        (w, result_file)
+    }))
 }
 
 /// Ends a worker for good: asks it to exit, kills its group if it does not, and on a GPU waits
@@ -405,5 +451,20 @@ high = 1.0
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn a_capped_worker_finds_its_cap_and_jaxs_fraction_of_the_device_in_its_environment() {
+        let g = 1u64 << 30;
+        let env: HashMap<String, String> = cap_env(6 * g, Some(24 * g)).into_iter().collect();
+        assert_eq!(env["SWEEPD_MEMORY_CAP"], (6 * g).to_string());
+        assert_eq!(env["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
+        assert_eq!(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "0.250");
+        // The device's total unknown: the cap alone, no fraction of nothing.
+        let env = cap_env(6 * g, None);
+        assert_eq!(env, [("SWEEPD_MEMORY_CAP".to_owned(), (6 * g).to_string())]);
+        // Never more than the whole device.
+        let env: HashMap<String, String> = cap_env(30 * g, Some(24 * g)).into_iter().collect();
+        assert_eq!(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "1.000");
     }
 }

@@ -126,6 +126,7 @@ impl Core {
             outcome,
             fresh_worker,
             done_by,
+            framework,
         } = h;
         let cfg = self.settings.get();
         self.running = self.running.saturating_sub(1);
@@ -164,6 +165,10 @@ impl Core {
         if let Some(p) = peak {
             attrs.push((attrs::PEAK_MEMORY_ATTR, json!(units::to_mib(p))));
         }
+        let cap = memory.as_ref().and_then(|m| m.cap);
+        if let Some(c) = cap {
+            attrs.push((attrs::MEMORY_CAP_ATTR, json!(units::to_mib(c))));
+        }
         let on_device = match (&self.gpu, device) {
             (Some(g), Some(d)) => Some(OnDevice {
                 total: g
@@ -177,6 +182,10 @@ impl Core {
                 bound: memory.as_ref().map_or(0, |m| m.expected_peak),
                 guess: g.model.guess(),
                 headroom: cfg.gpu.headroom,
+                context: memory.as_ref().map_or(0, |m| m.context),
+                peak_reserved: framework.map(|f| f.peak_reserved),
+                requested: framework.and_then(|f| f.requested),
+                worker_cap: framework.and_then(|f| f.cap),
             }),
             _ => None,
         };

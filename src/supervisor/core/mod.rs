@@ -178,6 +178,8 @@ pub(super) struct Handback<'a> {
     /// The worker whose success it was: its count of trials done goes up in the finish's
     /// commit.
     pub(super) done_by: Option<i64>,
+    /// What its worker's framework said of its memory with its final message.
+    pub(super) framework: Option<crate::process::FrameworkMemory>,
 }
 
 /// What a slot is told to do next.

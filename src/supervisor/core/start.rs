@@ -188,6 +188,7 @@ impl Core {
                     idle: &r.idle,
                     beside,
                     max_par: cfg.worker.max_par,
+                    caps: cfg.gpu.caps,
                     estimate: &mut estimate,
                 });
                 decide::admit_line(&mut facts)
@@ -195,6 +196,7 @@ impl Core {
             _ => decide::admit_line(&mut facts),
         };
         if let Some(g) = &mut self.gpu {
+            g.say_busy(a.head_waits.as_deref());
             if a.head_estimate.is_some() {
                 g.next_expected = a.head_estimate.clone();
             }
@@ -255,17 +257,25 @@ impl Core {
                     if p.reclaim.retire.len() == 1 { "" } else { "s" }
                 ));
             }
+            if p.admitted < p.estimate.bytes {
+                how.push_str(&format!(
+                    ", with the {} the card has (more than it can give)",
+                    crate::units::format_gib(p.admitted)
+                ));
+            }
             info!(
                 trial = claimed.number,
                 gpu = p.device,
                 "admitted: expected peak {}{how}",
                 p.estimate.why
             );
+            let caps = self.settings.get().gpu.caps;
             g.monitor.track(
                 claimed.trial_id,
                 p.device,
-                p.estimate.bytes,
+                p.admitted,
                 p.estimate.predicted,
+                caps,
             );
             *self.running_on.entry(p.device).or_default() += 1;
             self.pool
@@ -395,6 +405,7 @@ impl Core {
                 reason: why,
                 stderr_tail: None,
                 retry: false,
+                counts: true,
             };
             if self
                 .store

@@ -1,7 +1,8 @@
 //! What a trial's outcome is recorded as: completed, pruned, or failed and then retried
 //! (a WAITING copy) or final; whether its params are infeasible; what an out-of-memory failure
-//! teaches admission and the memory model; whether the study halts because its trials can
-//! only fail; and what the finish does to the circuit breaker.
+//! teaches admission and the memory model (a trial that reached its own memory cap, `cap`, is
+//! told from a full device, `oom`); whether the study halts because its trials can only fail;
+//! and what the finish does to the circuit breaker.
 
 use crate::classify;
 use crate::config::RetryConfig;
@@ -36,6 +37,13 @@ pub(in crate::supervisor) struct OnDevice {
     pub(in crate::supervisor) guess: u64,
     /// `[gpu] headroom`.
     pub(in crate::supervisor) headroom: u64,
+    /// What its worker was taken to hold outside the allocator.
+    pub(in crate::supervisor) context: u64,
+    /// What its worker's helper said with its error: the most its allocator reserved, the
+    /// allocation that failed, the cap it enforced.
+    pub(in crate::supervisor) peak_reserved: Option<u64>,
+    pub(in crate::supervisor) requested: Option<u64>,
+    pub(in crate::supervisor) worker_cap: Option<u64>,
 }
 
 /// What [`finish`] decides from, besides the outcome.
@@ -101,8 +109,16 @@ pub(in crate::supervisor) fn finish(
     };
     // Out of memory in a fresh process (no fragmentation of its own) with no other trial on
     // the device: these params do not fit this card.
+    if let Some(v) = f
+        .on_device
+        .filter(|_| kind == FailureKind::Oom)
+        .and_then(|d| cap_reached(&reason, tail.as_deref(), &d))
+    {
+        return v.verdict(reason, tail);
+    }
     let mut infeasible = policy::infeasible(kind, f.alone, f.fresh_worker)
         .then(|| "out of memory while alone on the device".to_owned());
+    let mut others_held = false;
     // An OOM that turned into a device-side assert still says the trial needs more.
     if let Some(d) = f.on_device.filter(|_| policy::oom_like(kind, &reason)) {
         verdict.oom = true;
@@ -127,6 +143,7 @@ pub(in crate::supervisor) fn finish(
         infeasible = v.infeasible;
         reason.push_str(&v.notes);
         verdict.reached = v.reached.map(|r| (r, total.unwrap_or(u64::MAX)));
+        others_held = v.others_held;
     }
     let signature = Signature::of(kind, &reason, error.as_ref());
     let retry = if let Some(why) = infeasible {
@@ -147,15 +164,96 @@ pub(in crate::supervisor) fn finish(
             policy::retry_allowed(kind, f.attempts, f.retry)
         }
     } else {
-        policy::retry_allowed(kind, f.attempts, f.retry)
+        // Memory that other processes held is theirs: retried, whatever the trial's attempts.
+        others_held || policy::retry_allowed(kind, f.attempts, f.retry)
     };
     verdict.how = Finish::Fail(Failure {
         kind,
         reason,
         stderr_tail: tail,
         retry,
+        counts: !others_held,
     });
     verdict
+}
+
+/// A trial that reached its own memory cap, as its finish records it.
+struct CapReached {
+    cap: u64,
+    hit: classify::CapHit,
+    /// What it needed at least: its worker's context, what its allocator held, the request.
+    level: u64,
+    total: Option<u64>,
+    headroom: u64,
+}
+
+/// Whether an out-of-memory failure of a trial on a device is its own cap
+/// (`classify::cap_hit`, from the message's figures and the worker's), and where it hit. Only
+/// a cap the worker says it enforced (`worker_cap`) can be hit: a worker that did not (an older
+/// helper, a framework it could not limit) grew into the device, and its OOM is the device's.
+fn cap_reached(reason: &str, tail: Option<&str>, d: &OnDevice) -> Option<CapReached> {
+    let cap = d.worker_cap?;
+    let figures = tail
+        .and_then(classify::oom_figures)
+        .or_else(|| classify::oom_figures(reason));
+    let hit = classify::cap_hit(&classify::CapFacts {
+        cap,
+        figures: figures.as_ref(),
+        peak_reserved: d.peak_reserved,
+        requested: d.requested,
+    })?;
+    Some(CapReached {
+        cap,
+        hit,
+        level: hit.level().saturating_add(d.context),
+        total: d.total.or(figures.and_then(|f| f.total)),
+        headroom: d.headroom,
+    })
+}
+
+impl CapReached {
+    /// Re-run with a cap learned from where it hit (the memory model's floor at its level),
+    /// spending neither the budget nor a retry, unless that level never fits the device: then
+    /// its params are infeasible, as an out-of-memory failure alone on the card would say.
+    fn verdict(self, reason: String, tail: Option<String>) -> Verdict {
+        use crate::units::format_gib;
+        let never = self
+            .total
+            .filter(|t| policy::never_fits(self.level, *t, self.headroom));
+        let mut reason = format!(
+            "reached its memory cap of {}: its allocator held {} and asked for {} more ({reason})",
+            format_gib(self.cap),
+            format_gib(self.hit.held),
+            format_gib(self.hit.requested),
+        );
+        if let Some(total) = never {
+            reason.push_str(&format!(
+                " (infeasible: needs at least {} with its worker's context, more than the \
+                 device's {} less headroom {})",
+                format_gib(self.level),
+                format_gib(total),
+                format_gib(self.headroom)
+            ));
+        } else {
+            reason.push_str(&format!(
+                "; re-run with room for at least {}",
+                format_gib(self.level)
+            ));
+        }
+        Verdict {
+            how: Finish::Fail(Failure {
+                kind: FailureKind::Cap,
+                reason,
+                stderr_tail: tail,
+                retry: never.is_none(),
+                counts: false,
+            }),
+            infeasible: never.is_some(),
+            oom: false,
+            reached: Some((self.level, self.total.unwrap_or(u64::MAX))),
+            halt: None,
+        }
+    }
 }
 
 /// What a finish does to the circuit breaker of its device.
@@ -217,6 +315,10 @@ mod tests {
             bound: 8 * G,
             guess: 0,
             headroom: G,
+            context: 0,
+            peak_reserved: None,
+            requested: None,
+            worker_cap: None,
         }
     }
 
@@ -370,6 +472,167 @@ mod tests {
         );
     }
 
+    /// PyTorch's message for a process whose allocator held `held` GiB and asked for `tried`
+    /// more, with `free` GiB free on the 24 GiB device (0.5 GiB of context besides).
+    fn torch_oom(held: f64, tried: f64, free: f64) -> Outcome {
+        let message = format!(
+            "CUDA out of memory. Tried to allocate {tried:.2} GiB. GPU 0 has a total capacity \
+             of 24.00 GiB of which {free:.2} GiB is free. Including non-PyTorch memory, this \
+             process has {:.2} GiB memory in use. Of the allocated memory {held:.2} GiB is \
+             allocated by PyTorch, and 0.00 GiB is reserved by PyTorch but unallocated.",
+            held + 0.5
+        );
+        Outcome::Failed {
+            kind: Oom,
+            reason: "CUDA out of memory".into(),
+            tail: Some(message),
+            error: None,
+        }
+    }
+
+    fn gib(x: f64) -> u64 {
+        (x * G as f64) as u64
+    }
+
+    /// (kind, retried, counts against its retries, infeasible, admission backs off, what the
+    /// model learns in GiB)
+    type Judged = (FailureKind, bool, bool, bool, bool, Option<f64>);
+
+    #[rstest]
+    // Held 3.5 of its 4 GiB cap and asked for 1 more with 15 GiB free: its own cap. Re-run,
+    // spending nothing, and the model learns the level it needed with its 0.5 GiB context.
+    #[case::at_its_cap(Some(4.0), 3.5, 1.0, 15.0, &[], (Cap, true, false, false, false, Some(5.0)))]
+    #[case::whatever_its_attempts(Some(4.0), 3.5, 1.0, 15.0, &[(Oom, 2), (Cap, 9)], (Cap, true, false, false, false, Some(5.0)))]
+    // Within its cap, the device short: the card was full, a device OOM as before caps, and
+    // within what it was admitted with, other processes' doing: it spends nothing either.
+    #[case::the_device_full(Some(4.0), 2.0, 1.0, 0.5, &[], (Oom, true, false, false, true, None))]
+    // Its level never fits the card less headroom: no re-run, its params infeasible.
+    #[case::never_fits(Some(23.0), 22.5, 1.0, 0.6, &[], (Cap, false, false, true, false, Some(24.0)))]
+    // No cap: out of memory as ever, its own past the 8 GiB it was admitted with.
+    #[case::uncapped(None, 9.0, 1.0, 15.0, &[], (Oom, true, true, false, true, Some(10.5)))]
+    fn a_trial_that_reaches_its_cap_is_re_run_larger_spending_nothing(
+        #[case] cap: Option<f64>,
+        #[case] held: f64,
+        #[case] tried: f64,
+        #[case] free: f64,
+        #[case] earlier: &[(FailureKind, u32)],
+        #[case] want: Judged,
+    ) {
+        let mut c = Case::on_gpu();
+        c.attempts = earlier.iter().copied().collect();
+        c.on_device = Some(OnDevice {
+            worker_cap: cap.map(gib),
+            context: G / 2,
+            peak: None,
+            bound: cap.map_or(8 * G, |c| gib(c + 0.5)),
+            ..card()
+        });
+        let v = c.judge(torch_oom(held, tried, free));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        let got: Judged = (
+            f.kind,
+            f.retry,
+            f.counts,
+            v.infeasible,
+            v.oom,
+            v.reached.map(|(r, _)| r as f64 / G as f64),
+        );
+        let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => (a - b).abs() < 0.01,
+            (a, b) => a == b,
+        };
+        assert!(
+            (got.0, got.1, got.2, got.3, got.4) == (want.0, want.1, want.2, want.3, want.4)
+                && close(got.5, want.5),
+            "{got:?} != {want:?}: {}",
+            f.reason
+        );
+        if f.kind == Cap {
+            assert!(
+                f.reason.starts_with("reached its memory cap of "),
+                "{}",
+                f.reason
+            );
+            assert_eq!(breaker_effect(&v.how), BreakerEffect::None);
+        }
+    }
+
+    #[test]
+    fn the_workers_own_figures_tell_a_cap_hit_where_the_message_has_none() {
+        let mut c = Case::on_gpu();
+        c.on_device = Some(OnDevice {
+            worker_cap: Some(4 * G),
+            peak_reserved: Some(gib(3.5)),
+            requested: Some(G),
+            ..card()
+        });
+        let v = c.judge(failed(Oom, "GPU out of memory (XLA RESOURCE_EXHAUSTED)"));
+        assert!(matches!(&v.how, Finish::Fail(f) if f.kind == Cap), "{v:?}");
+        // The cap the worker says it enforced is the one judged by.
+        c.on_device = Some(OnDevice {
+            worker_cap: Some(8 * G),
+            ..c.on_device.unwrap()
+        });
+        let v = c.judge(failed(Oom, "GPU out of memory (XLA RESOURCE_EXHAUSTED)"));
+        assert!(matches!(&v.how, Finish::Fail(f) if f.kind == Oom), "{v:?}");
+    }
+
+    /// sweepd told the worker a cap of 4 GiB, but its helper enforced none (an older helper, or
+    /// a framework it cannot limit): the trial grew past 4 GiB into the device, and the device
+    /// ran out. Judged by sweepd's cap, that read as a cap hit (`cap`, re-run for free, never
+    /// infeasible, the device's admission never backing off), though no cap had stopped it.
+    /// Only the cap the worker says it enforced is in the facts now (`worker_cap`, none here).
+    #[test]
+    fn a_device_oom_of_a_worker_that_enforced_no_cap_is_not_taken_for_a_cap_hit() {
+        let mut c = Case::on_gpu();
+        c.on_device = Some(OnDevice {
+            context: G / 2,
+            ..card()
+        });
+        let v = c.judge(torch_oom(9.0, 1.0, 0.2));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        assert_eq!(f.kind, Oom, "{}", f.reason);
+        assert!(v.oom);
+    }
+
+    /// The issue's card: another job held 22 of 24 GiB, and the OOMs of trials that started
+    /// there spent three of a six-trial budget and every retry.
+    #[test]
+    fn an_oom_that_other_processes_caused_spends_no_budget_and_no_retry() {
+        let mut c = Case::on_gpu();
+        c.attempts = [(Oom, 2)].into_iter().collect();
+        // Its process held 0.5 GiB and asked for 1: within the 8 GiB it was admitted with.
+        let v = c.judge(torch_oom(0.0, 1.0, 0.2));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            (f.kind, f.retry, f.counts),
+            (Oom, true, false),
+            "{}",
+            f.reason
+        );
+        assert!(!v.how.spends());
+        assert!(f
+            .reason
+            .contains("other processes held the rest of the card"));
+        // One past what it was admitted with is its own, and counts.
+        let v = c.judge(torch_oom(9.0, 1.0, 0.2));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            (f.kind, f.retry, f.counts),
+            (Oom, false, true),
+            "{}",
+            f.reason
+        );
+    }
+
     #[test]
     fn an_oom_turned_device_side_assert_counts_as_an_oom() {
         let c = Case::on_gpu();
@@ -461,6 +724,7 @@ mod tests {
     #[case::an_error_in_the_objective(UserError, BreakerEffect::None)]
     #[case::a_bad_value(BadValue, BreakerEffect::None)]
     #[case::an_interruption(Interrupted, BreakerEffect::None)]
+    #[case::a_trial_at_its_own_cap(Cap, BreakerEffect::None)]
     #[case::a_protocol_error(Protocol, BreakerEffect::None)]
     fn the_breaker_counts_faults_that_may_clear(
         #[case] kind: FailureKind,
@@ -471,6 +735,7 @@ mod tests {
             reason: String::new(),
             stderr_tail: None,
             retry: false,
+            counts: true,
         });
         assert_eq!(breaker_effect(&how), expected);
         assert_eq!(

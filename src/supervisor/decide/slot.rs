@@ -41,6 +41,25 @@ pub(in crate::supervisor) fn after_trial(
     }
 }
 
+/// Whether a persistent worker cannot run a trial of memory cap `cap`: its framework
+/// (`framework`, as its `ready` said) reads its limit once, at its start (JAX reads
+/// `XLA_PYTHON_CLIENT_MEM_FRACTION`, TensorFlow its logical device's `memory_limit`), and it
+/// started under a smaller cap (`started_with`). A worker whose framework is unknown or takes
+/// a new limit per trial (PyTorch, none) runs it.
+pub(in crate::supervisor) fn cap_outgrown(
+    framework: Option<&str>,
+    started_with: Option<u64>,
+    cap: Option<u64>,
+) -> bool {
+    let fixed = matches!(framework, Some("jax" | "tensorflow"));
+    match (started_with, cap) {
+        (Some(was), Some(now)) => fixed && now > was,
+        // Started uncapped: its framework may take the whole device; capped since: a new one.
+        (None, Some(_)) => fixed,
+        (_, None) => false,
+    }
+}
+
 /// Whether an idle worker (on a GPU, in the pool) is retired now: its process is gone
 /// (`alive` false), or it has been idle for `[gpu] idle_worker_timeout`.
 pub(in crate::supervisor) fn idle_expired(
@@ -223,5 +242,22 @@ mod tests {
         assert_eq!(next(false, 1, true, None), Some((Some(1), None)));
         assert_eq!(next(false, 1, false, None), Some((None, None)), "oneshot");
         assert_eq!(next(false, 0, true, Some(runner)), Some((Some(1), Some(4))));
+    }
+
+    #[rstest::rstest]
+    #[case::torch_takes_a_new_cap_per_trial(Some("torch"), Some(4), Some(8), false)]
+    #[case::no_framework_reads_it_from_the_trial(None, Some(4), Some(8), false)]
+    #[case::jax_read_a_smaller_one_at_its_start(Some("jax"), Some(4), Some(8), true)]
+    #[case::tensorflow_too(Some("tensorflow"), Some(4), Some(8), true)]
+    #[case::jax_within_what_it_started_with(Some("jax"), Some(8), Some(4), false)]
+    #[case::jax_started_uncapped(Some("jax"), None, Some(4), true)]
+    #[case::no_cap_now(Some("jax"), Some(4), None, false)]
+    fn a_worker_whose_framework_read_a_smaller_cap_at_its_start_is_not_reused(
+        #[case] framework: Option<&str>,
+        #[case] started_with: Option<u64>,
+        #[case] cap: Option<u64>,
+        #[case] outgrown: bool,
+    ) {
+        assert_eq!(cap_outgrown(framework, started_with, cap), outgrown);
     }
 }

@@ -114,6 +114,9 @@ pub(in crate::supervisor) fn after_empty_draw(
 pub(in crate::supervisor) struct Placement {
     pub(in crate::supervisor) device: u32,
     pub(in crate::supervisor) estimate: Estimate,
+    /// The bytes it is admitted with, its cap's and its claim's: its estimate, or under caps
+    /// on an empty card that cannot give it that, what the card has (`Decision::grant`).
+    pub(in crate::supervisor) admitted: u64,
     pub(in crate::supervisor) reclaim: Reclaim,
 }
 
@@ -132,6 +135,8 @@ pub(in crate::supervisor) struct Devices<'a> {
     pub(in crate::supervisor) beside: Option<&'a BTreeSet<i64>>,
     /// `[worker] max_par`: our workers, busy and idle, stay within it.
     pub(in crate::supervisor) max_par: usize,
+    /// `[gpu] caps`: trials run under memory caps.
+    pub(in crate::supervisor) caps: bool,
     /// The memory model's estimate of a trial with these params (`MemoryModel::estimate`).
     pub(in crate::supervisor) estimate: &'a mut dyn FnMut(&Params) -> Estimate,
 }
@@ -300,6 +305,7 @@ fn place(
         return Err(decisions);
     };
     let device = pick.device;
+    let admitted = if g.caps { pick.grant(e) } else { e };
     let view = g
         .views
         .iter()
@@ -324,6 +330,7 @@ fn place(
     Ok(Some(Placement {
         device,
         estimate,
+        admitted,
         reclaim,
     }))
 }
@@ -571,6 +578,7 @@ mod tests {
         room: Option<u64>,
         max_par: usize,
         gpu: bool,
+        caps: bool,
     }
 
     impl Snap {
@@ -585,6 +593,7 @@ mod tests {
                 room: None,
                 max_par: 8,
                 gpu: true,
+                caps: true,
             }
         }
 
@@ -616,6 +625,7 @@ mod tests {
                     idle: &self.idle,
                     beside: self.beside.as_ref(),
                     max_par: self.max_par,
+                    caps: self.caps,
                     estimate: &mut estimate,
                 }),
                 now,
@@ -629,6 +639,52 @@ mod tests {
         a.start
             .as_ref()
             .map(|(k, p)| (*k, p.as_ref().map(|p| p.device)))
+    }
+
+    /// The cards: another job holds 22 of 24 GiB and 11 of 12 GiB. Nothing of ours
+    /// runs, yet nothing starts: the head waits and says why on each card; a trial within
+    /// what is left would start.
+    #[test]
+    fn a_busy_card_is_waited_for_not_tried() {
+        let twelve = DeviceView {
+            total: 12 * G,
+            ..card(1, G)
+        };
+        let s = Snap::new(&[4], vec![card(0, 2 * G), twelve]);
+        let a = s.decide(Instant::now());
+        assert_eq!(started(&a), None);
+        let waits: Vec<String> = a
+            .head_waits
+            .expect("the head waits")
+            .iter()
+            .map(|d| d.wait.as_ref().unwrap().to_string())
+            .collect();
+        assert!(waits[0].ends_with("other processes hold 22.0 GiB here: waiting for them"));
+        assert!(waits[1].ends_with("other processes hold 11.0 GiB here: waiting for them"));
+        let s = Snap::new(&[1], vec![card(0, 2 * G + G / 2)]);
+        assert_eq!(started(&s.decide(Instant::now())), Some((0, Some(0))));
+    }
+
+    /// An empty card takes a trial whose estimate is more than it has: under caps the trial
+    /// runs in what the card gives, so that its cap is one the card can honour.
+    #[rstest]
+    #[case::capped(true, 23)]
+    #[case::uncapped(false, 40)]
+    fn an_empty_card_admits_a_trial_too_large_for_it_with_what_it_has(
+        #[case] caps: bool,
+        #[case] admitted: u64,
+    ) {
+        let mut s = Snap::new(&[40], vec![card(0, 24 * G)]);
+        s.caps = caps;
+        let a = s.decide(Instant::now());
+        let (k, p) = a.start.expect("always one on an empty card");
+        let p = p.unwrap();
+        assert_eq!((k, p.estimate.bytes, p.admitted), (0, 40 * G, admitted * G));
+        // Where it fits, its estimate either way.
+        let mut s = Snap::new(&[4], vec![card(0, 24 * G)]);
+        s.caps = caps;
+        let (_, p) = s.decide(Instant::now()).start.unwrap();
+        assert_eq!(p.unwrap().admitted, 4 * G);
     }
 
     #[rstest]
