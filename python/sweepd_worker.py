@@ -23,7 +23,8 @@ An Optuna objective runs unchanged; only the last line of the script changes::
 The ``trial`` speaks Optuna's trial API: ``suggest_float``, ``suggest_int``,
 ``suggest_categorical`` (and the deprecated ``suggest_uniform``,
 ``suggest_loguniform``, ``suggest_discrete_uniform``), ``report(value, step)``,
-``should_prune()``, ``set_user_attr()``, ``user_attrs``, ``number``,
+``should_prune()``, ``set_user_attr()``, ``user_attrs``, Optuna 5's
+``set_constraint(key, value)`` and ``constraints``, ``number``,
 ``params``, ``distributions`` and ``datetime_start``, plus sweepd's ``id``
 (Optuna's trial_id).  Any exception class named ``TrialPruned`` (for
 instance ``optuna.TrialPruned``) ends the trial as pruned.
@@ -62,9 +63,15 @@ Messages are UTF-8 JSON objects, one per ``\\n``-terminated line (at most
 ``"-inf"``.  ``report()`` sends ``{"type":"report"}`` and blocks until
 sweepd answers with ``{"type":"prune"}``; ``suggest_*`` sends
 ``{"type":"suggest"}`` and blocks until sweepd answers with
-``{"type":"param"}``; ``set_user_attr()`` sends ``{"type":"user_attr"}``.
+``{"type":"param"}``; ``set_user_attr()`` sends ``{"type":"user_attr"}``,
+``set_constraint()`` ``{"type":"constraint"}``.
 Outcomes are ``result``, ``pruned`` or ``error`` messages.  stdout and
 stderr stay free for the user's own output.
+
+A GPU trial runs under the memory cap sweepd admitted it with (``memory_cap``
+in the trial message, ``SWEEPD_MEMORY_CAP`` in the environment), enforced
+with the framework's own limit by ``sweepd_memory``; ``trial.memory_cap``
+has it for a worker without one.
 
 The full protocol, for writing workers in other languages, is in
 ``docs/protocol.md`` in the sweepd repository.
@@ -79,7 +86,6 @@ import collections.abc
 import copy
 import datetime
 import decimal
-import gc
 import json
 import math
 import operator
@@ -90,6 +96,9 @@ import sys
 import threading
 import traceback
 import warnings
+
+import sweepd_memory
+from sweepd_memory import _warn, release_caches
 
 __version__ = "0.2.0"
 
@@ -130,14 +139,6 @@ class TrialPruned(Exception):
 
 # --------------------------------------------------------------------------
 # Small helpers
-
-
-def _warn(text):
-    try:
-        sys.stderr.write("sweepd_worker: %s\n" % (text,))
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def _flush_std_streams():
@@ -358,6 +359,19 @@ def _check_user_attr_key(key):
     if key.startswith(_RESERVED_PREFIX):
         raise ValueError("user attribute keys starting with %r are reserved for sweepd"
                          % (_RESERVED_PREFIX,))
+
+
+def _check_constraint_key(key):
+    # sweepd's rule (study::rules::constraint): the attribute's name, "constraints:" and the
+    # key, stored as any other.
+    name = "constraints:" + key
+    if "\0" in key:
+        raise ValueError("a constraint key may not contain NUL bytes (PostgreSQL cannot "
+                         "store them)")
+    if len(name) > MAX_KEY_CHARS:
+        raise ValueError("a constraint's attribute name (%r and its key) is at most %d "
+                         "characters (Optuna's VARCHAR(512)), got %d"
+                         % ("constraints:", MAX_KEY_CHARS, len(name)))
 
 
 def _check_carried(value, key):
@@ -819,10 +833,13 @@ class _Channel(object):
 
 
 def _note_refusal(msg):
-    """sweepd refused a user attribute (it has no answer to wait for): say so on stderr."""
-    if msg.get("type") == "user_attr_refused":
-        _warn("sweepd refused user attribute %r: %s"
-              % (_clean_str(str(msg.get("key")))[:100], _clean_str(str(msg.get("error")))))
+    """sweepd refused a user attribute or a constraint (neither has an answer to wait for):
+    say so on stderr."""
+    what = {"user_attr_refused": "user attribute", "constraint_refused": "constraint"}
+    if msg.get("type") in what:
+        _warn("sweepd refused %s %r: %s"
+              % (what[msg["type"]], _clean_str(str(msg.get("key")))[:100],
+                 _clean_str(str(msg.get("error")))))
 
 
 def _open_channel(required):
@@ -905,12 +922,17 @@ class Trial(object):
         id: the trial's id (Optuna's trial_id).
         datetime_start: a naive local ``datetime.datetime``: when the trial started, as sweepd
             says in the trial message (``datetime_start``), else when this process got it.
+        memory_cap: the bytes the trial's framework allocator may hold on its device (sweepd's
+            cap: ``memory_cap`` of the trial message, or ``SWEEPD_MEMORY_CAP``), or None. The
+            helper enforces it with PyTorch and TensorFlow; a worker without one reads it here.
 
     Properties (copies, as in Optuna): ``params`` (name -> value: float, int, or the
     categorical choice itself; the values sweepd sampled up front plus those suggested so
     far), ``distributions`` (name -> distribution, for the names suggested so far),
     ``user_attrs``.
     """
+
+    memory_cap = None
 
     def __init__(self, trial_id, number, params, channel, protocol=PROTOCOL_VERSION,
                  datetime_start=None):
@@ -928,6 +950,8 @@ class Trial(object):
         self._should_prune = False
         self._finished = False
         self._warned_user_attrs = False
+        self._constraints = {}
+        self._warned_constraints = False
 
     # -- attributes ---------------------------------------------------------
 
@@ -1107,6 +1131,45 @@ class Trial(object):
                      "channel is not open (SWEEPD_FD is not set)",))
         self._user_attrs[key] = copy.deepcopy(value)
 
+    # -- constraints (Optuna 5) ----------------------------------------------
+
+    @property
+    def constraints(self):
+        """Optuna 5's ``trial.constraints``: the values ``set_constraint`` set, by key."""
+        return dict(self._constraints)
+
+    def set_constraint(self, key, value):
+        """Optuna 5's ``set_constraint(key, value)``: the trial is feasible when every
+        constraint value is 0 or less. sweepd stores it as Optuna does (the system attribute
+        ``constraints:<key>``) and its TPE, NSGA-II and GP samplers steer away from infeasible
+        trials. A key set again keeps its first value (a warning, as Optuna)."""
+        self._check_running("set_constraint")
+        if not isinstance(key, str):
+            raise TypeError("Trial.set_constraint(): the key must be a str, got %s"
+                            % (_short_repr(key),))
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError("The `value` argument is of type '%s' but supposed to be a float."
+                            % (type(value),)) from None
+        if math.isnan(value):
+            raise ValueError("Attempted to set a constraint for %r, but NaN is not allowed."
+                             % (key,))
+        _check_constraint_key(key)
+        if key in self._constraints:
+            _warn_user("The constraint value is ignored because this constraint `key=%r` is "
+                       "already set." % (key,))
+            return
+        if self._channel is not None and self._protocol >= 2:
+            self._channel.send({"type": "constraint", "trial_id": self.id, "key": key,
+                                "value": _wire_float(value)})
+        elif not self._warned_constraints:
+            self._warned_constraints = True
+            _warn("this sweepd %s: constraints stay in this process and are not stored"
+                  % ("speaks protocol 1" if self._channel is not None else
+                     "channel is not open (SWEEPD_FD is not set)",))
+        self._constraints[key] = value
+
     def __repr__(self):
         return "Trial(id=%r, number=%r, params=%r)" % (self.id, self.number, self._params)
 
@@ -1220,105 +1283,18 @@ def _parse_datetime(raw):
 # Modes
 
 
-# --------------------------------------------------------------------------
-# Device memory between trials
-
-
-def _cuda_torch():
-    """PyTorch, if the objective imported it and initialized CUDA (never imported here)."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            return torch
-    except Exception:
-        pass
-    return None
-
-
-def _reset_framework_peaks():
-    torch = _cuda_torch()
-    if torch is not None:
-        try:
-            torch.cuda.reset_peak_memory_stats()
-        except Exception:
-            pass
-
-
-def _framework_memory():
-    """The framework's own peak figures for the trial that just ended, where it is imported
-    and they are cheap to ask: {"framework": ..., "peak_allocated": bytes, "peak_reserved":
-    bytes}, or None. sweepd measures memory with NVML; these say what the framework saw, which
-    NVML's readings, seconds apart, can miss in a short trial (see _framework_reserved)."""
-    torch = _cuda_torch()
-    if torch is None:
-        return None
-    try:
-        return {
-            "framework": "torch",
-            "peak_allocated": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved": int(torch.cuda.max_memory_reserved()),
-        }
-    except Exception:
-        return None
-
-
-def _framework_reserved():
-    """What the framework's allocator still reserves now (bytes), or None. Asked right after
-    release_caches(): sweepd reads NVML for the worker then, and NVML's figure less this one is
-    what the process holds outside the allocator (the CUDA context, library workspaces), which
-    with "peak_reserved" gives the trial's peak as NVML would have seen it."""
-    torch = _cuda_torch()
-    if torch is None:
-        return None
-    try:
-        return int(torch.cuda.memory_reserved())
-    except Exception:
-        return None
-
-
-# Modules whose objects can hold device memory until the garbage collector frees them.
-_DEVICE_FRAMEWORKS = ("torch", "tensorflow", "jax", "cupy")
-
-
-def release_caches():
-    """Give the device memory a finished trial left cached back to the driver.
-
-    A persistent worker waits between trials holding its CUDA context; PyTorch's caching
-    allocator would also keep every block the trial freed, so an idle worker would hold a
-    trial's peak and sweepd could not admit the next trial into that memory. Called between
-    trials by serve() in persistent mode: garbage collection (tensors in reference cycles)
-    where a device framework is imported, then torch.cuda.empty_cache() and TensorFlow's
-    clear_session() where those are imported (nothing is imported here). JAX keeps freed
-    memory in its own pool whatever is called; sweepd sets XLA_PYTHON_CLIENT_PREALLOCATE=false
-    so that the pool grows only as needed.
-    """
-    # Only a framework's objects hold device memory; without one a full collection per trial
-    # frees nothing worth its time (0.5 ms in a bare process, more the more objects it holds;
-    # about 1 ms of CPU per trial in the PostgreSQL coordination benchmark).
-    if any(name in sys.modules for name in _DEVICE_FRAMEWORKS):
-        gc.collect()
-    torch = _cuda_torch()
-    if torch is not None:
-        try:
-            torch.cuda.empty_cache()
-        except Exception as exc:
-            _warn("torch.cuda.empty_cache() failed: %s" % (exc,))
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        try:
-            tf.keras.backend.clear_session()
-        except Exception:
-            pass
-
-
-def _persistent_trial(objective, chan, protocol, trial_id, number, params, started):
+def _persistent_trial(objective, chan, protocol, trial_id, number, params, started, cap):
     # A function of its own so that the trial, its value and any exception
     # (with the frames it holds) are released before waiting for the next one.
     trial = Trial(trial_id, number, params, chan, protocol, started)
-    _reset_framework_peaks()
+    trial.memory_cap = cap
+    sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
+    sweepd_memory.MEMORY.end_trial()
     _flush_std_streams()
-    memory = _framework_memory()
+    memory = sweepd_memory.framework_memory()
+    if outcome == "error":
+        memory = sweepd_memory.MEMORY.error_figures(payload[0], memory)
     msg = _outcome_message(trial_id, outcome, payload)
     if memory is not None:
         msg["memory"] = memory
@@ -1328,7 +1304,7 @@ def _persistent_trial(objective, chan, protocol, trial_id, number, params, start
     del trial, payload
     release_caches()
     if memory is not None:
-        reserved = _framework_reserved()
+        reserved = sweepd_memory.framework_reserved()
         if reserved is not None:
             memory["reserved"] = reserved
     chan.send(msg)
@@ -1344,9 +1320,18 @@ def _outcome_message(trial_id, outcome, payload):
     return _error_message(trial_id, exc, tb)
 
 
+def _ready_with_memory(protocol):
+    """``ready``, with what the framework says of the process where it is initialised."""
+    msg = _ready_message(protocol)
+    memory = sweepd_memory.MEMORY.ready_memory()
+    if memory is not None:
+        msg["memory"] = memory
+    return msg
+
+
 def _serve_persistent(objective, protocol):
     chan = _open_channel(required=True)
-    chan.send(_ready_message(protocol))
+    chan.send(_ready_with_memory(protocol))
     while True:
         msg = chan.recv()
         if msg is None:
@@ -1358,7 +1343,8 @@ def _serve_persistent(objective, protocol):
             if not isinstance(params, dict):
                 params = {}
             _persistent_trial(objective, chan, protocol, trial_id, msg.get("number"), params,
-                              _parse_datetime(msg.get("datetime_start")))
+                              _parse_datetime(msg.get("datetime_start")),
+                              sweepd_memory.cap_from_trial(msg))
         elif kind == "shutdown":
             _flush_std_streams()
             sys.exit(0)
@@ -1417,11 +1403,15 @@ def _serve_oneshot(objective, protocol):
     result_file = os.environ.get("SWEEPD_RESULT_FILE")
 
     chan = _open_channel(required=False)
+    cap = sweepd_memory.MEMORY.spawn_cap
     if chan is not None:
-        chan.send(_ready_message(protocol))
+        chan.send(_ready_with_memory(protocol))
 
     trial = Trial(trial_id, number, params, chan, protocol)
+    trial.memory_cap = cap
+    sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
+    sweepd_memory.MEMORY.end_trial()
     _flush_std_streams()
 
     if outcome == "ok":
@@ -1447,7 +1437,11 @@ def _serve_oneshot(objective, protocol):
         sys.exit(0)
     exc, tb = payload
     if chan is not None:
-        chan.send(_error_message(trial_id, exc, tb))
+        msg = _error_message(trial_id, exc, tb)
+        memory = sweepd_memory.MEMORY.error_figures(exc, sweepd_memory.framework_memory())
+        if memory is not None:
+            msg["memory"] = memory
+        chan.send(msg)
     sys.exit(1)
 
 
@@ -1477,3 +1471,7 @@ def serve(objective):
             "sweepd_worker.serve(): unknown SWEEPD_MODE %r (expected 'persistent' "
             "or 'oneshot'); this script must be started by sweepd" % (mode,)
         )
+
+
+# The spawn's memory cap (SWEEPD_MEMORY_CAP), applied before the script's first allocation.
+sweepd_memory.at_import()

@@ -132,6 +132,7 @@ pub fn user_frame(traceback: &str) -> Option<Frame> {
     let foreign = |f: &Frame| {
         let path = f.file.as_str();
         path.ends_with("sweepd_worker.py")
+            || path.ends_with("sweepd_memory.py")
             || path.contains("/site-packages/")
             || path.contains("/dist-packages/")
             || path.starts_with('<')
@@ -213,6 +214,63 @@ impl OomFigures {
     pub fn footprint(&self) -> Option<u64> {
         Some(self.process_used?.saturating_add(self.tried?))
     }
+}
+
+/// How far past its memory cap a trial's allocator would have gone, by what it held and what it
+/// asked for, before sweepd takes it for a cap hit rather than a full device: the message's
+/// figures are printed with two decimals (5 MiB apart in GiB), three of them added.
+pub const CAP_SLACK: u64 = 16 << 20;
+
+/// A trial that reached its own memory cap: what its allocator held when the allocation
+/// failed, and that allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapHit {
+    pub held: u64,
+    pub requested: u64,
+}
+
+impl CapHit {
+    /// The level it needed at least: what it held, plus what it asked for.
+    pub fn level(&self) -> u64 {
+        self.held.saturating_add(self.requested)
+    }
+}
+
+/// What an out-of-memory failure of a trial run under a memory cap is judged from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CapFacts<'a> {
+    /// The cap its allocator was held to (the worker's word where it said, else sweepd's).
+    pub cap: u64,
+    /// The out-of-memory message's figures.
+    pub figures: Option<&'a OomFigures>,
+    /// The worker's own figures: the most its allocator reserved in the trial, and the
+    /// allocation that failed, where the framework's message named it.
+    pub peak_reserved: Option<u64>,
+    pub requested: Option<u64>,
+}
+
+/// Whether an out-of-memory failure is the trial's own cap, not a full device: what its
+/// allocator held (the message's "allocated by PyTorch" and "reserved by PyTorch but
+/// unallocated", else the worker's peak) plus the allocation that failed is past its cap
+/// (PyTorch's allocator refuses that before asking the device), or at the cap, within the
+/// figures' rounding ([`CAP_SLACK`]), while the message shows the device had the bytes free.
+/// `None` without both figures (JAX and TensorFlow say neither): a device OOM, as before caps.
+pub fn cap_hit(f: &CapFacts) -> Option<CapHit> {
+    let from_message = f
+        .figures
+        .and_then(|m| Some(m.allocated?.saturating_add(m.reserved_unallocated?)));
+    let held = from_message.or(f.peak_reserved)?;
+    let requested = f.figures.and_then(|m| m.tried).or(f.requested)?;
+    let hit = CapHit { held, requested };
+    let over = hit.level();
+    if over > f.cap.saturating_add(CAP_SLACK) {
+        return Some(hit);
+    }
+    if over.saturating_add(CAP_SLACK) <= f.cap {
+        return None;
+    }
+    let free = f.figures.and_then(|m| m.free);
+    free.is_some_and(|free| free >= requested).then_some(hit)
 }
 
 /// Classifies an exception the objective raised (persistent worker still alive).
@@ -1477,6 +1535,26 @@ RuntimeError: shapes cannot be multiplied
     }
 
     #[test]
+    fn a_failed_import_under_the_helpers_cap_hook_names_the_users_import_line() {
+        // sweepd_memory.py runs torch's import to cap it right after (issue 41): its frame is
+        // the helper's, not the user's.
+        let tb = "Traceback (most recent call last):
+  File \"/home/me/train.py\", line 3, in <module>
+    import torch
+  File \"<frozen importlib._bootstrap>\", line 1360, in _find_and_load
+  File \"/opt/sweepd/python/sweepd_memory.py\", line 450, in exec_module
+    run(module)
+  File \"/venv/lib/python3.11/site-packages/torch/__init__.py\", line 237, in <module>
+    from torch._C import *
+ImportError: libcudnn.so.9: cannot open shared object file
+";
+        assert_eq!(
+            user_frame(tb).unwrap().to_string(),
+            "/home/me/train.py:3, in <module>"
+        );
+    }
+
+    #[test]
     fn a_reported_exception_carries_its_type_and_frame() {
         let r = Report {
             exc_type: "ValueError",
@@ -1651,6 +1729,60 @@ RuntimeError: shapes cannot be multiplied
         let f = oom_figures("GPU 0 has a total capacity of 15.48 GiB of which 4.10 GiB is free.")
             .unwrap();
         assert_eq!(f.demand(), None);
+    }
+
+    /// A trial capped at 4 GiB; the message as PyTorch 2.x writes it with a memory fraction set
+    /// (no "allowed" figure any more), with the device's free memory as it was.
+    fn capped(allocated: f64, unallocated: f64, tried: f64, free: f64) -> String {
+        format!(
+            "CUDA out of memory. Tried to allocate {tried:.2} GiB. GPU 0 has a total capacity of \
+             24.00 GiB of which {free:.2} GiB is free. Including non-PyTorch memory, this process \
+             has {:.2} GiB memory in use. Of the allocated memory {allocated:.2} GiB is allocated \
+             by PyTorch, and {unallocated:.2} GiB is reserved by PyTorch but unallocated.",
+            allocated + unallocated + 0.5
+        )
+    }
+
+    #[rstest::rstest]
+    // Held 3.5 GiB and asked for 1: past its 4 GiB cap, the device had 15 GiB free.
+    #[case::past_its_cap(capped(3.0, 0.5, 1.0, 15.0), None, None, Some((3.5, 1.0)))]
+    // The allocator refuses past the cap before asking the device: a cap hit even on a card
+    // that was full as well.
+    #[case::past_its_cap_on_a_full_card(capped(3.0, 0.5, 1.0, 0.01), None, None, Some((3.5, 1.0)))]
+    // Within its cap and the device short: the card was full.
+    #[case::within_its_cap(capped(2.0, 0.0, 1.0, 0.5), None, None, None)]
+    // At its cap within the figures' rounding: the device had the bytes, so the cap refused.
+    #[case::at_its_cap_with_room(capped(3.0, 0.0, 1.0, 10.0), None, None, Some((3.0, 1.0)))]
+    #[case::at_its_cap_without_room(capped(3.0, 0.0, 1.0, 0.5), None, None, None)]
+    // Without the allocator's figures in the message, the worker's own.
+    #[case::by_the_workers_figures("RESOURCE_EXHAUSTED: Out of memory".into(), Some(3.5), Some(1.0), Some((3.5, 1.0)))]
+    #[case::the_message_names_the_request(
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.".into(),
+        Some(3.5), None, Some((3.5, 1.0)))]
+    // JAX and TensorFlow say neither what they held nor, here, what they asked for.
+    #[case::no_figures("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.".into(), None, None, None)]
+    #[case::nothing_said("out of memory".into(), None, None, None)]
+    fn a_cap_hit_is_told_from_a_full_device_by_what_the_trial_held_and_asked_for(
+        #[case] message: String,
+        #[case] peak_reserved: Option<f64>,
+        #[case] requested: Option<f64>,
+        #[case] hit: Option<(f64, f64)>,
+    ) {
+        let figures = oom_figures(&message);
+        let got = cap_hit(&CapFacts {
+            cap: 4 << 30,
+            figures: figures.as_ref(),
+            peak_reserved: peak_reserved.map(|g| (g * GIB) as u64),
+            requested: requested.map(|g| (g * GIB) as u64),
+        });
+        match (got, hit) {
+            (None, None) => {}
+            (Some(got), Some((held, asked))) => {
+                approx(Some(got.held), held * GIB);
+                approx(Some(got.requested), asked * GIB);
+            }
+            (got, want) => panic!("{message}: {got:?}, wanted {want:?}"),
+        }
     }
 
     #[test]

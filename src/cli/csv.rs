@@ -169,6 +169,7 @@ pub(super) fn gpus(rows: &[GpuRow]) {
         "wait",
         "error",
         "read_at",
+        "source",
     ]);
     let mib = |v: Option<u64>| opt(v.map(units::whole_mib));
     for r in rows {
@@ -186,6 +187,7 @@ pub(super) fn gpus(rows: &[GpuRow]) {
             r.wait.clone().unwrap_or_default(),
             r.error.clone().unwrap_or_default(),
             r.updated_at.clone(),
+            r.source.clone().unwrap_or_default(),
         ]);
     }
 }

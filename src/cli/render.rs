@@ -109,6 +109,13 @@ pub(super) fn gpus_table(rows: &[GpuRow]) -> String {
     if let Some(why) = rows.iter().find_map(|r| r.expected_why.as_deref()) {
         let _ = writeln!(out, "next trial's expected peak: {why}");
     }
+    // Said where it is not NVML's list of processes (`gpu::source`).
+    let by_nvml = crate::gpu::source::Source::Processes.to_string();
+    for r in rows {
+        if let Some(s) = r.source.as_deref().filter(|s| *s != by_nvml) {
+            let _ = writeln!(out, "gpu {}: {s}", r.device);
+        }
+    }
     if let Some(r) = rows.first() {
         let _ = writeln!(out, "(read at {})", r.updated_at);
     }
@@ -209,6 +216,28 @@ mod tests {
             "(read at 2026-12-01 21:40:00)",
         ];
         assert_eq!(lines, expected);
+    }
+
+    #[test]
+    fn the_gpu_table_says_where_memory_per_trial_comes_from_where_it_is_not_nvmls_processes() {
+        use crate::gpu::source::{Blind, Source};
+        let row = |device: u32, source: Source| GpuRow {
+            device,
+            source: Some(source.to_string()),
+            ..GpuRow::default()
+        };
+        let text = gpus_table(&[
+            row(0, Source::Processes),
+            row(1, Source::Frameworks(Blind::NoProcessOfOurs)),
+        ]);
+        let said: Vec<&str> = text.lines().filter(|l| l.starts_with("gpu ")).collect();
+        assert_eq!(
+            said,
+            [
+                "gpu 1: memory from the workers' frameworks: NVML lists no process of ours \
+              (container PID namespace?)"
+            ]
+        );
     }
 
     #[test]

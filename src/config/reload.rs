@@ -5,9 +5,8 @@
 //! docs/configuration.md lists exactly the live keys in its table and the others in its "needs
 //! a restart" paragraph.
 //!
-//! What a live key's new value then does is the supervisor's: most are read from the running
-//! config at each decision; `gpu.headroom` and `[retry]` are also handed to admission and the
-//! circuit breaker when the reload is applied.
+//! What a live key's new value then does is the supervisor's: it keeps one copy of the config
+//! in force (`supervisor::settings`), which the reload swaps and every decision reads.
 
 use super::raw::dotted;
 use super::{
@@ -107,6 +106,7 @@ pub const KEYS: &[Key] = &[
     field!("gpu.nvml_lib", Restart, gpu.nvml_lib),
     field!("gpu.idle_worker_timeout", Live, gpu.idle_worker_timeout),
     field!("gpu.memory_group", Restart, gpu.memory_group),
+    field!("gpu.caps", Restart, gpu.caps),
     field!(
         "sampler.n_startup_trials",
         Restart,
@@ -116,6 +116,11 @@ pub const KEYS: &[Key] = &[
     field!("sampler.multivariate", Restart, sampler.multivariate),
     field!("sampler.group", Restart, sampler.group),
     field!("sampler.constant_liar", Restart, sampler.constant_liar),
+    field!(
+        "sampler.deterministic_objective",
+        Restart,
+        sampler.deterministic_objective
+    ),
     field!("sampler.seed", Restart, sampler.seed),
     field!("sampler.population_size", Restart, sampler.population_size),
     field!("sampler.crossover_prob", Restart, sampler.crossover_prob),
@@ -227,6 +232,7 @@ const _: fn(&Config) = |c| {
         nvml_lib: _,
         idle_worker_timeout: _,
         memory_group: _,
+        caps: _,
     } = gpu;
     let RetryConfig {
         oom: _,
@@ -245,6 +251,7 @@ const _: fn(&Config) = |c| {
         multivariate: _,
         group: _,
         constant_liar: _,
+        deterministic_objective: _,
         seed: _,
         population_size: _,
         crossover_prob: _,
@@ -495,12 +502,13 @@ mod tests {
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
              max_par_per_device = 2\npoll_interval = \"2s\"\nnvml_lib = \"libnvidia-ml.so.1\"\n\
-             idle_worker_timeout = \"5m\"\nmemory_group = \"g\"\n\
+             idle_worker_timeout = \"5m\"\nmemory_group = \"g\"\ncaps = false\n\
              [retry]\noom = 0\ncuda_fatal = 3\ncrash = 4\nbreaker_threshold = 2\n\
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\noom_admission_factor = 0.5\n\
              oom_recovery = \"20m\"\nstop_after_same_error = 2\n\
              [sampler]\nn_startup_trials = 0\nn_ei_candidates = 48\nmultivariate = false\n\
-             constant_liar = false\nseed = 7\npopulation_size = 10\ncrossover_prob = 0.8\n\
+             constant_liar = false\ndeterministic_objective = true\nseed = 7\n\
+             population_size = 10\ncrossover_prob = 0.8\n\
              swapping_prob = 0.4\nmutation_prob = 0.2\n\
              [pruner]\ntype = \"median\"\n\
              [metrics]\nlisten = \"127.0.0.1:9000\"\nallow_remote = true\n\

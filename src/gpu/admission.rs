@@ -12,7 +12,16 @@
 //! that has not allocated yet counts at its whole expected peak; one that has settled at its
 //! peak, `super::monitor::settled`, only at allocator noise), `others` is the same for the
 //! other daemons on this host (from [`super::ledger`]), and at most `max_par_per_device` of our
-//! trials run on it. A device with no trial of ours or of another daemon always takes one.
+//! trials run on it. A device with no trial of ours or of another daemon, and nothing else on
+//! it beyond `headroom` ([`DeviceView::foreign`]), takes one whatever its estimate: an estimate
+//! too large for the card must not stall the sweep (under a cap, it runs in what the card
+//! gives: [`Decision::grant`]). Memory that other processes hold is not ours to try: a card
+//! they fill waits for them, with the reason in [`Wait::Memory`].
+//!
+//! Caps ([`memory_cap`]): each trial's framework allocator is held to the bytes it was
+//! admitted with, less what its worker holds outside the allocator (its context): a trial that
+//! outgrows its estimate fails at its cap rather than take its neighbours' memory. A settled
+//! trial still counts at its level ([`RunningTrial::unclaimed`]), as before caps.
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
 //! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
@@ -61,6 +70,19 @@ pub struct DeviceView {
     pub others_used: u64,
 }
 
+impl DeviceView {
+    /// What processes that are neither ours (our running trials, `ours_used` in all, and idle
+    /// workers) nor the other daemons' trials hold on the device: someone else's job. Not ours
+    /// to try: a card they fill is waited for, never tried.
+    pub fn foreign(&self, ours_used: u64) -> u64 {
+        self.total
+            .saturating_sub(self.free)
+            .saturating_sub(self.idle)
+            .saturating_sub(ours_used)
+            .saturating_sub(self.others_used)
+    }
+}
+
 /// One of our idle workers: a persistent worker waiting on `device` for its next trial.
 #[derive(Debug, Clone)]
 pub struct IdleWorker {
@@ -94,6 +116,19 @@ pub struct RunningTrial {
     pub used_now: u64,
     /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
     pub settled: bool,
+}
+
+/// What a worker process is taken to hold outside its framework's allocator (its CUDA context,
+/// library workspaces) until it says or is measured (`docs/gpu-memory-model.md`).
+pub const CONTEXT_PRIOR: u64 = 512 << 20;
+/// The least cap a trial is given, however little it was admitted with.
+pub const MIN_CAP: u64 = 64 << 20;
+
+/// The memory cap of a trial admitted with `admitted` bytes on a worker that holds `context`
+/// outside its allocator: what the allocator may hold, so that the process holds no more than
+/// it was admitted with (at least [`MIN_CAP`]).
+pub fn memory_cap(admitted: u64, context: u64) -> u64 {
+    admitted.saturating_sub(context).max(MIN_CAP)
 }
 
 /// What a settled trial is still expected to grow by (allocator noise), as a share of its use.
@@ -148,6 +183,8 @@ pub enum Wait {
         others_idle: u64,
         /// Of `others`, what is left free for another daemon's trial passed too often.
         held: u64,
+        /// What processes other than sweepd's hold on the device ([`DeviceView::foreign`]).
+        foreign: u64,
     },
 }
 
@@ -172,6 +209,7 @@ impl fmt::Display for Wait {
                 others_running,
                 others_idle,
                 held,
+                foreign,
             } => {
                 let mut parts = format!("free {}", format_gib(*free));
                 if *idle > 0 {
@@ -232,6 +270,13 @@ impl fmt::Display for Wait {
                         format_gib(*others_idle)
                     )?;
                 }
+                if *foreign > *headroom {
+                    write!(
+                        f,
+                        "; other processes hold {} here: waiting for them",
+                        format_gib(*foreign)
+                    )?;
+                }
                 Ok(())
             }
         }
@@ -256,6 +301,26 @@ pub struct Decision {
     pub par_estimate: usize,
 }
 
+impl Decision {
+    /// It waits for memory that processes neither ours nor another daemon's hold on the device
+    /// (more than `headroom` of it): someone else's job, waited for, not tried.
+    pub fn waits_for_others(&self) -> bool {
+        matches!(&self.wait, Some(Wait::Memory { foreign, headroom, .. }) if foreign > headroom)
+    }
+
+    /// The bytes a trial of `expected_peak` is admitted with here: its estimate, or what the
+    /// card gives where it took the trial as its only one though the estimate is more (an empty
+    /// card: under a cap, the trial runs in what there is and is re-run larger only if it
+    /// needs more; it then never fits, and is found infeasible).
+    pub fn grant(&self, expected_peak: u64) -> u64 {
+        if self.admitted && self.usable > 0 {
+            expected_peak.min(self.usable)
+        } else {
+            expected_peak
+        }
+    }
+}
+
 /// The admission factor of one device after an out-of-memory failure there.
 #[derive(Debug, Clone, Copy)]
 struct OomState {
@@ -264,10 +329,11 @@ struct OomState {
     at: Instant,
 }
 
-/// The admission rule, with the per-device state it keeps: the admission factor after OOMs. See the module documentation for the rule.
+/// The admission rule, with the per-device state it keeps: the admission factor after OOMs. See
+/// the module documentation for the rule. `[gpu] headroom`, which may change while the daemon
+/// runs, is not kept here: each decision is handed the value in force.
 #[derive(Debug, Clone)]
 pub struct Capacity {
-    headroom: u64,
     max_par_per_device: usize,
     oom_admission_factor: f64,
     oom_recovery: Duration,
@@ -275,13 +341,12 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// `headroom`: bytes left free on every device; `max_par_per_device`: at most this many of
+    /// `max_par_per_device`: at most this many of
     /// our trials per device (0 is taken as 1: a device that must never run a trial is left out
     /// of the device list instead); `oom_admission_factor` in [0, 1]: what an OOM multiplies
     /// usable memory by (a value outside is clamped, NaN is 1.0 = no decrease); `oom_recovery`:
     /// how long the factor takes to climb back to 1.0.
     pub fn new(
-        headroom: u64,
         max_par_per_device: usize,
         oom_admission_factor: f64,
         oom_recovery: Duration,
@@ -292,21 +357,11 @@ impl Capacity {
             oom_admission_factor.clamp(0.0, 1.0)
         };
         Capacity {
-            headroom,
             max_par_per_device: max_par_per_device.max(1),
             oom_admission_factor,
             oom_recovery,
             oom: BTreeMap::new(),
         }
-    }
-
-    /// Live reload of `[gpu] headroom`.
-    pub fn set_headroom(&mut self, bytes: u64) {
-        self.headroom = bytes;
-    }
-
-    pub fn headroom(&self) -> u64 {
-        self.headroom
     }
 
     pub fn max_par_per_device(&self) -> usize {
@@ -350,17 +405,18 @@ impl Capacity {
     /// may use, already read), or say why each waits (one decision per device, in the order of
     /// `devices`; empty if `devices` is). Among the devices that admit the trial, the one with
     /// the most usable memory left after admitting it wins; ties go to fewer running trials,
-    /// then to the lower index.
+    /// then to the lower index. `headroom`: `[gpu] headroom`, left free on every device.
     pub fn place(
         &self,
         devices: &[DeviceView],
         running: &[RunningTrial],
         expected_peak: u64,
+        headroom: u64,
         now: Instant,
     ) -> Result<u32, Vec<Decision>> {
         let decisions: Vec<Decision> = devices
             .iter()
-            .map(|d| self.decide(d, running, expected_peak, now))
+            .map(|d| self.decide(d, running, expected_peak, headroom, now))
             .collect();
         decisions
             .iter()
@@ -382,24 +438,28 @@ impl Capacity {
         device: &DeviceView,
         running: &[RunningTrial],
         expected_peak: u64,
+        headroom: u64,
         now: Instant,
     ) -> Decision {
         let mut par_now = 0;
         let mut unclaimed: u64 = 0;
         let mut claiming = 0;
+        let mut ours_used: u64 = 0;
         for t in running.iter().filter(|t| t.device == device.index) {
             par_now += 1;
+            ours_used = ours_used.saturating_add(t.used_now);
             let u = t.unclaimed();
             if u > 0 {
                 claiming += 1;
                 unclaimed = unclaimed.saturating_add(u);
             }
         }
+        let foreign = device.foreign(ours_used);
         let factor = self.admission_factor(device.index, now);
         let before_factor = device
             .free
             .saturating_add(device.idle)
-            .saturating_sub(self.headroom)
+            .saturating_sub(headroom)
             .saturating_sub(unclaimed)
             .saturating_sub(device.others);
         let usable = scale_down(before_factor, factor);
@@ -415,13 +475,20 @@ impl Capacity {
                 running: par_now,
                 limit,
             })
-        } else if par_now == 0 && device.others_running == 0 && device.held == 0 {
+        } else if par_now == 0
+            && device.others_running == 0
+            && device.held == 0
+            && foreign <= headroom
+        {
             // Always one on a device with no trial of any daemon: a too-large estimate must not
-            // stall the sweep forever. If the trial does not fit it fails by OOM and that feeds
-            // back. (With another daemon's trials there, it waits for them to end instead; with
-            // another daemon's trial waiting for the card drained, that one goes first: taking
-            // "always one" each time our last trial ended, the moment the card was empty,
-            // kept a 21.6 GiB trial of the other daemon waiting 4 s while we ran one at a time.)
+            // stall the sweep forever. If the trial does not fit it fails by OOM (or reaches
+            // its cap) and that feeds back. (With another daemon's trials there, it waits for
+            // them to end instead; with another daemon's trial waiting for the card drained,
+            // that one goes first: taking "always one" each time our last trial ended, the
+            // moment the card was empty, kept a 21.6 GiB trial of the other daemon waiting 4 s
+            // while we ran one at a time. With someone else's job holding the card, it waits
+            // for that job: "always one" started trials into the 2 GiB it left of 24, and ten of
+            // them failed in 0.3 s.)
             par_estimate = par_estimate.max(1);
             None
         } else if usable >= expected_peak {
@@ -431,7 +498,7 @@ impl Capacity {
                 needed: expected_peak,
                 available: usable,
                 free: device.free,
-                headroom: self.headroom,
+                headroom,
                 unclaimed,
                 claiming,
                 factor,
@@ -441,6 +508,7 @@ impl Capacity {
                 others_running: device.others_running,
                 others_idle: device.others_idle,
                 held: device.held,
+                foreign,
             })
         };
         Decision {
@@ -469,6 +537,7 @@ impl Capacity {
         running: &[RunningTrial],
         head: u64,
         backfilled: impl Fn(i64) -> bool,
+        headroom: u64,
         now: Instant,
     ) -> u64 {
         let mut ours_used: u64 = 0;
@@ -486,7 +555,7 @@ impl Capacity {
             .saturating_add(device.idle)
             .saturating_add(ours_used)
             .saturating_add(device.others_used)
-            .saturating_sub(self.headroom)
+            .saturating_sub(headroom)
             .saturating_sub(device.held);
         scale_down(drained, self.admission_factor(device.index, now))
             .saturating_sub(head)
@@ -506,6 +575,7 @@ impl Capacity {
         running: &[RunningTrial],
         expected_peak: u64,
         idle: &[IdleWorker],
+        headroom: u64,
         now: Instant,
     ) -> Reclaim {
         let mut here: Vec<&IdleWorker> = idle.iter().filter(|w| w.device == device.index).collect();
@@ -526,9 +596,8 @@ impl Capacity {
         } else {
             f64::INFINITY
         };
-        let have =
-            device.free as f64 - self.headroom as f64 - unclaimed as f64 - device.others as f64
-                + reuse.memory as f64;
+        let have = device.free as f64 - headroom as f64 - unclaimed as f64 - device.others as f64
+            + reuse.memory as f64;
         let mut short = needed - have;
         let mut retire = Vec::new();
         for w in rest.iter().rev() {
@@ -627,7 +696,7 @@ mod tests {
     }
 
     fn cap() -> Capacity {
-        Capacity::new(G, 16, 0.5, Duration::from_secs(600))
+        Capacity::new(16, 0.5, Duration::from_secs(600))
     }
 
     fn trial(id: i64, device: u32, expected_peak: u64, used_now: u64) -> RunningTrial {
@@ -652,7 +721,7 @@ mod tests {
     ) -> (Vec<RunningTrial>, Vec<Decision>) {
         let mut running = Vec::new();
         for id in 0..1000 {
-            match cap.place(devices, &running, peak, now) {
+            match cap.place(devices, &running, peak, G, now) {
                 Ok(d) => running.push(trial(id, d, peak, 0)),
                 Err(why) => return (running, why),
             }
@@ -672,7 +741,7 @@ mod tests {
         assert_eq!(small.len(), 11);
         assert_eq!(medium.len(), 4);
         assert_eq!(large.len(), 3);
-        let est = |peak| c.decide(&dev[0], &[], peak, now).par_estimate;
+        let est = |peak| c.decide(&dev[0], &[], peak, G, now).par_estimate;
         assert_eq!(est(2 * G), 11);
         assert_eq!(est(5 * G), 4);
         assert_eq!(est(6 * G), 3);
@@ -689,10 +758,10 @@ mod tests {
         // place → add it with used_now 0 → place again, with the same (stale) reading.
         let mut running = Vec::new();
         for id in 0..3 {
-            assert_eq!(c.place(&dev, &running, 6 * G, now), Ok(0));
+            assert_eq!(c.place(&dev, &running, 6 * G, G, now), Ok(0));
             running.push(trial(id, 0, 6 * G, 0));
         }
-        let why = c.place(&dev, &running, 6 * G, now).unwrap_err();
+        let why = c.place(&dev, &running, 6 * G, G, now).unwrap_err();
         assert_eq!(
             why[0].wait,
             Some(Wait::Memory {
@@ -709,6 +778,7 @@ mod tests {
                 others_running: 0,
                 others_idle: 0,
                 held: 0,
+                foreign: G,
             })
         );
         assert_eq!(why[0].par_now, 3);
@@ -719,22 +789,22 @@ mod tests {
                 .iter()
                 .map(|t| trial(t.trial_id, 0, t.expected_peak, used))
                 .collect();
-            let d = c.decide(&card(0, 23 * G - 3 * used), &r, 6 * G, now);
+            let d = c.decide(&card(0, 23 * G - 3 * used), &r, 6 * G, G, now);
             assert!(!d.admitted);
             assert_eq!(d.usable, 4 * G);
         }
         // A trial that ends up above its estimate claims nothing more, and is not credited.
         let r = vec![trial(0, 0, 6 * G, 8 * G)];
-        assert_eq!(c.decide(&card(0, 15 * G), &r, 6 * G, now).usable, 14 * G);
+        assert_eq!(c.decide(&card(0, 15 * G), &r, 6 * G, G, now).usable, 14 * G);
     }
 
     #[test]
     fn foreign_process_lowers_par() {
         let now = Instant::now();
         let c = cap();
-        let alone = c.decide(&card(0, 23 * G), &[], 3 * G, now);
+        let alone = c.decide(&card(0, 23 * G), &[], 3 * G, G, now);
         // Someone else's process holds 10 GiB: it is simply not in free.
-        let shared = c.decide(&card(0, 13 * G), &[], 3 * G, now);
+        let shared = c.decide(&card(0, 13 * G), &[], 3 * G, G, now);
         assert_eq!(alone.par_estimate, 7);
         assert_eq!(shared.par_estimate, 4);
         let (running, _) = fill(&c, &[card(0, 13 * G)], 3 * G, now);
@@ -744,7 +814,7 @@ mod tests {
     #[test]
     fn max_par_per_device_is_enforced() {
         let now = Instant::now();
-        let c = Capacity::new(G, 2, 0.5, Duration::from_secs(600));
+        let c = Capacity::new(2, 0.5, Duration::from_secs(600));
         let dev = [card(0, 80 * G)];
         let (running, why) = fill(&c, &dev, G, now);
         assert_eq!(running.len(), 2);
@@ -756,53 +826,52 @@ mod tests {
             })
         );
         assert_eq!(why[0].par_estimate, 2);
-        let c = Capacity::new(G, 3, 0.5, Duration::from_secs(600));
-        assert_eq!(c.place(&dev, &running, G, now), Ok(0));
-        assert_eq!(c.decide(&dev[0], &running, G, now).par_estimate, 3);
+        let c = Capacity::new(3, 0.5, Duration::from_secs(600));
+        assert_eq!(c.place(&dev, &running, G, G, now), Ok(0));
+        assert_eq!(c.decide(&dev[0], &running, G, G, now).par_estimate, 3);
         // A limit below what runs: nothing new, nothing stopped.
-        let c = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
-        let d = c.decide(&dev[0], &running, G, now);
+        let c = Capacity::new(1, 0.5, Duration::from_secs(600));
+        let d = c.decide(&dev[0], &running, G, G, now);
         assert!(!d.admitted);
         assert_eq!((d.par_now, d.par_estimate), (2, 2));
         // 0 means 1.
-        let c = Capacity::new(G, 0, 0.5, Duration::from_secs(600));
+        let c = Capacity::new(0, 0.5, Duration::from_secs(600));
         assert_eq!(c.max_par_per_device(), 1);
     }
 
     #[test]
-    fn headroom_reload_changes_admission() {
+    fn admission_keeps_the_headroom_it_is_given_free() {
         let now = Instant::now();
-        let mut c = cap();
+        let c = cap();
         let dev = card(0, 23 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 3);
-        c.set_headroom(5 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 3);
-        c.set_headroom(6 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 2);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).usable, 17 * G);
+        // The value in force at each decision: a reload that changes it changes the next one.
+        assert_eq!(c.decide(&dev, &[], 6 * G, G, now).par_estimate, 3);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 5 * G, now).par_estimate, 3);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 6 * G, now).par_estimate, 2);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 6 * G, now).usable, 17 * G);
     }
 
     #[test]
     fn oom_factor_lowers_admission_then_recovers() {
         let t0 = Instant::now();
-        let mut c = Capacity::new(0, 16, 0.5, Duration::from_secs(600));
+        let mut c = Capacity::new(16, 0.5, Duration::from_secs(600));
         let dev = card(0, 24 * G);
         let other = card(1, 24 * G);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        assert_eq!(c.decide(&dev, &[], 4 * G, t0).par_estimate, 6);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, t0).par_estimate, 6);
         c.record_oom(0, t0);
         assert_eq!(c.admission_factor(0, t0), 0.5);
-        let d = c.decide(&dev, &[], 4 * G, t0);
+        let d = c.decide(&dev, &[], 4 * G, 0, t0);
         assert_eq!((d.usable, d.par_estimate), (12 * G, 3));
         // The other device is untouched.
-        assert_eq!(c.decide(&other, &[], 4 * G, t0).par_estimate, 6);
+        assert_eq!(c.decide(&other, &[], 4 * G, 0, t0).par_estimate, 6);
         // Halfway through recovery: 0.75.
         assert_eq!(c.admission_factor(0, at(300)), 0.75);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(300)).usable, 18 * G);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(300)).usable, 18 * G);
         // Recovered.
         assert_eq!(c.admission_factor(0, at(600)), 1.0);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(600)).par_estimate, 6);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(10_000)).usable, 24 * G);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(600)).par_estimate, 6);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(10_000)).usable, 24 * G);
 
         // A second OOM multiplies again: from 0.75 at t=300 to 0.375, then back over 600 s.
         c.record_oom(0, at(300));
@@ -810,13 +879,13 @@ mod tests {
         assert!((c.admission_factor(0, at(600)) - 0.6875).abs() < 1e-12);
         assert_eq!(c.admission_factor(0, at(900)), 1.0);
         // Two OOMs at once: 0.25.
-        let mut c2 = Capacity::new(0, 16, 0.5, Duration::from_secs(600));
+        let mut c2 = Capacity::new(16, 0.5, Duration::from_secs(600));
         c2.record_oom(0, t0);
         c2.record_oom(0, t0);
         assert_eq!(c2.admission_factor(0, t0), 0.25);
         // The factor shows in the reason.
         let running = [trial(1, 0, 4 * G, 4 * G)];
-        let d = c2.decide(&card(0, 20 * G), &running, 6 * G, t0);
+        let d = c2.decide(&card(0, 20 * G), &running, 6 * G, 0, t0);
         let wait = d.wait.unwrap();
         assert_eq!(
             wait.to_string(),
@@ -824,7 +893,7 @@ mod tests {
              after a recent out-of-memory failure)"
         );
         // Zero recovery time: no lasting effect.
-        let mut c3 = Capacity::new(0, 16, 0.5, Duration::ZERO);
+        let mut c3 = Capacity::new(16, 0.5, Duration::ZERO);
         c3.record_oom(0, t0);
         assert_eq!(c3.admission_factor(0, t0), 1.0);
     }
@@ -835,17 +904,18 @@ mod tests {
         let c = cap();
         let dev = [card(0, 23 * G)];
         // Estimated at 40 GiB on a 24 GiB card: still one, so the sweep cannot stall.
-        let d = c.decide(&dev[0], &[], 40 * G, now);
+        let d = c.decide(&dev[0], &[], 40 * G, G, now);
         assert!(d.admitted);
         assert_eq!(d.par_estimate, 1);
         let (running, why) = fill(&c, &dev, 40 * G, now);
         assert_eq!(running.len(), 1);
         assert!(matches!(why[0].wait, Some(Wait::Memory { .. })));
-        // Also when other people's processes hold nearly everything, or after OOMs.
+        // Also after OOMs. (Not where other people's processes hold the card:
+        // `a_card_that_other_processes_fill_is_waited_for_not_tried`.)
         let mut c = cap();
         c.record_oom(0, now);
         c.record_oom(0, now);
-        assert!(c.decide(&card(0, G / 2), &[], 6 * G, now).admitted);
+        assert!(c.decide(&card(0, 23 * G), &[], 40 * G, G, now).admitted);
     }
 
     #[test]
@@ -853,10 +923,10 @@ mod tests {
         let now = Instant::now();
         let c = cap();
         let devs = [card(0, 10 * G), card(1, 20 * G)];
-        assert_eq!(c.place(&devs, &[], 4 * G, now), Ok(1));
+        assert_eq!(c.place(&devs, &[], 4 * G, G, now), Ok(1));
         // Our trials still to claim memory on device 1 count against it.
         let running = [trial(1, 1, 10 * G, 0), trial(2, 1, 8 * G, 6 * G)];
-        assert_eq!(c.place(&devs, &running, 4 * G, now), Ok(0));
+        assert_eq!(c.place(&devs, &running, 4 * G, G, now), Ok(0));
         // Filling two devices spreads the trials: 9 + 19 = 28 GiB of room in 4 GiB trials.
         let (running, why) = fill(&c, &devs, 4 * G, now);
         assert_eq!(running.iter().filter(|t| t.device == 0).count(), 2);
@@ -865,9 +935,9 @@ mod tests {
         assert!(why.iter().all(|d| !d.admitted && d.wait.is_some()));
         // Equal room: the lower index.
         let same = [card(3, 20 * G), card(2, 20 * G)];
-        assert_eq!(c.place(&same, &[], 4 * G, now), Ok(2));
+        assert_eq!(c.place(&same, &[], 4 * G, G, now), Ok(2));
         // No device at all.
-        assert_eq!(c.place(&[], &[], 4 * G, now), Err(vec![]));
+        assert_eq!(c.place(&[], &[], 4 * G, G, now), Err(vec![]));
     }
 
     #[test]
@@ -879,7 +949,12 @@ mod tests {
             trial(2, 0, 3 * G, G),
             trial(3, 0, 2 * G, 2 * G),
         ];
-        let d = c.decide(&card(0, gib(9.1)), &running, 6 * G, now);
+        // The card holds what our trials use and nothing else.
+        let card = |free: u64, used: u64| DeviceView {
+            total: free + used,
+            ..card(0, free)
+        };
+        let d = c.decide(&card(gib(9.1), 4 * G), &running, 6 * G, G, now);
         let wait = d.wait.unwrap();
         assert_eq!(
             wait.to_string(),
@@ -887,10 +962,10 @@ mod tests {
              to be claimed by 2 running trials)"
         );
         let one = [trial(1, 0, 3 * G, G)];
-        let d = c.decide(&card(0, 2 * G), &one, 6 * G, now);
+        let d = c.decide(&card(2 * G, G), &one, 6 * G, G, now);
         assert!(d.wait.unwrap().to_string().ends_with("by 1 running trial)"));
         let claimed = [trial(1, 0, 3 * G, 3 * G)];
-        let d = c.decide(&card(0, 2 * G), &claimed, 6 * G, now);
+        let d = c.decide(&card(2 * G, 3 * G), &claimed, 6 * G, G, now);
         assert_eq!(
             d.wait.unwrap().to_string(),
             "needs 6.0 GiB, 1.0 GiB available (free 2.0 GiB − headroom 1.0 GiB)"
@@ -916,16 +991,17 @@ mod tests {
             idle_workers: 3,
             ..card(0, 10 * G)
         };
-        assert_eq!(c.decide(&with_idle, &busy, 12 * G, now).usable, 15 * G);
-        assert!(c.decide(&with_idle, &busy, 12 * G, now).admitted);
-        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, now).admitted);
+        assert_eq!(c.decide(&with_idle, &busy, 12 * G, G, now).usable, 15 * G);
+        assert!(c.decide(&with_idle, &busy, 12 * G, G, now).admitted);
+        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, G, now).admitted);
         // Another daemon's trials have 5 GiB yet to allocate there: not ours to use.
         let shared = DeviceView {
             others: 5 * G,
             others_running: 2,
+            others_used: 4 * G,
             ..with_idle.clone()
         };
-        let d = c.decide(&shared, &busy, 12 * G, now);
+        let d = c.decide(&shared, &busy, 12 * G, G, now);
         assert_eq!(d.usable, 10 * G);
         assert_eq!(
             d.wait.unwrap().to_string(),
@@ -939,7 +1015,7 @@ mod tests {
             ..shared.clone()
         };
         assert!(c
-            .decide(&asked, &busy, 12 * G, now)
+            .decide(&asked, &busy, 12 * G, G, now)
             .wait
             .unwrap()
             .to_string()
@@ -948,13 +1024,16 @@ mod tests {
                  when asked"
             ));
         // No trial of ours there, but the other daemon's: no "always one", it waits for them.
-        assert!(!c.decide(&shared, &[], 12 * G, now).admitted);
+        assert!(!c.decide(&shared, &[], 12 * G, G, now).admitted);
+        // Their trials gone, and what they held with them.
         let alone = DeviceView {
             others: 0,
             others_running: 0,
+            others_used: 0,
+            free: 18 * G,
             ..shared
         };
-        assert!(c.decide(&alone, &[], 40 * G, now).admitted);
+        assert!(c.decide(&alone, &[], 40 * G, G, now).admitted);
     }
 
     /// Two daemons: the other's trial of 21.6 GiB, passed too often, waited 4 s for the card
@@ -969,7 +1048,7 @@ mod tests {
             held: 20 * G,
             ..card(0, 24 * G)
         };
-        let d = c.decide(&held, &[], 6 * G, now);
+        let d = c.decide(&held, &[], 6 * G, G, now);
         assert!(!d.admitted, "{d:?}");
         assert_eq!(
             d.wait.unwrap().to_string(),
@@ -977,7 +1056,7 @@ mod tests {
              left free for another daemon's trial, passed too often)"
         );
         // What fits beside the held memory still starts.
-        assert!(c.decide(&held, &[], 3 * G, now).admitted);
+        assert!(c.decide(&held, &[], 3 * G, G, now).admitted);
         // Once it runs (no hold, its trial running), the rule is as before.
         let running = DeviceView {
             others: 0,
@@ -985,12 +1064,13 @@ mod tests {
             held: 0,
             ..card(0, 4 * G)
         };
-        assert!(!c.decide(&running, &[], 6 * G, now).admitted);
+        assert!(!c.decide(&running, &[], 6 * G, G, now).admitted);
+        // Gone, and its memory with it: an empty card takes one whatever its estimate.
         let gone = DeviceView {
             others_running: 0,
-            ..running
+            ..card(0, 23 * G)
         };
-        assert!(c.decide(&gone, &[], 6 * G, now).admitted);
+        assert!(c.decide(&gone, &[], 40 * G, G, now).admitted);
     }
 
     #[test]
@@ -1016,7 +1096,7 @@ mod tests {
             ..card(0, 10 * G)
         };
         let c = cap();
-        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, now);
+        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, G, now);
         // 10 − 1 headroom + the reused worker's 2 = 11 GiB without retiring anyone.
         let fits = Reclaim {
             reuse: Some(2),
@@ -1043,7 +1123,7 @@ mod tests {
         // A running trial's unclaimed memory is not free either.
         let running = [trial(9, 0, 5 * G, 4 * G)];
         assert_eq!(
-            c.reclaim(&dev, &running, 11 * G, &idle, now),
+            c.reclaim(&dev, &running, 11 * G, &idle, G, now),
             Reclaim {
                 reuse: Some(2),
                 retire: vec![1],
@@ -1055,7 +1135,7 @@ mod tests {
         assert_eq!(reclaim(&c, 6 * G).retire, vec![1]);
         // No idle worker on the device: nothing to reuse or retire.
         assert_eq!(
-            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, now),
+            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, G, now),
             Reclaim::default()
         );
     }
@@ -1078,7 +1158,10 @@ mod tests {
             },
         ];
         let ask = |e: u64| {
-            let d: Vec<Decision> = views.iter().map(|v| c.decide(v, &busy, e, now)).collect();
+            let d: Vec<Decision> = views
+                .iter()
+                .map(|v| c.decide(v, &busy, e, G, now))
+                .collect();
             c.request(&views, &d)
         };
         // 10 GiB: 1 short on device 0, 3 on device 1: asks where it lacks least.
@@ -1104,15 +1187,15 @@ mod tests {
         // It fits somewhere: no decision waits for memory there, and none asks.
         assert_eq!(ask(9 * G), None);
         // Waiting for max_par_per_device, not memory: nothing to ask for.
-        let full = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
+        let full = Capacity::new(1, 0.5, Duration::from_secs(600));
         let d: Vec<Decision> = views
             .iter()
-            .map(|v| full.decide(v, &busy, 12 * G, now))
+            .map(|v| full.decide(v, &busy, 12 * G, G, now))
             .collect();
         assert_eq!(full.request(&views, &d), None);
         // Without the other daemon's idle memory there is nothing to ask for either.
         let plain = [card(0, 10 * G)];
-        let d = [c.decide(&plain[0], &busy, 10 * G, now)];
+        let d = [c.decide(&plain[0], &busy, 10 * G, G, now)];
         assert_eq!(c.request(&plain, &d), None);
     }
 
@@ -1150,11 +1233,11 @@ mod tests {
         let mut running: Vec<RunningTrial> = (0..3).map(|i| trial(i, 0, 7 * G, 5 * G)).collect();
         let dev = card(0, 9 * G);
         // Not settled: each may still grow to 7, 6 GiB held back.
-        assert_eq!(c.decide(&dev, &running, 4 * G, now).usable, 2 * G);
+        assert_eq!(c.decide(&dev, &running, 4 * G, G, now).usable, 2 * G);
         for t in &mut running {
             t.settled = true;
         }
-        let d = c.decide(&dev, &running, 4 * G, now);
+        let d = c.decide(&dev, &running, 4 * G, G, now);
         // Settled: 2% of 5 GiB each for allocator noise, the rest usable.
         assert_eq!(d.usable, 8 * G - 3 * (5 * G / 50 + 1));
         assert!(d.admitted);
@@ -1220,15 +1303,99 @@ mod tests {
             ..card(0, 0)
         };
         let backfilled = |id: i64| id == 2;
-        let got = cap().backfill_room(&dev, &running, gib(head), backfilled, now);
+        let got = cap().backfill_room(&dev, &running, gib(head), backfilled, G, now);
         assert_eq!(got, gib(room), "{} GiB", got as f64 / G as f64);
+    }
+
+    /// Someone else's job holds 22 of the 24 GiB (`used` GiB, none of it ours): a trial that
+    /// needs more than the rest waits for that job, and says so; one within the rest starts.
+    /// "Always one" is for an empty card only (nothing beyond headroom held by others).
+    #[rstest::rstest]
+    #[case::a_busy_card_waits(
+        22.0,
+        4.0,
+        false,
+        Some(" other processes hold 22.0 GiB here: waiting for them")
+    )]
+    #[case::what_fits_beside_it_starts(22.0, 0.5, true, None)]
+    #[case::an_empty_card_takes_one_whatever_its_estimate(0.0, 40.0, true, None)]
+    #[case::a_little_within_headroom_is_empty_still(0.75, 40.0, true, None)]
+    #[case::past_headroom_it_is_not(
+        1.5,
+        40.0,
+        false,
+        Some(" other processes hold 1.5 GiB here: waiting for them")
+    )]
+    fn a_card_that_other_processes_fill_is_waited_for_not_tried(
+        #[case] used: f64,
+        #[case] estimate: f64,
+        #[case] admitted: bool,
+        #[case] said: Option<&str>,
+    ) {
+        let now = Instant::now();
+        let dev = card(0, 24 * G - gib(used));
+        let d = cap().decide(&dev, &[], gib(estimate), G, now);
+        assert_eq!(d.admitted, admitted, "{d:?}");
+        assert_eq!(d.waits_for_others(), said.is_some(), "{d:?}");
+        let text = d.wait.as_ref().map(|w| w.to_string());
+        match said {
+            Some(end) => {
+                let text = text.unwrap();
+                assert!(text.ends_with(&format!(";{end}")), "{text}");
+                assert!(
+                    text.starts_with(&format!("needs {estimate:.1} GiB")),
+                    "{text}"
+                );
+            }
+            None => assert_eq!(text, None),
+        }
+    }
+
+    #[test]
+    fn our_own_trials_and_idle_workers_and_other_daemons_are_not_foreign() {
+        // 24 GiB: 8 free, 6 held by our idle workers, 6 by our running trial, 4 by another
+        // daemon's trials: nothing of anyone else's.
+        let dev = DeviceView {
+            idle: 6 * G,
+            others_used: 4 * G,
+            ..card(0, 8 * G)
+        };
+        assert_eq!(dev.foreign(6 * G), 0);
+        assert_eq!(dev.foreign(4 * G), 2 * G);
+        // Readings that do not add up are never negative.
+        assert_eq!(card(0, 30 * G).foreign(0), 0);
+    }
+
+    #[test]
+    fn an_empty_card_grants_a_trial_too_large_for_it_what_it_has() {
+        let now = Instant::now();
+        let d = cap().decide(&card(0, 24 * G), &[], 40 * G, G, now);
+        assert!(d.admitted);
+        assert_eq!(d.grant(40 * G), 23 * G);
+        // Where it fits, its estimate.
+        assert_eq!(d.grant(4 * G), 4 * G);
+        let waits = cap().decide(&card(0, 2 * G), &[], 4 * G, G, now);
+        assert_eq!(waits.grant(4 * G), 4 * G);
+    }
+
+    #[rstest::rstest]
+    #[case::less_the_context(8 * G, 512 << 20, 8 * G - (512 << 20))]
+    #[case::measured_context(8 * G, G, 7 * G)]
+    #[case::never_below_the_least(G / 2, G, MIN_CAP)]
+    #[case::nothing_admitted(0, CONTEXT_PRIOR, MIN_CAP)]
+    fn a_trials_cap_is_what_it_was_admitted_with_less_its_workers_context(
+        #[case] admitted: u64,
+        #[case] context: u64,
+        #[case] want: u64,
+    ) {
+        assert_eq!(memory_cap(admitted, context), want);
     }
 
     #[test]
     fn decision_serializes() {
         let now = Instant::now();
-        let c = Capacity::new(G, 1, 0.5, Duration::from_secs(1));
-        let d = c.decide(&card(2, 23 * G), &[trial(1, 2, G, 0)], G, now);
+        let c = Capacity::new(1, 0.5, Duration::from_secs(1));
+        let d = c.decide(&card(2, 23 * G), &[trial(1, 2, G, 0)], G, G, now);
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["device"], json!(2));
         assert_eq!(v["admitted"], json!(false));

@@ -5,7 +5,9 @@
 //! - [`nvml`]: readings of each device (memory, utilization, compute processes) through NVIDIA's
 //!   NVML, via `nvml-wrapper` (blocking FFI: async callers use `spawn_blocking`);
 //! - [`monitor`]: those readings attributed to our trials (and our idle workers) by process
-//!   group, with each trial's peak, and the orphans of retired workers killed;
+//!   group, with each trial's peak, and the orphans of retired workers killed; where NVML
+//!   cannot name our processes (a container's PID namespace, MIG), by what the workers'
+//!   frameworks report ([`source`]: which, and why);
 //! - [`admission`] and [`memory_model`]: pure rules, no I/O. Admission says whether a device
 //!   takes a trial of a given expected peak now (and why not), and which idle workers make room
 //!   for it; the memory model says what peak to expect of a trial from the measured peaks of
@@ -25,8 +27,8 @@
 //!
 //! Layers, lowest first: a file imports only files of the layers below it (read from the `use`
 //! lines), so that none imports a file that imports it back.
-//! 1. [`nvml`], [`runtime_dir`], `ledger/entry.rs`, `memory_model/tuning.rs` (the model's
-//!    constants): nothing of this folder;
+//! 1. [`nvml`], [`runtime_dir`], [`source`], `ledger/entry.rs`, `memory_model/tuning.rs` (the
+//!    model's constants): nothing of this folder;
 //! 2. `ledger/text.rs` and `ledger/valid.rs` (the entries), `memory_model/fit.rs` (the
 //!    constants);
 //! 3. [`ledger`] (`ledger/mod.rs`: entries, text, valid, the runtime directory) and
@@ -34,7 +36,8 @@
 //!    `memory_model/tests.rs` read it);
 //! 4. [`admission`] (the ledger's requests) and [`peak_log`] (the ledger's owners, the runtime
 //!    directory);
-//! 5. [`monitor`] (admission's views of devices and trials and its `settled_margin`, nvml);
+//! 5. [`monitor`] (admission's views of devices and trials, its `settled_margin` and
+//!    `CONTEXT_PRIOR`, nvml, source);
 //! 6. this file, which declares and re-exports them and which none of them imports. Sizes in
 //!    messages are written by `crate::units`.
 
@@ -45,6 +48,7 @@ pub mod monitor;
 pub mod nvml;
 pub mod peak_log;
 pub mod runtime_dir;
+pub mod source;
 
 pub use admission::{Capacity, Decision, IdleWorker, Reclaim};
 pub use ledger::Ledger;

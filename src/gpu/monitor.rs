@@ -12,14 +12,15 @@
 //! that NVML still lists is killed (and logged), so no orphan keeps holding memory that sweepd
 //! would otherwise count as used forever.
 
-use super::admission::{settled_margin, DeviceView, RunningTrial};
+use super::admission::{settled_margin, DeviceView, RunningTrial, CONTEXT_PRIOR};
 use super::nvml::{DeviceReading, Gpu};
+use super::source::{self, Seen, Source};
 use crate::process;
 use crate::store::MemorySample;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// How many retired worker groups are watched for orphans.
 const RETIRED_GROUPS: usize = 1024;
@@ -49,6 +50,18 @@ pub struct TrialMemory {
     /// once, and is not taken at its level again.
     pub settled: bool,
     pub grew_after_settling: bool,
+    /// It runs under a memory cap (`[gpu] caps` when it was admitted), and the bytes it was
+    /// admitted with, which its cap comes from (`expected_peak` may be lowered since).
+    pub capped: bool,
+    pub admitted: u64,
+    /// The cap its worker was given for it (`None`: not sent yet, or no cap), and what its
+    /// worker is taken to hold outside the allocator (measured, or the prior).
+    pub cap: Option<u64>,
+    pub context: u64,
+    /// What its framework last said its allocator reserves now and at most in the trial
+    /// (`memory` messages): its memory where NVML cannot name its process (`gpu::source`).
+    pub reserved: Option<u64>,
+    pub peak_reserved: Option<u64>,
 }
 
 impl TrialMemory {
@@ -171,6 +184,40 @@ pub fn framework_peak(
     (peak <= total).then_some(peak)
 }
 
+/// Readings in a row in which a trial that reported allocator memory has no process NVML lists
+/// before a device is taken to be one where NVML cannot name our processes: one reading may
+/// have been taken just before the process's first allocation, whose report came after it.
+const UNLISTED_READINGS: u32 = 3;
+
+/// Each device's memory source after a reading in which process group `g` uses `groups[(d,
+/// g)]` on device `d` (`gpu::source`): a change is said once in the log.
+fn judge_sources(st: &mut State, groups: &HashMap<(u32, i32), u64>) {
+    for (device, reading) in &st.readings {
+        let Ok(reading) = reading else { continue };
+        let unlisted = st.trials.values().any(|t| {
+            t.device == *device
+                && t.reserved.is_some_and(|r| r > 0)
+                && t.pgid.is_some_and(|g| !groups.contains_key(&(*device, g)))
+        });
+        let streak = st.unlisted.entry(*device).or_default();
+        *streak = if unlisted {
+            streak.saturating_add(1)
+        } else {
+            0
+        };
+        let seen = Seen {
+            no_memory_per_process: reading.no_memory_per_process,
+            reported_but_unlisted: *streak >= UNLISTED_READINGS,
+        };
+        let was = st.sources.get(device).copied().unwrap_or_default();
+        let now = source::source(was, seen);
+        if now != was {
+            info!(gpu = device, "{now}");
+            st.sources.insert(*device, now);
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The latest reading of each device we use (or why it failed).
@@ -187,6 +234,13 @@ struct State {
     /// What each process group listed in `readings` uses, by (device, group): the other
     /// daemons' trials are counted against the same reading as the free memory (`gpu::ledger`).
     groups: HashMap<(u32, i32), u64>,
+    /// Where each device's memory per trial comes from (`gpu::source`; absent: NVML's).
+    sources: HashMap<u32, Source>,
+    /// Readings in a row in which a trial of ours reported memory NVML listed no process for,
+    /// by device.
+    unlisted: HashMap<u32, u32>,
+    /// The latest context a worker of ours was measured at: a new worker's, until its own.
+    context_seen: Option<u64>,
 }
 
 /// The readings as the capacity model takes them, our running trials, and the devices whose
@@ -299,9 +353,15 @@ impl Monitor {
                 }
             }
         }
+        judge_sources(&mut st, &groups);
         let usage = |device: u32, g: i32| groups.get(&(device, g)).copied().unwrap_or(0);
+        let sources = st.sources.clone();
+        let by_nvml = |device: u32| sources.get(&device).is_none_or(|s| *s == Source::Processes);
         for (g, (device, held)) in st.idle.iter_mut() {
-            *held = usage(*device, *g);
+            // Where NVML cannot name our processes, what the framework said it holds stays.
+            if by_nvml(*device) {
+                *held = usage(*device, *g);
+            }
         }
         let settling = !st.settling_off;
         let mut late = None;
@@ -309,8 +369,18 @@ impl Monitor {
             let Some(g) = t.pgid else { continue };
             let was = t.used_now;
             let was_settled = t.settled;
-            if let Some(grew) = observe(t, usage(t.device, g), now, settling) {
+            let used = if by_nvml(t.device) {
+                usage(t.device, g)
+            } else {
+                source::by_framework(t.context, t.reserved).unwrap_or(0)
+            };
+            if let Some(grew) = observe(t, used, now, settling) {
                 late.get_or_insert((*id, was, grew));
+            }
+            if let Some(p) = source::by_framework(t.context, t.peak_reserved) {
+                if !by_nvml(t.device) {
+                    t.peak = t.peak.max(p);
+                }
             }
             report.settled += usize::from(t.settled && !was_settled);
             if t.used_now > 0 && t.last_sample.is_none_or(|s| now - s >= TELEMETRY_EVERY) {
@@ -350,11 +420,21 @@ impl Monitor {
         report
     }
 
-    /// A trial was admitted on `device`: count its expected peak (the model's bound;
-    /// `predicted`, its prediction before the margin) from now on.
-    pub fn track(&self, trial_id: i64, device: u32, expected_peak: u64, predicted: u64) {
+    /// A trial was admitted on `device`: count its expected peak (the bytes it was admitted
+    /// with; `predicted`, the model's prediction before the margin) from now on; `capped`, it
+    /// will run under a memory cap.
+    pub fn track(
+        &self,
+        trial_id: i64,
+        device: u32,
+        expected_peak: u64,
+        predicted: u64,
+        capped: bool,
+    ) {
         let now = Instant::now();
-        self.lock().trials.insert(
+        let mut st = self.lock();
+        let context = st.context_seen.unwrap_or(CONTEXT_PRIOR);
+        st.trials.insert(
             trial_id,
             TrialMemory {
                 device,
@@ -369,8 +449,82 @@ impl Monitor {
                 level_readings: 0,
                 settled: false,
                 grew_after_settling: false,
+                capped,
+                admitted: expected_peak,
+                cap: None,
+                context,
+                reserved: None,
+                peak_reserved: None,
             },
         );
+    }
+
+    /// The bytes trial `trial_id` was admitted with (`None`: not ours, or ended).
+    pub fn admitted(&self, trial_id: i64) -> Option<u64> {
+        self.lock().trials.get(&trial_id).map(|t| t.admitted)
+    }
+
+    /// Whether trial `trial_id` runs under a memory cap.
+    pub fn capped(&self, trial_id: i64) -> bool {
+        self.lock().trials.get(&trial_id).is_some_and(|t| t.capped)
+    }
+
+    /// Trial `trial_id` runs under `cap`, on a worker taken to hold `context` outside its
+    /// allocator.
+    pub fn set_cap(&self, trial_id: i64, cap: u64, context: u64) {
+        if let Some(t) = self.lock().trials.get_mut(&trial_id) {
+            t.cap = Some(cap);
+            t.context = context;
+        }
+    }
+
+    /// The cap trial `trial_id` runs under and the context it was taken at, where it has one.
+    pub fn cap_of(&self, trial_id: i64) -> Option<(u64, u64)> {
+        let st = self.lock();
+        let t = st.trials.get(&trial_id)?;
+        Some((t.cap?, t.context))
+    }
+
+    /// What trial `trial_id`'s framework says its allocator reserves now and at most (a
+    /// `memory` message), and its process's context where it says.
+    pub fn framework(
+        &self,
+        trial_id: i64,
+        reserved: Option<u64>,
+        peak_reserved: Option<u64>,
+        context: Option<u64>,
+    ) {
+        let mut st = self.lock();
+        if let Some(c) = context {
+            st.context_seen = Some(c);
+        }
+        if let Some(t) = st.trials.get_mut(&trial_id) {
+            t.reserved = reserved.or(t.reserved);
+            t.peak_reserved = peak_reserved.max(t.peak_reserved).max(reserved);
+            if let Some(c) = context {
+                t.context = c;
+            }
+        }
+    }
+
+    /// A worker of ours was measured holding `context` outside its allocator: new workers are
+    /// taken at it until they are measured themselves.
+    pub fn context_seen(&self, context: u64) {
+        self.lock().context_seen = Some(context);
+    }
+
+    /// What a new worker is taken to hold outside its allocator until it is measured.
+    pub fn context_guess(&self) -> u64 {
+        self.lock().context_seen.unwrap_or(CONTEXT_PRIOR)
+    }
+
+    /// Where `device`'s memory per trial comes from.
+    pub fn source(&self, device: u32) -> Source {
+        self.lock()
+            .sources
+            .get(&device)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Gives the running trials admitted before the memory model could predict them
@@ -577,6 +731,12 @@ mod tests {
             level_readings: readings,
             settled: false,
             grew_after_settling: false,
+            capped: false,
+            admitted: 0,
+            cap: None,
+            context: 0,
+            reserved: None,
+            peak_reserved: None,
         }
     }
 

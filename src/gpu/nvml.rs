@@ -55,6 +55,9 @@ pub struct DeviceReading {
     pub util_mem: Option<u32>,
     /// Compute processes, by pid.
     pub processes: Vec<ProcessMemory>,
+    /// NVML listed a process without the memory it holds (MIG, or a driver that hides it):
+    /// its `used` is 0, which says nothing (`gpu::source`).
+    pub no_memory_per_process: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,10 +128,14 @@ impl Gpu {
             }
         };
         let mut by_pid = BTreeMap::<u32, u64>::new();
+        let mut no_memory_per_process = false;
         for p in listed {
             let used = match p.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => bytes,
-                UsedGpuMemory::Unavailable => 0,
+                UsedGpuMemory::Unavailable => {
+                    no_memory_per_process = true;
+                    0
+                }
             };
             let sum = by_pid.entry(p.pid).or_insert(0);
             *sum = sum.saturating_add(used);
@@ -145,6 +152,7 @@ impl Gpu {
                 .into_iter()
                 .map(|(pid, used)| ProcessMemory { pid, used })
                 .collect(),
+            no_memory_per_process,
         })
     }
 
@@ -367,6 +375,24 @@ mod tests {
         fake.set("gpu 0 1G A\nproc 0 7 3G\n");
         let r = gpu.read(0).unwrap();
         assert_eq!((r.total, r.used, r.free), (GIB, 3 * GIB, 0));
+    }
+
+    #[test]
+    fn processes_under_other_pids_and_without_memory_per_process() {
+        let me = std::process::id();
+        let state = format!("gpu 0 16G A\nproc 0 {me} 1G\nprune_dead_pids\n");
+        let fake = Fake::new(&format!("{state}pid_offset 100000\n"));
+        let gpu = fake.open();
+        // As a container's NVML lists our processes: under pids we do not see.
+        let r = gpu.read(0).unwrap();
+        assert_eq!(procs(&r), [(me + 100000, GIB)]);
+        assert!(!r.no_memory_per_process);
+        // As on MIG: the process, and no memory per process; the device's memory counts it.
+        fake.set(&format!("{state}proc_memory_unavailable\n"));
+        let r = gpu.read(0).unwrap();
+        assert_eq!(procs(&r), [(me, 0)]);
+        assert!(r.no_memory_per_process);
+        assert_eq!((r.used, r.free), (GIB, 15 * GIB));
     }
 
     #[test]

@@ -30,7 +30,11 @@ pub const MAX_DEPTH: usize = 127;
 /// A message from a worker (see docs/protocol.md).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    Ready,
+    /// The worker is ready for trials, with what its framework says of its process's memory
+    /// where it has initialised one.
+    Ready {
+        memory: Option<WorkerMemory>,
+    },
     Report {
         trial_id: i64,
         step: i64,
@@ -55,6 +59,17 @@ pub enum Message {
         memory: Option<FrameworkMemory>,
     },
     Heartbeat,
+    /// What the worker's framework holds on its device now (`docs/protocol.md`): while a trial
+    /// runs (`trial_id`), the allocator's figures; once the framework is initialised after
+    /// `ready`, the process's own (`worker`). How sweepd attributes memory to a trial where
+    /// NVML cannot name the process.
+    Memory {
+        trial_id: Option<i64>,
+        /// What the allocator reserves now, and the most it reserved in the trial.
+        reserved: Option<u64>,
+        peak_reserved: Option<u64>,
+        worker: WorkerMemory,
+    },
     /// Protocol 2: the objective asks for a param's value (`distribution` in Optuna's JSON
     /// form, checked by whoever answers).
     Suggest {
@@ -73,6 +88,13 @@ pub enum Message {
         /// As in `Suggest`.
         inexact: Option<String>,
     },
+    /// Optuna 5's `trial.set_constraint(key, value)` (a protocol number; NaN is refused by
+    /// whoever records it).
+    Constraint {
+        trial_id: i64,
+        key: String,
+        value: f64,
+    },
     /// A well-formed message of a type this version does not know: ignored.
     Other(String),
 }
@@ -81,14 +103,16 @@ impl Message {
     /// Its `type` on the wire, for log lines.
     pub fn kind(&self) -> &str {
         match self {
-            Message::Ready => "ready",
+            Message::Ready { .. } => "ready",
             Message::Report { .. } => "report",
             Message::Result { .. } => "result",
             Message::Pruned { .. } => "pruned",
             Message::Error { .. } => "error",
             Message::Heartbeat => "heartbeat",
+            Message::Memory { .. } => "memory",
             Message::Suggest { .. } => "suggest",
             Message::UserAttr { .. } => "user_attr",
+            Message::Constraint { .. } => "constraint",
             Message::Other(ty) => ty,
         }
     }
@@ -104,6 +128,10 @@ pub struct FrameworkMemory {
     /// What it still reserved once the helper had emptied its caches, just before the message
     /// (`torch.cuda.memory_reserved()`).
     pub reserved: u64,
+    /// The memory cap the helper enforced for the trial, and the allocation that failed where
+    /// the framework's out-of-memory message named it (`error` messages).
+    pub cap: Option<u64>,
+    pub requested: Option<u64>,
 }
 
 impl FrameworkMemory {
@@ -114,7 +142,48 @@ impl FrameworkMemory {
         Some(FrameworkMemory {
             peak_reserved: m.get("peak_reserved")?.as_u64()?,
             reserved: m.get("reserved")?.as_u64()?,
+            cap: m.get("cap").and_then(Value::as_u64),
+            requested: m.get("requested").and_then(Value::as_u64),
         })
+    }
+}
+
+/// What a worker's framework says of its process, outside any trial's allocations: which
+/// framework, the bytes the process holds on its device outside the allocator once the
+/// framework is initialised (its CUDA context, library workspaces), and the device's total as
+/// the framework sees it. Advisory: a figure that is missing or not a byte count is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerMemory {
+    pub framework: Option<String>,
+    pub context: Option<u64>,
+    pub total: Option<u64>,
+}
+
+impl WorkerMemory {
+    /// The figures in `m` (`ready`'s `memory` object, or a `memory` message itself).
+    fn parse(m: &Value) -> WorkerMemory {
+        WorkerMemory {
+            framework: m
+                .get("framework")
+                .and_then(Value::as_str)
+                .map(|f| clip(f, 40)),
+            context: m.get("context").and_then(Value::as_u64),
+            total: m.get("total").and_then(Value::as_u64),
+        }
+    }
+
+    /// Whether it says anything.
+    pub fn is_empty(&self) -> bool {
+        *self == WorkerMemory::default()
+    }
+
+    /// `later`'s figures where it has them, these elsewhere.
+    pub fn update(&mut self, later: &WorkerMemory) {
+        if later.framework.is_some() {
+            self.framework.clone_from(&later.framework);
+        }
+        self.context = later.context.or(self.context);
+        self.total = later.total.or(self.total);
     }
 }
 
@@ -229,7 +298,25 @@ pub fn parse_line(line: &str) -> Event {
     let trial_id = v["trial_id"].as_i64();
     let ty = v["type"].as_str().unwrap_or_default();
     match ty {
-        "ready" => Event::Msg(Message::Ready),
+        "ready" => Event::Msg(Message::Ready {
+            memory: v
+                .get("memory")
+                .map(WorkerMemory::parse)
+                .filter(|m| !m.is_empty()),
+        }),
+        "memory" => {
+            // The process's own figures, at the top level or (as in `ready`) in `memory`.
+            let mut worker = WorkerMemory::parse(&v);
+            if let Some(m) = v.get("memory") {
+                worker.update(&WorkerMemory::parse(m));
+            }
+            Event::Msg(Message::Memory {
+                trial_id,
+                reserved: v["reserved"].as_u64(),
+                peak_reserved: v["peak_reserved"].as_u64(),
+                worker,
+            })
+        }
         "heartbeat" => Event::Msg(Message::Heartbeat),
         "pruned" => match trial_id {
             Some(trial_id) => Event::Msg(Message::Pruned {
@@ -286,6 +373,14 @@ pub fn parse_line(line: &str) -> Event {
                 inexact: inexact_integer(line).map(str::to_owned),
             }),
             _ => Event::Garbage(format!("malformed user_attr: {}", clip(line, 200))),
+        },
+        "constraint" => match (trial_id, v["key"].as_str(), number(&v["value"])) {
+            (Some(trial_id), Some(key), Ok(value)) => Event::Msg(Message::Constraint {
+                trial_id,
+                key: key.to_owned(),
+                value,
+            }),
+            _ => Event::Garbage(format!("malformed constraint: {}", clip(line, 200))),
         },
         "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
         other => Event::Msg(Message::Other(other.to_owned())),
@@ -363,7 +458,7 @@ mod tests {
     fn parses_each_message_kind() {
         assert!(matches!(
             parse_line(r#"{"type":"ready","pid":1,"protocol":1}"#),
-            Event::Msg(Message::Ready)
+            Event::Msg(Message::Ready { memory: None })
         ));
         match parse_line(r#"{"type":"report","trial_id":3,"step":2,"value":"nan"}"#) {
             Event::Msg(Message::Report {
@@ -384,6 +479,52 @@ mod tests {
     }
 
     #[test]
+    fn ready_and_memory_messages_carry_what_the_framework_says_of_the_process() {
+        let ready = parse_line(
+            r#"{"type":"ready","pid":1,"protocol":2,"memory":{"framework":"torch","context":536870912,"total":25769803776}}"#,
+        );
+        let torch = WorkerMemory {
+            framework: Some("torch".into()),
+            context: Some(512 << 20),
+            total: Some(24 << 30),
+        };
+        assert!(
+            matches!(&ready, Event::Msg(Message::Ready { memory: Some(m) }) if *m == torch),
+            "{ready:?}"
+        );
+        // Figures that are not byte counts are left out; nothing at all is no memory.
+        let odd = parse_line(r#"{"type":"ready","memory":{"context":-1,"total":"lots"}}"#);
+        assert!(
+            matches!(odd, Event::Msg(Message::Ready { memory: None })),
+            "{odd:?}"
+        );
+        match parse_line(
+            r#"{"type":"memory","trial_id":7,"reserved":1048576,"peak_reserved":2097152,"context":3}"#,
+        ) {
+            Event::Msg(Message::Memory {
+                trial_id: Some(7),
+                reserved: Some(1048576),
+                peak_reserved: Some(2097152),
+                worker,
+            }) => assert_eq!(worker.context, Some(3)),
+            e => panic!("{e:?}"),
+        }
+        // A framework initialised after `ready`: its figures as `ready` would have carried them.
+        match parse_line(r#"{"type":"memory","memory":{"framework":"jax","context":9}}"#) {
+            Event::Msg(Message::Memory {
+                trial_id: None,
+                reserved: None,
+                worker,
+                ..
+            }) => {
+                assert_eq!(worker.framework.as_deref(), Some("jax"));
+                assert_eq!(worker.context, Some(9));
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
     fn a_final_message_carries_the_frameworks_memory_figures_when_both_are_there() {
         let memory = |line: &str| match parse_line(line) {
             Event::Msg(
@@ -396,6 +537,8 @@ mod tests {
         let both = Some(FrameworkMemory {
             peak_reserved: 6 << 30,
             reserved: 0,
+            cap: None,
+            requested: None,
         });
         let m = r#""memory":{"framework":"torch","peak_allocated":5,"peak_reserved":6442450944,"reserved":0}"#;
         assert_eq!(
@@ -413,6 +556,19 @@ mod tests {
                 r#"{{"type":"error","trial_id":1,"message":"x",{m}}}"#
             )),
             both
+        );
+        // A trial at its cap: the cap the helper enforced and the allocation that failed.
+        let capped = r#""memory":{"peak_reserved":6442450944,"reserved":0,"cap":7,"requested":8}"#;
+        assert_eq!(
+            memory(&format!(
+                r#"{{"type":"error","trial_id":1,"message":"x",{capped}}}"#
+            )),
+            Some(FrameworkMemory {
+                cap: Some(7),
+                requested: Some(8),
+                peak_reserved: 6 << 30,
+                reserved: 0,
+            })
         );
         // Advisory: absent, partial or malformed figures are none, and the message still counts.
         for bad in [
@@ -484,6 +640,29 @@ mod tests {
             ),
             e => panic!("{e:?}"),
         }
+        for (line, want) in [
+            (
+                r#"{"type":"constraint","trial_id":7,"key":"mem","value":-0.5}"#,
+                -0.5,
+            ),
+            (
+                r#"{"type":"constraint","trial_id":7,"key":"mem","value":"inf"}"#,
+                f64::INFINITY,
+            ),
+        ] {
+            match parse_line(line) {
+                Event::Msg(m) => assert_eq!(
+                    m,
+                    Message::Constraint {
+                        trial_id: 7,
+                        key: "mem".into(),
+                        value: want
+                    },
+                    "{line}"
+                ),
+                e => panic!("{line}: {e:?}"),
+            }
+        }
     }
 
     #[test]
@@ -503,6 +682,9 @@ mod tests {
             r#"{"type":"suggest","trial_id":1,"name":3,"distribution":{}}"#,
             r#"{"type":"suggest","name":"x","distribution":{}}"#,
             r#"{"type":"user_attr","trial_id":1,"key":"k"}"#,
+            r#"{"type":"constraint","trial_id":1,"key":"k"}"#,
+            r#"{"type":"constraint","trial_id":1,"key":"k","value":"high"}"#,
+            r#"{"type":"constraint","key":"k","value":1.0}"#,
         ] {
             assert!(matches!(parse_line(bad), Event::Garbage(_)), "{bad}");
         }

@@ -20,7 +20,9 @@ mod output;
 mod procfs;
 mod spawn;
 
-pub use channel::{numbers, parse_line, Event, FrameworkMemory, Message, CHANNEL_FD, MAX_LINE};
+pub use channel::{
+    numbers, parse_line, Event, FrameworkMemory, Message, WorkerMemory, CHANNEL_FD, MAX_LINE,
+};
 pub use output::{create_private_dir, log_path};
 pub use procfs::{
     group_members, group_members_off_runtime, kill_pid, kill_stale_group, proc_identity, proc_stat,
@@ -64,6 +66,12 @@ pub struct Worker {
     exit: Option<ExitStatus>,
     /// The trial ids of the last trials it ran ([`ENDED_KEPT`]), newest last.
     ended: VecDeque<i64>,
+    /// What its framework said of its process's memory (`ready`, `memory` messages), and what
+    /// sweepd measured of it: the supervisor's to keep, the caps of its trials come from it.
+    pub memory: WorkerMemory,
+    /// The memory cap it was started with (in its environment: fixed for its life where the
+    /// framework reads it once, as JAX and TensorFlow do).
+    pub spawn_cap: Option<u64>,
 }
 
 impl Worker {
@@ -98,6 +106,8 @@ impl Worker {
             pending: VecDeque::new(),
             exit: None,
             ended: VecDeque::new(),
+            memory: WorkerMemory::default(),
+            spawn_cap: None,
         })
     }
 

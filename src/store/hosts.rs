@@ -162,6 +162,7 @@ impl Store {
                 ),
                 stderr_tail: None,
                 retry: true,
+                counts: true,
             };
             let finished = self
                 .finish_in(tx, study, trial_id, &Finish::Fail(failure), &[], None)

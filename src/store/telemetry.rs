@@ -17,13 +17,14 @@ impl Store {
         for r in rows {
             sql!(tx.conn(), |c| sqlx::query(
                 "INSERT INTO sweepd_gpus (study_id, device, name, total, free, used, util_gpu, util_mem, \
-                 running, par_estimate, expected_peak, wait, error, updated_at, host, expected_why) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                 running, par_estimate, expected_peak, wait, error, updated_at, host, expected_why, source) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
                  ON CONFLICT (study_id, host, device) DO UPDATE SET name = excluded.name, total = excluded.total, \
                  free = excluded.free, used = excluded.used, util_gpu = excluded.util_gpu, \
                  util_mem = excluded.util_mem, running = excluded.running, par_estimate = excluded.par_estimate, \
                  expected_peak = excluded.expected_peak, wait = excluded.wait, error = excluded.error, \
-                 updated_at = excluded.updated_at, expected_why = excluded.expected_why",
+                 updated_at = excluded.updated_at, expected_why = excluded.expected_why, \
+                 source = excluded.source",
             )
             .bind(study.id)
             .bind(r.device as i64)
@@ -41,6 +42,7 @@ impl Store {
             .bind(Stamp::now())
             .bind(host)
             .bind(&r.expected_why)
+            .bind(&r.source)
             .execute(c)
             .await
             .map(|r| r.rows_affected()))
@@ -57,7 +59,7 @@ impl Store {
     async fn gpus_attempt(&self, study: &Study) -> Result<Vec<GpuRow>> {
         sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT host, device, name, total, free, used, util_gpu, util_mem, running, par_estimate, \
-             expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at, expected_why \
+             expected_peak, wait, error, CAST(updated_at AS TEXT) AS updated_at, expected_why, source \
              FROM sweepd_gpus WHERE study_id = $1 ORDER BY host, device",
         )
         .bind(study.id)
@@ -134,4 +136,6 @@ pub struct GpuRow {
     pub updated_at: String,
     /// How the memory model came to `expected_peak`, in words.
     pub expected_why: Option<String>,
+    /// Where the device's memory per trial comes from, and why (`gpu::source`).
+    pub source: Option<String>,
 }

@@ -69,6 +69,7 @@ impl Store {
             reason: reason.to_owned(),
             stderr_tail: None,
             retry: true,
+            counts: true,
         };
         self.finish(study, trial_id, &Finish::Fail(failure), &[])
             .await
@@ -112,7 +113,7 @@ impl Store {
             .and_then(|k| serde_json::from_str::<FailureKind>(&k).ok())
             .unwrap_or(FailureKind::UserError);
         let copy = self
-            .enqueue_retry(tx, study, trial_id, number, kind)
+            .enqueue_retry(tx, study, trial_id, number, Some(kind))
             .await?;
         self.set_attr(tx, trial_id, RETRIED_AS_ATTR, &json!(copy))
             .await?;
@@ -670,8 +671,9 @@ impl Store {
                     .await?;
             }
             if f.retry {
+                let counted = Some(f.kind).filter(|_| f.counts);
                 let copy = self
-                    .enqueue_retry(tx, study, trial_id, number, f.kind)
+                    .enqueue_retry(tx, study, trial_id, number, counted)
                     .await?;
                 self.set_attr(tx, trial_id, RETRIED_AS_ATTR, &json!(copy))
                     .await?;
@@ -682,14 +684,16 @@ impl Store {
 
     /// A WAITING copy of a failed trial, with the system attributes Optuna's
     /// RetryFailedTrialCallback writes (`failed_trial`: the first attempt's number,
-    /// `retry_history`: every failed attempt's number). Returns the copy's number.
+    /// `retry_history`: every failed attempt's number), and the failed attempts by kind
+    /// (`sweepd:attempts`) with this one counted under `kind` (`None`: it does not count).
+    /// Returns the copy's number.
     async fn enqueue_retry(
         &self,
         tx: &mut Tx,
         study: &Study,
         failed_id: i64,
         failed_number: i64,
-        kind: FailureKind,
+        kind: Option<FailureKind>,
     ) -> Result<i64> {
         let attrs: Vec<(String, String)> = sql!(tx.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
@@ -719,7 +723,9 @@ impl Store {
                 _ => zero_params = NegativeZeros::parse(Some(&json)).params,
             }
         }
-        *attempts.entry(kind).or_default() += 1;
+        if let Some(kind) = kind {
+            *attempts.entry(kind).or_default() += 1;
+        }
         history.push(json!(failed_number));
         let (copy_id, copy_number) = self.insert_trial(tx, study, TrialState::Waiting).await?;
         sql!(tx.conn(), |c| sqlx::query(

@@ -34,6 +34,9 @@ pub const RETRIED_AS_ATTR: &str = "sweepd:retried_as";
 pub const ATTEMPTS_ATTR: &str = "sweepd:attempts";
 /// A finished trial's measured GPU memory peak, in MiB.
 pub const PEAK_MEMORY_ATTR: &str = "sweepd:peak_memory_mib";
+/// The memory cap a GPU trial ran under, in MiB: what its framework's allocator was allowed to
+/// hold (the bytes it was admitted with, less its worker's context), `docs/gpu-memory-model.md`.
+pub const MEMORY_CAP_ATTR: &str = "sweepd:memory_cap_mib";
 /// Which of a trial's stored zeros are -0.0 (SQLite's REAL columns lose the sign).
 pub const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
 
@@ -51,8 +54,12 @@ pub const FAILED_TRIAL_ATTR: &str = "failed_trial";
 pub const RETRY_HISTORY_ATTR: &str = "retry_history";
 /// The params `study.enqueue_trial` fixed, in external form.
 pub const FIXED_PARAMS_ATTR: &str = "fixed_params";
-/// A trial's constraint values (Optuna's `constraints_func`; feasible when all are <= 0).
+/// A trial's constraint values (Optuna's `constraints_func`; feasible when all are <= 0), a
+/// list: the form Optuna 5 still reads, and the one sweepd writes for an out-of-memory trial.
 pub const CONSTRAINTS_ATTR: &str = "constraints";
+/// What Optuna 5's `trial.set_constraint(key, value)` writes a constraint's name after: one
+/// attribute per constraint, `constraints:<key>`, its value a float.
+pub const CONSTRAINT_KEY_PREFIX: &str = "constraints:";
 /// The study system attribute `study.set_metric_names` writes.
 pub const METRIC_NAMES_ATTR: &str = "study:metric_names";
 
@@ -67,6 +74,7 @@ pub const TRIAL_SYSTEM_ATTRS: &[&str] = &[
     RETRIED_AS_ATTR,
     ATTEMPTS_ATTR,
     PEAK_MEMORY_ATTR,
+    MEMORY_CAP_ATTR,
     NEGATIVE_ZERO_ATTR,
     FAIL_REASON_ATTR,
     FAILED_TRIAL_ATTR,

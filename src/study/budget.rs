@@ -154,7 +154,7 @@ pub struct Spent {
 }
 
 /// Why a study ended, in the order [`ended`] looks.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Ended {
     Trials {
         finished: u64,

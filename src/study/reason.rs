@@ -130,6 +130,9 @@ fn retry_class(kind: FailureKind) -> Option<&'static str> {
         | FailureKind::Hang
         | FailureKind::WorkerDied => Some("crash"),
         FailureKind::Interrupted => Some("interrupted"),
+        // A trial that reached its own memory cap is re-run larger at no cost (issue 41):
+        // no `[retry]` limit, counted apart from an out-of-memory failure.
+        FailureKind::Cap => Some("cap"),
         FailureKind::UserError | FailureKind::BadValue | FailureKind::Protocol => None,
     }
 }
@@ -252,6 +255,10 @@ mod tests {
     #[case::retry_limit_unknown(
         Reason::Retry { attempt: 1, of: None, after: FailureKind::Interrupted },
         "retry 1 after interrupted"
+    )]
+    #[case::retry_after_its_cap(
+        Reason::Retry { attempt: 1, of: None, after: FailureKind::Cap },
+        "retry 1 after cap"
     )]
     #[case::running_on_a_gpu(
         Reason::Running { elapsed_s: 192, device: Some(0), step: Some(40) },

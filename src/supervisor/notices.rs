@@ -4,7 +4,8 @@
 //! readings are news of), and at the end why the study finished or the error it stopped on
 //! (`at_end`). Sending never waits: the notifier queues.
 
-use super::{RunError, Shared};
+use super::error::RunError;
+use super::shared::Shared;
 use crate::notify::{Event, Summary, SummaryClock};
 use crate::store::GpuRow;
 use std::collections::BTreeSet;
@@ -85,9 +86,9 @@ pub(super) async fn at_end(sh: &Shared, error: Option<&RunError>, interrupted: b
         sh.notifier.send(Event::fatal(&e.to_string()));
     } else if !interrupted {
         let core = sh.core.lock().await;
-        let why = match &core.ended {
+        let why = match core.ended() {
             Some(e) => e.to_string(),
-            None if core.exhausted => "study done: every point of the grid was tried".to_owned(),
+            None if core.exhausted() => "study done: every point of the grid was tried".to_owned(),
             None => "study done".to_owned(),
         };
         sh.notifier.send(Event::finished(&why, &core.summary()));

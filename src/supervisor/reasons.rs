@@ -1,42 +1,12 @@
 //! Why each candidate in the `Core`'s line waits, as the daemon publishes it for `status` and
-//! `trials` (`study::reason::Line`, stored by `Store::publish_line` when a phrase changes): the
+//! `trials` (`study::reason::Line`, built by `Core::waiting_line` from the line, the slots and
+//! the breaker, stored by `Store::publish_line` when a phrase changes). Pure: the
 //! head waits for a slot or for GPU memory (its expected peak against the most free on any
 //! device, from the readings the housekeeping tick just wrote), the others for those ahead of
 //! them; the breaker, when it holds every device, holds the whole study.
 
-use super::core::{Candidate, Core};
 use crate::store::GpuRow;
 use crate::study::reason::{Line, Queued, Reason};
-use std::time::Instant;
-
-impl Core {
-    /// The line as it stands, with the GPU rows of this tick.
-    pub(super) fn waiting_line(&self, rows: &[GpuRow]) -> Line {
-        let ids: Vec<Option<i64>> = self
-            .pending
-            .iter()
-            .map(|(c, _)| match c {
-                Candidate::Waiting(w, _) => Some(w.trial_id),
-                Candidate::New(_) => None,
-            })
-            .collect();
-        let max_par = self.config.worker.max_par;
-        let running = self.running as usize;
-        let busy = (running >= max_par).then_some((running, max_par));
-        let now = Instant::now();
-        let devices = self.devices();
-        let held = self.breaker.paused(&devices, now).and_then(|_| {
-            let until = devices
-                .iter()
-                .filter_map(|d| self.breaker.quarantined(*d, now))
-                .min()?;
-            let wall = chrono::Local::now().naive_local()
-                + chrono::Duration::from_std(until - now).ok()?;
-            Some(wall.format("%Y-%m-%d %H:%M:%S").to_string())
-        });
-        line_of(&ids, busy, rows, held)
-    }
-}
 
 /// The line for candidates `ids` (head first; `None`: a new sample not numbered yet), every
 /// slot busy (`busy`: running, max_par) or not, this tick's GPU rows, and the breaker's hold

@@ -3,7 +3,9 @@
 //! killed, and on a GPU its memory seen released by NVML before the slot may start another
 //! there), each step recorded in `sweepd_workers` and `sweepd_worker_events`.
 
-use super::{RunError, Shared, KILL_GRACE};
+use super::error::RunError;
+use super::events::{Retirement, WorkerEvent};
+use super::shared::Shared;
 use crate::config::{Config, WorkerMode};
 use crate::process::{self, Event, Message, SpawnSpec, Worker};
 use crate::study::{Claimed, WorkerState};
@@ -17,6 +19,9 @@ use tracing::{info, warn};
 /// The newest worker protocol this sweepd speaks (`SWEEPD_PROTOCOL`): 2 answers `suggest`
 /// (define-by-run) and records `user_attr`; a worker that speaks 1 works unchanged.
 pub(super) const PROTOCOL: &str = "2";
+
+/// Grace between SIGTERM and SIGKILL when sweepd kills a worker group.
+pub(super) const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// How long a retired worker's memory may take to disappear from NVML before sweepd says so.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -59,6 +64,25 @@ pub(super) fn worker_env(
     for (k, v) in &cfg.worker.env {
         env.retain(|(key, _)| key != k);
         env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+/// What a worker started under a memory cap of `cap` bytes on a device of `total` bytes finds
+/// in its environment (`docs/protocol.md`): the cap itself, for the helper and for workers with
+/// no framework, and JAX's own limit, which JAX reads once, when it starts.
+pub(super) fn cap_env(cap: u64, total: Option<u64>) -> Vec<(String, String)> {
+    let mut env = vec![("SWEEPD_MEMORY_CAP".to_owned(), cap.to_string())];
+    if let Some(total) = total.filter(|t| *t > 0) {
+        let fraction = (cap as f64 / total as f64).min(1.0);
+        env.push((
+            "XLA_PYTHON_CLIENT_PREALLOCATE".to_owned(),
+            "false".to_owned(),
+        ));
+        env.push((
+            "XLA_PYTHON_CLIENT_MEM_FRACTION".to_owned(),
+            format!("{fraction:.3}"),
+        ));
     }
     env
 }
@@ -132,13 +156,15 @@ pub(super) async fn spawn_worker(
         Ok(None) => {
             sh.store.worker_exited(id, None, None).await?;
             let why = "the study stopped while the start waited for resources";
-            sh.store.event(Some(id), None, "spawn_failed", why).await?;
+            WorkerEvent::SpawnFailed(why)
+                .record(&sh.store, Some(id), None)
+                .await?;
             return Ok(None);
         }
         Err(source) => {
             sh.store.worker_exited(id, None, None).await?;
-            sh.store
-                .event(Some(id), None, "spawn_failed", &source.to_string())
+            WorkerEvent::SpawnFailed(&source.to_string())
+                .record(&sh.store, Some(id), None)
                 .await?;
             return Err(RunError::Spawn { argv, source });
         }
@@ -147,40 +173,44 @@ pub(super) async fn spawn_worker(
     sh.store
         .worker_spawned(id, w.pid, start, &w.log_path)
         .await?;
-    sh.store
-        .event(
-            Some(id),
-            None,
-            "spawned",
-            &format!(
-                "pid {} slot {slot} on {}",
-                w.pid,
-                device.map_or("cpu".into(), |d| format!("gpu{d}"))
-            ),
-        )
-        .await?;
+    let spawned = WorkerEvent::Spawned {
+        pid: w.pid,
+        slot,
+        device,
+    };
+    spawned.record(&sh.store, Some(id), None).await?;
     Ok(Some(w))
 }
 
 /// Starts a persistent worker and waits for its `ready`. The inner `Err` is a start failure
 /// (reason, stderr tail) the slot may retry.
+/// `cap`: the memory cap of its first trial and the device's total, for its environment (a
+/// framework that reads its limit once keeps this one for the worker's life).
 pub(super) async fn start_persistent(
     slot: usize,
     sh: &Shared,
     device: Option<u32>,
+    cap: Option<(u64, Option<u64>)>,
 ) -> Result<Result<Worker, (String, String)>, RunError> {
-    let Some(mut w) = spawn_worker(slot, sh, device, Vec::new(), Vec::new()).await? else {
+    let env = cap.map_or_else(Vec::new, |(c, total)| cap_env(c, total));
+    let Some(mut w) = spawn_worker(slot, sh, device, Vec::new(), env).await? else {
         return Ok(Err(("the study is stopping".to_owned(), String::new())));
     };
+    w.spawn_cap = cap.map(|(c, _)| c);
     let deadline = tokio::time::sleep(sh.cfg().worker.startup_timeout);
     tokio::pin!(deadline);
     let failure = loop {
         tokio::select! {
             ev = w.next_event() => match ev {
-                Event::Msg(Message::Ready) => {
+                Event::Msg(Message::Ready { memory }) => {
+                    took_memory(sh, &mut w, memory.as_ref());
                     sh.store.worker_state(w.id, WorkerState::Ready).await?;
-                    sh.store.event(Some(w.id), None, "ready", "").await?;
+                    WorkerEvent::Ready.record(&sh.store, Some(w.id), None).await?;
                     return Ok(Ok(w));
+                }
+                Event::Msg(Message::Memory { worker, .. }) => {
+                    took_memory(sh, &mut w, Some(&worker));
+                    continue;
                 }
                 Event::Msg(_) => continue,
                 Event::Garbage(why) => break format!("sent garbage before `ready`: {why}"),
@@ -196,8 +226,18 @@ pub(super) async fn start_persistent(
     };
     warn!(worker = w.id, "worker failed to start: {failure}");
     let stderr = w.stderr_tail();
-    retire(sh, w, device, &failure).await?;
+    retire(sh, w, device, &Retirement::FailedToStart(failure.clone())).await?;
     Ok(Err((failure, stderr)))
+}
+
+/// What a worker's framework said of its process's memory (`ready`, `memory` messages): kept
+/// with the worker, and its context, once measured, is what new workers are taken to hold.
+pub(super) fn took_memory(sh: &Shared, w: &mut Worker, said: Option<&process::WorkerMemory>) {
+    let Some(said) = said else { return };
+    w.memory.update(said);
+    if let (Some(m), Some(c)) = (&sh.monitor, said.context) {
+        m.context_seen(c);
+    }
 }
 
 /// Spawns a oneshot worker for one trial: params as `--name=value` and as JSON in env. `None`
@@ -207,6 +247,7 @@ pub(super) async fn start_oneshot(
     sh: &Shared,
     c: &Claimed,
     device: Option<u32>,
+    cap: Option<(u64, Option<u64>)>,
 ) -> Result<Option<(Worker, PathBuf)>, RunError> {
     let params = sh.cfg().space.external_json(&c.params);
     let args = params
@@ -230,7 +271,7 @@ pub(super) async fn start_oneshot(
     }
     let result_file = results.join(format!("trial-{}.result", c.trial_id));
     let _ = std::fs::remove_file(&result_file);
-    let env = vec![
+    let mut env = vec![
         ("SWEEPD_TRIAL_ID".to_owned(), c.trial_id.to_string()),
         ("SWEEPD_TRIAL_NUMBER".to_owned(), c.number.to_string()),
         ("SWEEPD_PARAMS".to_owned(), params.to_string()),
@@ -239,8 +280,14 @@ pub(super) async fn start_oneshot(
             result_file.to_string_lossy().into_owned(),
         ),
     ];
+    if let Some((cap, total)) = cap {
+        env.extend(cap_env(cap, total));
+    }
     let w = spawn_worker(slot, sh, device, args, env).await?;
-    Ok(w.map(|w| (w, result_file)))
+    Ok(w.map(|mut w| {
+        w.spawn_cap = cap.map(|(c, _)| c);
+        (w, result_file)
+    }))
 }
 
 /// Ends a worker for good: asks it to exit, kills its group if it does not, and on a GPU waits
@@ -250,7 +297,7 @@ pub(super) async fn retire(
     sh: &Shared,
     mut w: Worker,
     device: Option<u32>,
-    why: &str,
+    why: &Retirement,
 ) -> Result<(), RunError> {
     let pgid = w.pid as i32;
     let mut pids: Vec<u32> = process::group_members_off_runtime(pgid)
@@ -271,17 +318,19 @@ pub(super) async fn retire(
     let survivors = kill_group(sh, &mut w).await;
     if !survivors.is_empty() {
         // After a second Ctrl-C nothing was given time to exit: no warning, only the record.
-        let detail = if sh.kill_now.is_cancelled() {
-            format!("stopped at once: SIGKILLed {survivors:?}")
-        } else {
+        let at_once = sh.kill_now.is_cancelled();
+        if !at_once {
             warn!(
                 worker = w.id,
                 ?survivors,
                 "killed processes of the worker's group that outlived it"
             );
-            format!("survivors {survivors:?}")
+        }
+        let killed = WorkerEvent::Killed {
+            survivors: &survivors,
+            at_once,
         };
-        sh.store.event(Some(w.id), None, "killed", &detail).await?;
+        killed.record(&sh.store, Some(w.id), None).await?;
     }
     if let (Some(m), Some(d)) = (&sh.monitor, device) {
         m.retired(pgid);
@@ -308,14 +357,11 @@ pub(super) async fn retire(
                     for p in &left {
                         process::kill_pid(*p);
                     }
-                    sh.store
-                        .event(
-                            Some(w.id),
-                            None,
-                            "release_timeout",
-                            &format!("gpu{d} pids {left:?}"),
-                        )
-                        .await?;
+                    let timeout = WorkerEvent::ReleaseTimeout {
+                        device: d,
+                        pids: &left,
+                    };
+                    timeout.record(&sh.store, Some(w.id), None).await?;
                     break;
                 }
                 Err(e) if start.elapsed() >= RELEASE_WAIT => {
@@ -330,15 +376,17 @@ pub(super) async fn retire(
         .exit_status()
         .map(process::code_and_signal)
         .unwrap_or((None, None));
-    if why != "study stopped" && why != "oneshot trial done" {
+    if why.restarts() {
         sh.metrics.worker_restarted();
     }
     w.mark(&format!("worker {} retired: {why}", w.id)).await;
     sh.store.worker_exited(w.id, code, signal).await?;
-    sh.store.event(Some(w.id), None, "exited", why).await?;
+    WorkerEvent::Exited(why)
+        .record(&sh.store, Some(w.id), None)
+        .await?;
     if device.is_some() && !sh.kill_now.is_cancelled() {
         // Its memory is free: a trial waiting for it may start now, not at the next poll.
-        super::housekeeping::read_gpus(sh).await;
+        sh.read_gpus().await;
         // Ours or another daemon's: our entry in the host's ledger no longer counts it idle.
         sh.core.lock().await.refresh_claims();
         sh.changed.notify_waiters();
@@ -403,5 +451,20 @@ high = 1.0
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn a_capped_worker_finds_its_cap_and_jaxs_fraction_of_the_device_in_its_environment() {
+        let g = 1u64 << 30;
+        let env: HashMap<String, String> = cap_env(6 * g, Some(24 * g)).into_iter().collect();
+        assert_eq!(env["SWEEPD_MEMORY_CAP"], (6 * g).to_string());
+        assert_eq!(env["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
+        assert_eq!(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "0.250");
+        // The device's total unknown: the cap alone, no fraction of nothing.
+        let env = cap_env(6 * g, None);
+        assert_eq!(env, [("SWEEPD_MEMORY_CAP".to_owned(), (6 * g).to_string())]);
+        // Never more than the whole device.
+        let env: HashMap<String, String> = cap_env(30 * g, Some(24 * g)).into_iter().collect();
+        assert_eq!(env["XLA_PYTHON_CLIENT_MEM_FRACTION"], "1.000");
     }
 }

@@ -120,6 +120,7 @@ impl Validator<'_> {
             nvml_lib,
             idle_worker_timeout,
             memory_group,
+            caps: raw.caps.as_ref().map_or(defaults.caps, |c| *c.get_ref()),
         }
     }
 
