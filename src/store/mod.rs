@@ -93,7 +93,7 @@ pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
 pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
-pub use steer::{EndedElsewhere, Enqueued, KillRefused, Killed, TrialLog, KILLED_BY_HAND};
+pub use steer::{EndedElsewhere, Enqueued, KillRefused, Killed, Repeats, TrialLog, KILLED_BY_HAND};
 pub use suggested::ParamRefused;
 pub use telemetry::{GpuRow, MemorySample};
 pub use views::{Candidate, TrialView};

@@ -55,6 +55,9 @@ pub enum Enqueued {
     Skipped { like: i64 },
 }
 
+/// `skip_if_exists`'s rule: whether new params (first) repeat a trial's (second).
+pub type Repeats = dyn Fn(&Map<String, Value>, &Map<String, Value>) -> bool + Sync;
+
 /// A trial of the daemon's that another process ended (or deleted) while the daemon ran it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndedElsewhere {
@@ -188,9 +191,8 @@ impl Store {
 
     /// Why a final trial cannot be killed: its state, and the retry copy of a retried FAIL.
     async fn refused_final(&self, tx: &mut Tx, trial_id: i64, number: i64) -> Result<KillRefused> {
-        let (state, copy): (String, Option<String>) =
-            sql!(tx.conn(), |c| {
-                sqlx::query_as(
+        let (state, copy): (String, Option<String>) = sql!(tx.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(t.state AS TEXT), (SELECT a.value_json FROM trial_system_attributes a \
                WHERE a.trial_id = t.trial_id AND a.key = $2) FROM trials t WHERE t.trial_id = $1",
         )
@@ -198,8 +200,8 @@ impl Store {
         .bind(RETRIED_AS_ATTR)
         .fetch_one(c)
         .await
-            })
-            .at(&self.path)?;
+        })
+        .at(&self.path)?;
         Ok(KillRefused::Final {
             number,
             state: state.parse().unwrap_or(TrialState::Fail),
@@ -300,7 +302,7 @@ impl Store {
         &self,
         study: &Study,
         sets: &[Map<String, Value>],
-        skip_if: Option<&(dyn Fn(&Map<String, Value>, &Map<String, Value>) -> bool + Sync)>,
+        skip_if: Option<&Repeats>,
     ) -> Result<Vec<Enqueued>> {
         once!(self, study.id, |tx| {
             let mut known = match skip_if {
@@ -347,9 +349,8 @@ impl Store {
         .fetch_all(c)
         .await)
         .at(&self.path)?;
-        let rows: Vec<(i64, String, f64, String)> =
-            sql!(tx.conn(), |c| {
-                sqlx::query_as(
+        let rows: Vec<(i64, String, f64, String)> = sql!(tx.conn(), |c| {
+            sqlx::query_as(
             "SELECT CAST(t.number AS BIGINT), p.param_name, p.param_value, p.distribution_json \
              FROM trials t JOIN trial_params p ON p.trial_id = t.trial_id \
              WHERE t.study_id = $1 ORDER BY t.number, p.param_id",
@@ -357,8 +358,8 @@ impl Store {
         .bind(study.id)
         .fetch_all(c)
         .await
-            })
-            .at(&self.path)?;
+        })
+        .at(&self.path)?;
         let mut sets: BTreeMap<i64, Map<String, Value>> = BTreeMap::new();
         let mut from_fixed = std::collections::BTreeSet::new();
         for (number, text) in fixed {
