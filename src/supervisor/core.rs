@@ -25,7 +25,8 @@ use crate::store::{
 use crate::study::rules;
 use crate::study::space::external_json;
 use crate::study::{
-    Claimed, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord, TrialState,
+    Claimed, ControlState, Dists, Failure, FailureKind, Finish, Params, Tally, TrialRecord,
+    TrialState,
 };
 use crate::units;
 use serde_json::json;
@@ -94,6 +95,10 @@ pub(super) struct Core {
     pub(super) fatal: Option<RunError>,
     /// The study is stopping for an error: no trial starts any more.
     pub(super) halted: bool,
+    /// What the study's owner asked of its daemons (`sweepd pause`, `stop`, `cancel`), as
+    /// housekeeping last read it: paused, no trial starts; stopping or cancelling, none starts
+    /// and the slots end.
+    pub(super) steer: ControlState,
     /// What the terminal's progress display shows, published as it changes.
     pub(super) progress: Tracker,
     /// Idle persistent workers on GPUs, and those handed to trials that start.
@@ -275,8 +280,11 @@ impl Core {
         stopping: bool,
     ) -> Result<Planned, RunError> {
         loop {
-            if stopping || self.halted {
+            if stopping || self.halted || self.steer.ends_daemons() {
                 return Ok(Planned::Done);
+            }
+            if !self.steer.starts_trials() {
+                return Ok(Planned::Wait);
             }
             if let Some(t) = self.config.study.timeout {
                 if self.started.elapsed() >= t {

@@ -1,5 +1,6 @@
 //! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, retires idle
-//! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`),
+//! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`)
+//! and the study's control state (`steer`: paused, stopped, cancelled, trials ended elsewhere),
 //! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
 //! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
 //! triggers when an Optuna migration dropped them, and notices a study deleted from the
@@ -18,6 +19,7 @@
 //! waiting, not wedged) and the metrics say so until the server is back.
 
 use super::core::Core;
+use super::steer;
 use super::{study_deleted_under_us, Shared};
 use crate::config::Config;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
@@ -44,6 +46,8 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     // heartbeat looks old, so none fails another over until its own have been written again
     // for a whole `host_timeout`.
     let mut last_silence = Instant::now();
+    // The study's control state as last read (`sweepd pause`, `stop`, `cancel`).
+    let mut steered = None;
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -85,6 +89,8 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             Err(e) => warn!("could not read commands: {e}"),
         }
+        let asked_pause = steer::steer(&sh, &mut steered).await;
+        steer::stop_ended_elsewhere(&sh).await;
         let (paused, status) = {
             let mut core = sh.core.lock().await;
             // Other processes' trials, also while no trial starts here (every slot busy with a
@@ -98,7 +104,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             core.publish();
             (
-                core.breaker.paused(&core.devices(), Instant::now()),
+                asked_pause.or_else(|| core.breaker.paused(&core.devices(), Instant::now())),
                 status_line(&sh.cfg(), &core),
             )
         };

@@ -25,7 +25,9 @@
 //! keeps idle persistent workers on GPUs between trials; `slot` runs the trial loop of one
 //! slot, `trial` one trial's protocol conversation, `workers` starts and retires worker
 //! processes; `host` says who this daemon is (host id, machine, boot, PID namespace) and
-//! whether the daemon a study's row names still runs; `housekeeping` is the once-a-poll task;
+//! whether the daemon a study's row names still runs; `housekeeping` is the once-a-poll task,
+//! `steer` its reading of the study's control state (`sweepd pause`, `stop`, `cancel`) and of
+//! trials another process ended, `stops` how such a trial's conversation is stopped;
 //! `reload` applies SIGHUP.
 //!
 //! [`Core`]: core::Core
@@ -40,6 +42,8 @@ mod policy;
 mod pool;
 mod reload;
 mod slot;
+mod steer;
+mod stops;
 mod suggest;
 mod trial;
 mod workers;
@@ -132,6 +136,8 @@ impl RunError {
 pub struct RunSummary {
     pub counts: Counts,
     pub interrupted: bool,
+    /// The study's owner stopped or cancelled it (`sweepd stop`, `sweepd cancel`): who, when.
+    pub steered: Option<crate::study::StudyControl>,
 }
 
 /// Everything the slot tasks share.
@@ -162,6 +168,8 @@ struct Shared {
     /// elsewhere): it wins over what the slots then fail with.
     ended_by: std::sync::Mutex<Option<RunError>>,
     metrics: Arc<Metrics>,
+    /// Our running trials, each stoppable from housekeeping (ended elsewhere, cancelled).
+    stops: stops::Stops,
     /// `--par` from the command line, which reloads keep.
     par_override: Option<usize>,
 }
@@ -421,6 +429,15 @@ async fn run_locked(
         store.sync().await?;
         warn!(trials = ?stale, "marked trials left RUNNING by a previous instance as FAIL and re-enqueued them");
     }
+    // Stopped or cancelled by its owner: exit 0 at once, until `sweepd resume`.
+    let (control_at_start, exit) = steer::at_start(&store, &study).await?;
+    if exit {
+        return Ok(RunSummary {
+            counts: store.counts(&study).await?,
+            interrupted: false,
+            steered: Some(control_at_start),
+        });
+    }
     let monitor = open_gpus(&config).await?;
     let sampler = sampler::build(
         config.study.sampler,
@@ -527,6 +544,7 @@ async fn run_locked(
             same_error: SameError::new(config.retry.stop_after_same_error),
             fatal: None,
             halted: false,
+            steer: control_at_start.state,
             progress: tracker(&store, &study, &control, counts.finished()).await?,
             pool: Default::default(),
             feed,
@@ -546,6 +564,7 @@ async fn run_locked(
         instance,
         ended_by: Default::default(),
         metrics: metrics.clone(),
+        stops: Default::default(),
         par_override: control.par_override,
     });
     shared.core.lock().await.learn(history, true);
@@ -662,6 +681,11 @@ async fn run_locked(
     }
     let counts = store.counts(&study).await?;
     let interrupted = shared.shutdown.is_cancelled();
+    let steered = if shared.core.lock().await.steer.ends_daemons() {
+        Some(store.control(&study).await?)
+    } else {
+        None
+    };
     info!(
         complete = counts.complete,
         pruned = counts.pruned,
@@ -673,6 +697,7 @@ async fn run_locked(
     Ok(RunSummary {
         counts,
         interrupted,
+        steered,
     })
 }
 

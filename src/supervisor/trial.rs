@@ -1,7 +1,8 @@
 //! One trial on one worker: the protocol conversation (the trial sent, reports answered with
 //! the pruner's decision, protocol 2's suggests answered with the param's value and its user
 //! attributes recorded, the result, the error report), the limits (`trial_timeout`,
-//! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study) and, when the
+//! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study, a stop from
+//! housekeeping: the trial ended by another process or the study cancelled) and, when the
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
 
@@ -74,6 +75,7 @@ pub(super) async fn run_trial(
     let grace = tokio::time::sleep(far);
     tokio::pin!(grace);
     let mut stopping = false;
+    let stop = sh.stops.watch(c.trial_id);
     // Oneshot: how the trial ended, known before the process has exited.
     let mut outcome: Option<Outcome> = None;
     // The last error report, for classifying a process that then died.
@@ -213,6 +215,11 @@ pub(super) async fn run_trial(
                 w.kill_group(KILL_GRACE).await;
                 break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
             }
+            why = stop.stopped() => {
+                warn!(trial = c.number, "{why}");
+                kill_group(sh, w).await;
+                break (failed(FailureKind::Interrupted, format!("interrupted: {why}"), Some(w.stderr_tail())), Fate::Replace(why));
+            }
             _ = &mut grace => {
                 let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
                 kill_group(sh, w).await;
@@ -229,6 +236,7 @@ pub(super) async fn run_trial(
             }
         }
     };
+    sh.stops.forget(c.trial_id);
     w.trial_ended(c.trial_id);
     let end = match &result {
         Outcome::Complete(v) => format!("COMPLETE {}", values_text(v)),
