@@ -279,6 +279,11 @@ impl Core {
         hint: Option<u32>,
         stopping: bool,
     ) -> Result<Planned, RunError> {
+        // Read at each start, not only at housekeeping's pace: after `sweepd stop` returns,
+        // no trial of ours starts.
+        if !stopping && !self.halted {
+            self.steer = self.store.control(&self.study).await?.state;
+        }
         loop {
             if stopping || self.halted || self.steer.ends_daemons() {
                 return Ok(Planned::Done);
