@@ -432,3 +432,75 @@ fn a_trial_failed_by_an_optuna_script_has_its_worker_stopped_and_the_slot_moves_
         "{log}"
     );
 }
+
+fn pg_count(url: &str, state: &str) -> usize {
+    pg_try_column(
+        url,
+        &format!("SELECT count(*) FROM trials WHERE state = '{state}'"),
+    )
+    .and_then(|c| c[0].parse().ok())
+    .unwrap_or(0)
+}
+
+/// Two hosts' daemons of one study on PostgreSQL: `stop` from one host lets both hosts'
+/// running trials finish and both daemons exit 0; `cancel` kills both hosts' trials,
+/// re-enqueues them, and both exit 0.
+#[test]
+fn stop_and_cancel_reach_every_daemon_of_a_study_on_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("steer");
+    let gates = tempfile::tempdir().unwrap();
+    let gate = gates.path().join("gate");
+    let cfg = Cfg {
+        name: "multi".into(),
+        n_trials: Some(10),
+        max_par: 1,
+        storage: Some(format!("url = \"{url}\"\nhost_timeout = \"60s\"")),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_GATE", gate.to_str().unwrap());
+    let hosts: Vec<Sweep> = ["a", "b"]
+        .iter()
+        .map(|h| {
+            let mut s = Sweep::new(&cfg);
+            s.env.push(("SWEEPD_HOST_ID".into(), (*h).into()));
+            s
+        })
+        .collect();
+    let both_running = || {
+        wait_until(LIMIT, "a trial RUNNING on each host", || {
+            pg_count(&url, "RUNNING") == 2
+        })
+    };
+    let daemons: Vec<Child> = hosts.iter().map(Sweep::spawn_run).collect();
+    both_running();
+    let said = ok(&hosts[1], &["stop"]);
+    assert!(said.contains("the 2 daemons on "), "{said}");
+    std::fs::write(&gate, "").unwrap();
+    for (d, h) in daemons.into_iter().zip(&hosts) {
+        wait_exit(h, d);
+    }
+    let logs = || {
+        format!(
+            "{}\n---\n{}",
+            hosts[0].daemon_stderr(),
+            hosts[1].daemon_stderr()
+        )
+    };
+    assert_eq!(pg_count(&url, "COMPLETE"), 2, "{}", logs());
+    assert_eq!(pg_count(&url, "RUNNING") + pg_count(&url, "WAITING"), 0);
+    // Again, with the gate shut, and cancelled.
+    std::fs::remove_file(&gate).unwrap();
+    ok(&hosts[0], &["resume"]);
+    let daemons: Vec<Child> = hosts.iter().map(Sweep::spawn_run).collect();
+    both_running();
+    let said = ok(&hosts[0], &["cancel"]);
+    assert!(said.contains("the 2 daemons on "), "{said}");
+    for (d, h) in daemons.into_iter().zip(&hosts) {
+        wait_exit(h, d);
+    }
+    assert_eq!(pg_count(&url, "RUNNING"), 0);
+    assert_eq!(pg_count(&url, "FAIL"), 2);
+    assert_eq!(pg_count(&url, "WAITING"), 2);
+    assert_eq!(pg_count(&url, "COMPLETE"), 2);
+}
