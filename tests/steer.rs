@@ -96,6 +96,33 @@ fn open(gate: &Path) {
     std::fs::write(gate, "").unwrap();
 }
 
+/// Turns on the daemon's metrics endpoint on a free loopback port.
+fn with_metrics(sweep: &Sweep) -> u16 {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cfg = std::fs::read_to_string(&sweep.config).unwrap();
+    cfg.push_str(&format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    std::fs::write(&sweep.config, cfg).unwrap();
+    port
+}
+
+/// A sample of the daemon's metrics (`name{host="…"} value`), if it answers.
+fn metric(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find(|l| l.split(['{', ' ']).next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 #[test]
 fn a_paused_study_starts_no_trial_lets_the_running_one_finish_and_stays_paused_across_a_restart() {
     let gates = tempfile::tempdir().unwrap();
@@ -248,15 +275,26 @@ fn stop_and_cancel_with_no_daemon_keep_the_next_run_from_starting() {
 fn a_trial_killed_by_hand_leaves_nothing_running_and_is_not_retried() {
     let gates = tempfile::tempdir().unwrap();
     let (sweep, gate) = gated(3, 1, gates.path(), &[("SWEEPD_TEST_HANG_ON", "0")]);
+    let port = with_metrics(&sweep);
     open(&gate);
     let daemon = sweep.spawn_run();
     wait_running(&sweep, 1);
     assert_eq!(state_of(&sweep, 0), "RUNNING");
+    // Paused first, so that the daemon is still up to be asked for its metrics.
+    ok(&sweep, &["pause"]);
+    wait_until(LIMIT, "sweepd_paused 1", || {
+        metric(port, "sweepd_paused") == Some(1.0)
+    });
     let said = ok(&sweep, &["kill", "0"]);
     assert!(
         said.contains("trial 0: RUNNING → FAIL, killed by hand, not retried"),
         "{said}"
     );
+    // Counted once the daemon stopped the worker.
+    wait_until(LIMIT, "sweepd_trials_killed_by_hand_total 1", || {
+        metric(port, "sweepd_trials_killed_by_hand_total") == Some(1.0)
+    });
+    ok(&sweep, &["resume"]);
     // Trial 0 hangs forever: the daemon ends only if it stopped its worker.
     wait_exit(&sweep, daemon);
     assert_eq!(running(&sweep), 0);
