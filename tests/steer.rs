@@ -145,6 +145,11 @@ fn a_paused_study_starts_no_trial_lets_the_running_one_finish_and_stays_paused_a
     let status = ok(&sweep, &["status", "--json"]);
     let status: Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["daemon"]["state"], "PAUSED", "{status}");
+    let detail = status["daemon"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("(`sweepd pause`); no trial starts until `sweepd resume`"),
+        "{status}"
+    );
     sigterm(&daemon);
     wait_exit(&sweep, daemon);
     // A new daemon starts paused.

@@ -63,7 +63,7 @@ pub(super) async fn steer(sh: &Shared, last: &mut Option<ControlState>) -> Optio
             sh.stops.stop(trial_id, why.clone());
         }
     }
-    paused.then(|| control.to_string())
+    paused.then(|| format!("{control}; no trial starts until `sweepd resume`"))
 }
 
 /// Stops the workers of our trials that another process ended: `sweepd kill`,
