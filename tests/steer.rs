@@ -442,8 +442,25 @@ fn optuna_fail(sweep: &Sweep, number: i64) {
     );
 }
 
+/// optuna-dashboard's "Fail" on a running trial (`tests/py/dashboard_fail.py`: its HTTP API).
+fn dashboard_fail(sweep: &Sweep, number: i64) {
+    let answer = sweep.optuna("dashboard_fail.py", &["t", &number.to_string()]);
+    assert_eq!(answer.trim(), "204");
+}
+
 #[test]
 fn a_trial_failed_by_an_optuna_script_has_its_worker_stopped_and_the_slot_moves_on() {
+    ended_elsewhere_stops_the_worker(optuna_fail);
+}
+
+#[test]
+fn a_trial_failed_from_optuna_dashboard_has_its_worker_stopped_and_the_slot_moves_on() {
+    ended_elsewhere_stops_the_worker(dashboard_fail);
+}
+
+/// Trial 0 hangs; `fail` ends it from outside sweepd: its worker is stopped (within the hang
+/// guard), what the other process wrote stands, and the study goes on to its end.
+fn ended_elsewhere_stops_the_worker(fail: fn(&Sweep, i64)) {
     let gates = tempfile::tempdir().unwrap();
     let record = gates.path().join("pids");
     let (sweep, gate) = gated(
@@ -462,7 +479,7 @@ fn a_trial_failed_by_an_optuna_script_has_its_worker_stopped_and_the_slot_moves_
         !recorded(&record).is_empty()
     });
     let (pid, _) = recorded(&record)[0];
-    optuna_fail(&sweep, 0);
+    fail(&sweep, 0);
     // Trial 0 hangs forever: its worker goes only because the daemon stopped it.
     wait_until(LIMIT, "trial 0's worker stopped", || !alive(pid));
     wait_exit(&sweep, daemon);
