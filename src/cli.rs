@@ -2,7 +2,8 @@
 //! `pause`, `resume`, `stop`, `cancel`, `kill`, `enqueue`, `logs` (and the hidden `internals`),
 //! parsed by clap and handed each to its own file.
 //!
-//! Every data-printing command has `--json` and `--csv`; the steering commands have `--json`.
+//! Every data-printing command has `--json` and `--csv`; the steering commands but `logs` have
+//! `--json`.
 //! `status`, `trials`, `best` and `gpus` only read the database, so they work while `run` is
 //! going and after it, and from a storage URL and a study name without a config (`--storage`,
 //! `--study`), as Optuna's own tools are pointed at a study. The steering commands reach the
