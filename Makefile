@@ -115,7 +115,7 @@ install: $(SWEEPD_BIN)
 		$(DESTDIR)$(SWEEPD_DATADIR)/examples $(DESTDIR)$(SWEEPD_DOCDIR) \
 		$(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SWEEPD_STATE_DIR)
 	$(INSTALL) -m 0755 $(SWEEPD_BIN) $(DESTDIR)$(SWEEPD_BINDIR)/sweepd
-	$(INSTALL) -m 0644 python/sweepd_worker.py $(DESTDIR)$(SWEEPD_DATADIR)/python/sweepd_worker.py
+	$(INSTALL) -m 0644 python/sweepd_worker.py python/sweepd_memory.py $(DESTDIR)$(SWEEPD_DATADIR)/python/
 	$(INSTALL) -m 0644 $(SWEEPD_EXAMPLES) $(DESTDIR)$(SWEEPD_DATADIR)/examples/
 	$(INSTALL) -m 0644 supervisor.toml $(DESTDIR)$(SWEEPD_DATADIR)/supervisor.toml
 	$(INSTALL) -m 0644 $(SWEEPD_DOCS) $(DESTDIR)$(SWEEPD_DOCDIR)/
@@ -149,7 +149,8 @@ install: $(SWEEPD_BIN)
 uninstall:
 	@echo "Stop and disable every study's unit before this (systemctl disable --now sweepd@NAME)."
 	rm -f $(DESTDIR)$(SWEEPD_BINDIR)/sweepd $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$(SWEEPD_UNIT) \
-		$(DESTDIR)$(SWEEPD_DATADIR)/python/sweepd_worker.py $(DESTDIR)$(SWEEPD_DATADIR)/supervisor.toml \
+		$(DESTDIR)$(SWEEPD_DATADIR)/python/sweepd_worker.py $(DESTDIR)$(SWEEPD_DATADIR)/python/sweepd_memory.py \
+		$(DESTDIR)$(SWEEPD_DATADIR)/supervisor.toml \
 		$(addprefix $(DESTDIR)$(SWEEPD_DATADIR)/,$(SWEEPD_EXAMPLES)) \
 		$(addprefix $(DESTDIR)$(SWEEPD_DOCDIR)/,$(notdir $(SWEEPD_DOCS)))
 	rm -rf $(DESTDIR)$(SWEEPD_DATADIR)/python/__pycache__ $(DESTDIR)$(SWEEPD_DATADIR)/examples/__pycache__

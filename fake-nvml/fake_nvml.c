@@ -22,10 +22,22 @@
  *                                     same idx and pid replaces an earlier one, 0 removes it
  *   prune_dead_pids                   leave out procs whose pid is gone or a zombie, as the
  *                                     real driver frees a process's memory when it exits
+ *   pid_offset <N>                    list every proc under pid + N, not its pid: NVML names
+ *                                     processes by their host PIDs, which a process in a
+ *                                     container's PID namespace (Docker, Kubernetes without
+ *                                     --pid=host) never sees; 0 lists pids as they are
+ *   pid_map <pid> <listed>            list that pid as `listed` (before pid_offset); a later
+ *                                     line for the same pid replaces, a listed pid of 0 removes
+ *   proc_memory_unavailable [idx]     every proc of device idx (of every device without idx)
+ *                                     is listed with usedGpuMemory = NVML_VALUE_NOT_AVAILABLE,
+ *                                     as NVML reports it under WDDM, MIG and some containers;
+ *                                     the device's used and free memory still count them
  *   fail <nvmlFunctionName> <code>    that function returns that nvmlReturn_t code (a later
  *                                     line for the same function replaces, 0 removes)
  *
  * A device's used memory is the sum of its procs, free = total - used (at least 0), reserved 0.
+ * prune_dead_pids looks at a proc's own pid (the one in this machine's /proc, which wrote the
+ * line), never at the pid it is listed under.
  * Without a readable state file every call returns NVML_ERROR_DRIVER_NOT_LOADED (9), as the real
  * library does without a driver. A malformed line, or more than the limits below, makes every
  * call return NVML_ERROR_UNKNOWN (999) and say why on stderr, so a broken fixture is loud.
@@ -45,6 +57,7 @@
 #define MAX_GPUS 16        /* device indices 0..15 */
 #define MAX_PROCS 256      /* proc entries over all devices */
 #define MAX_FAILS 32       /* fail directives */
+#define MAX_PID_MAPS 256   /* pid_map directives */
 #define MAX_LINE 512       /* line buffer: up to 510 bytes and a newline */
 #define NAME_LEN 96        /* NVML_DEVICE_NAME_V2_BUFFER_SIZE, terminator included */
 #define FN_LEN 64          /* function names in fail directives, terminator included */
@@ -61,6 +74,9 @@ enum {
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
+
+/* nvml.h: #define NVML_VALUE_NOT_AVAILABLE (-1), read into an unsigned long long field. */
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
 
 /* The ABI structs, as in nvml.h. */
 typedef struct {
@@ -87,13 +103,14 @@ static struct fake_device handles[MAX_GPUS];
 /* ---- the state file ---- */
 
 struct gpu {
-    int present, has_util;
+    int present, has_util, proc_memory_unavailable;
     unsigned long long total;
     unsigned int util_gpu, util_mem;
     char name[NAME_LEN];
 };
 struct proc { unsigned int idx, pid; unsigned long long bytes; };
 struct fail { char fn[FN_LEN]; unsigned int code; };
+struct pid_map { unsigned int pid, listed; };
 
 struct state {
     struct gpu gpus[MAX_GPUS];
@@ -102,6 +119,9 @@ struct state {
     unsigned int nprocs;
     struct fail fails[MAX_FAILS];
     unsigned int nfails;
+    struct pid_map pid_maps[MAX_PID_MAPS];
+    unsigned int npid_maps;
+    unsigned int pid_offset;
     int prune_dead_pids;
 };
 
@@ -229,6 +249,31 @@ static const char *apply(struct state *s, char *line) {
         }
     } else if (!strcmp(kw, "prune_dead_pids")) {
         s->prune_dead_pids = 1;
+    } else if (!strcmp(kw, "pid_offset")) {
+        if (parse_uint(token(&p), 0x7FFFFFFFu, &a)) return "pid_offset: must be 0..2147483647";
+        s->pid_offset = (unsigned int)a;
+    } else if (!strcmp(kw, "pid_map")) {
+        if (parse_uint(token(&p), 0xFFFFFFFFu, &a) || a == 0) return "pid_map: bad pid";
+        if (parse_uint(token(&p), 0xFFFFFFFFu, &b)) return "pid_map: bad listed pid";
+        for (i = 0; i < s->npid_maps; i++)
+            if (s->pid_maps[i].pid == a) break;
+        if (b == 0) {
+            if (i < s->npid_maps) s->pid_maps[i] = s->pid_maps[--s->npid_maps];
+        } else {
+            if (i == s->npid_maps) {
+                if (s->npid_maps == MAX_PID_MAPS) return "too many pid_map lines (limit 256)";
+                s->npid_maps++;
+            }
+            s->pid_maps[i].pid = (unsigned int)a;
+            s->pid_maps[i].listed = (unsigned int)b;
+        }
+    } else if (!strcmp(kw, "proc_memory_unavailable")) {
+        if (!(fn = token(&p))) {
+            for (i = 0; i < MAX_GPUS; i++) s->gpus[i].proc_memory_unavailable = 1;
+        } else {
+            if (parse_index(fn, &idx)) return "proc_memory_unavailable: index must be 0..15";
+            s->gpus[idx].proc_memory_unavailable = 1;
+        }
     } else if (!strcmp(kw, "fail")) {
         fn = token(&p);
         if (!fn || strlen(fn) >= FN_LEN) return "fail: bad function name";
@@ -358,6 +403,15 @@ static unsigned int device_procs(const struct state *s, unsigned int idx, struct
         out[n++] = s->procs[i];
     }
     return n;
+}
+
+/* The pid NVML lists a proc under: its pid_map, else pid + pid_offset (wrapping as the
+ * unsigned field does, though the offset's limit keeps real pids clear of that). */
+static unsigned int listed_pid(const struct state *s, unsigned int pid) {
+    unsigned int i;
+    for (i = 0; i < s->npid_maps; i++)
+        if (s->pid_maps[i].pid == pid) return s->pid_maps[i].listed;
+    return pid + s->pid_offset;
 }
 
 /* ---- call bookkeeping ---- */
@@ -499,8 +553,9 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     }
     if (n > 0 && !infos) return NVML_ERROR_INVALID_ARGUMENT;
     for (i = 0; i < n; i++) {
-        infos[i].pid = procs[i].pid;
-        infos[i].usedGpuMemory = procs[i].bytes;
+        infos[i].pid = listed_pid(&s, procs[i].pid);
+        infos[i].usedGpuMemory =
+            s.gpus[idx].proc_memory_unavailable ? NVML_VALUE_NOT_AVAILABLE : procs[i].bytes;
         infos[i].gpuInstanceId = 0xFFFFFFFFu; /* not a MIG instance */
         infos[i].computeInstanceId = 0xFFFFFFFFu;
     }

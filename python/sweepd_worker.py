@@ -66,6 +66,11 @@ sweepd answers with ``{"type":"prune"}``; ``suggest_*`` sends
 Outcomes are ``result``, ``pruned`` or ``error`` messages.  stdout and
 stderr stay free for the user's own output.
 
+A GPU trial runs under the memory cap sweepd admitted it with (``memory_cap``
+in the trial message, ``SWEEPD_MEMORY_CAP`` in the environment), enforced
+with the framework's own limit by ``sweepd_memory``; ``trial.memory_cap``
+has it for a worker without one.
+
 The full protocol, for writing workers in other languages, is in
 ``docs/protocol.md`` in the sweepd repository.
 
@@ -79,7 +84,6 @@ import collections.abc
 import copy
 import datetime
 import decimal
-import gc
 import json
 import math
 import operator
@@ -90,6 +94,9 @@ import sys
 import threading
 import traceback
 import warnings
+
+import sweepd_memory
+from sweepd_memory import release_caches
 
 __version__ = "0.2.0"
 
@@ -905,12 +912,17 @@ class Trial(object):
         id: the trial's id (Optuna's trial_id).
         datetime_start: a naive local ``datetime.datetime``: when the trial started, as sweepd
             says in the trial message (``datetime_start``), else when this process got it.
+        memory_cap: the bytes the trial's framework allocator may hold on its device (sweepd's
+            cap: ``memory_cap`` of the trial message, or ``SWEEPD_MEMORY_CAP``), or None. The
+            helper enforces it with PyTorch and TensorFlow; a worker without one reads it here.
 
     Properties (copies, as in Optuna): ``params`` (name -> value: float, int, or the
     categorical choice itself; the values sweepd sampled up front plus those suggested so
     far), ``distributions`` (name -> distribution, for the names suggested so far),
     ``user_attrs``.
     """
+
+    memory_cap = None
 
     def __init__(self, trial_id, number, params, channel, protocol=PROTOCOL_VERSION,
                  datetime_start=None):
@@ -1220,105 +1232,18 @@ def _parse_datetime(raw):
 # Modes
 
 
-# --------------------------------------------------------------------------
-# Device memory between trials
-
-
-def _cuda_torch():
-    """PyTorch, if the objective imported it and initialized CUDA (never imported here)."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            return torch
-    except Exception:
-        pass
-    return None
-
-
-def _reset_framework_peaks():
-    torch = _cuda_torch()
-    if torch is not None:
-        try:
-            torch.cuda.reset_peak_memory_stats()
-        except Exception:
-            pass
-
-
-def _framework_memory():
-    """The framework's own peak figures for the trial that just ended, where it is imported
-    and they are cheap to ask: {"framework": ..., "peak_allocated": bytes, "peak_reserved":
-    bytes}, or None. sweepd measures memory with NVML; these say what the framework saw, which
-    NVML's readings, seconds apart, can miss in a short trial (see _framework_reserved)."""
-    torch = _cuda_torch()
-    if torch is None:
-        return None
-    try:
-        return {
-            "framework": "torch",
-            "peak_allocated": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved": int(torch.cuda.max_memory_reserved()),
-        }
-    except Exception:
-        return None
-
-
-def _framework_reserved():
-    """What the framework's allocator still reserves now (bytes), or None. Asked right after
-    release_caches(): sweepd reads NVML for the worker then, and NVML's figure less this one is
-    what the process holds outside the allocator (the CUDA context, library workspaces), which
-    with "peak_reserved" gives the trial's peak as NVML would have seen it."""
-    torch = _cuda_torch()
-    if torch is None:
-        return None
-    try:
-        return int(torch.cuda.memory_reserved())
-    except Exception:
-        return None
-
-
-# Modules whose objects can hold device memory until the garbage collector frees them.
-_DEVICE_FRAMEWORKS = ("torch", "tensorflow", "jax", "cupy")
-
-
-def release_caches():
-    """Give the device memory a finished trial left cached back to the driver.
-
-    A persistent worker waits between trials holding its CUDA context; PyTorch's caching
-    allocator would also keep every block the trial freed, so an idle worker would hold a
-    trial's peak and sweepd could not admit the next trial into that memory. Called between
-    trials by serve() in persistent mode: garbage collection (tensors in reference cycles)
-    where a device framework is imported, then torch.cuda.empty_cache() and TensorFlow's
-    clear_session() where those are imported (nothing is imported here). JAX keeps freed
-    memory in its own pool whatever is called; sweepd sets XLA_PYTHON_CLIENT_PREALLOCATE=false
-    so that the pool grows only as needed.
-    """
-    # Only a framework's objects hold device memory; without one a full collection per trial
-    # frees nothing worth its time (0.5 ms in a bare process, more the more objects it holds;
-    # about 1 ms of CPU per trial in the PostgreSQL coordination benchmark).
-    if any(name in sys.modules for name in _DEVICE_FRAMEWORKS):
-        gc.collect()
-    torch = _cuda_torch()
-    if torch is not None:
-        try:
-            torch.cuda.empty_cache()
-        except Exception as exc:
-            _warn("torch.cuda.empty_cache() failed: %s" % (exc,))
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        try:
-            tf.keras.backend.clear_session()
-        except Exception:
-            pass
-
-
-def _persistent_trial(objective, chan, protocol, trial_id, number, params, started):
+def _persistent_trial(objective, chan, protocol, trial_id, number, params, started, cap):
     # A function of its own so that the trial, its value and any exception
     # (with the frames it holds) are released before waiting for the next one.
     trial = Trial(trial_id, number, params, chan, protocol, started)
-    _reset_framework_peaks()
+    trial.memory_cap = cap
+    sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
+    sweepd_memory.MEMORY.end_trial()
     _flush_std_streams()
-    memory = _framework_memory()
+    memory = sweepd_memory.framework_memory()
+    if outcome == "error":
+        memory = sweepd_memory.MEMORY.error_figures(payload[0], memory)
     msg = _outcome_message(trial_id, outcome, payload)
     if memory is not None:
         msg["memory"] = memory
@@ -1328,7 +1253,7 @@ def _persistent_trial(objective, chan, protocol, trial_id, number, params, start
     del trial, payload
     release_caches()
     if memory is not None:
-        reserved = _framework_reserved()
+        reserved = sweepd_memory.framework_reserved()
         if reserved is not None:
             memory["reserved"] = reserved
     chan.send(msg)
@@ -1344,9 +1269,18 @@ def _outcome_message(trial_id, outcome, payload):
     return _error_message(trial_id, exc, tb)
 
 
+def _ready_with_memory(protocol):
+    """``ready``, with what the framework says of the process where it is initialised."""
+    msg = _ready_message(protocol)
+    memory = sweepd_memory.MEMORY.ready_memory()
+    if memory is not None:
+        msg["memory"] = memory
+    return msg
+
+
 def _serve_persistent(objective, protocol):
     chan = _open_channel(required=True)
-    chan.send(_ready_message(protocol))
+    chan.send(_ready_with_memory(protocol))
     while True:
         msg = chan.recv()
         if msg is None:
@@ -1358,7 +1292,8 @@ def _serve_persistent(objective, protocol):
             if not isinstance(params, dict):
                 params = {}
             _persistent_trial(objective, chan, protocol, trial_id, msg.get("number"), params,
-                              _parse_datetime(msg.get("datetime_start")))
+                              _parse_datetime(msg.get("datetime_start")),
+                              sweepd_memory.cap_from_trial(msg))
         elif kind == "shutdown":
             _flush_std_streams()
             sys.exit(0)
@@ -1417,11 +1352,15 @@ def _serve_oneshot(objective, protocol):
     result_file = os.environ.get("SWEEPD_RESULT_FILE")
 
     chan = _open_channel(required=False)
+    cap = sweepd_memory.MEMORY.spawn_cap
     if chan is not None:
-        chan.send(_ready_message(protocol))
+        chan.send(_ready_with_memory(protocol))
 
     trial = Trial(trial_id, number, params, chan, protocol)
+    trial.memory_cap = cap
+    sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
+    sweepd_memory.MEMORY.end_trial()
     _flush_std_streams()
 
     if outcome == "ok":
@@ -1447,7 +1386,11 @@ def _serve_oneshot(objective, protocol):
         sys.exit(0)
     exc, tb = payload
     if chan is not None:
-        chan.send(_error_message(trial_id, exc, tb))
+        msg = _error_message(trial_id, exc, tb)
+        memory = sweepd_memory.MEMORY.error_figures(exc, sweepd_memory.framework_memory())
+        if memory is not None:
+            msg["memory"] = memory
+        chan.send(msg)
     sys.exit(1)
 
 
@@ -1477,3 +1420,7 @@ def serve(objective):
             "sweepd_worker.serve(): unknown SWEEPD_MODE %r (expected 'persistent' "
             "or 'oneshot'); this script must be started by sweepd" % (mode,)
         )
+
+
+# The spawn's memory cap (SWEEPD_MEMORY_CAP), applied before the script's first allocation.
+sweepd_memory.at_import()

@@ -132,6 +132,7 @@ pub fn user_frame(traceback: &str) -> Option<Frame> {
     let foreign = |f: &Frame| {
         let path = f.file.as_str();
         path.ends_with("sweepd_worker.py")
+            || path.ends_with("sweepd_memory.py")
             || path.contains("/site-packages/")
             || path.contains("/dist-packages/")
             || path.starts_with('<')
@@ -1474,6 +1475,26 @@ RuntimeError: shapes cannot be multiplied
         let lib_only = "  File \"/usr/lib/python3.11/json/decoder.py\", line 355, in raw_decode\n";
         assert_eq!(user_frame(lib_only).unwrap().line, 355);
         assert_eq!(user_frame("no traceback here"), None);
+    }
+
+    #[test]
+    fn a_failed_import_under_the_helpers_cap_hook_names_the_users_import_line() {
+        // sweepd_memory.py runs torch's import to cap it right after (issue 41): its frame is
+        // the helper's, not the user's.
+        let tb = "Traceback (most recent call last):
+  File \"/home/me/train.py\", line 3, in <module>
+    import torch
+  File \"<frozen importlib._bootstrap>\", line 1360, in _find_and_load
+  File \"/opt/sweepd/python/sweepd_memory.py\", line 450, in exec_module
+    run(module)
+  File \"/venv/lib/python3.11/site-packages/torch/__init__.py\", line 237, in <module>
+    from torch._C import *
+ImportError: libcudnn.so.9: cannot open shared object file
+";
+        assert_eq!(
+            user_frame(tb).unwrap().to_string(),
+            "/home/me/train.py:3, in <module>"
+        );
     }
 
     #[test]

@@ -578,4 +578,6 @@ impl Config {
 }
 
 #[cfg(test)]
+mod problem_tests;
+#[cfg(test)]
 mod tests;

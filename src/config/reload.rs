@@ -5,9 +5,8 @@
 //! docs/configuration.md lists exactly the live keys in its table and the others in its "needs
 //! a restart" paragraph.
 //!
-//! What a live key's new value then does is the supervisor's: most are read from the running
-//! config at each decision; `gpu.headroom` and `[retry]` are also handed to admission and the
-//! circuit breaker when the reload is applied.
+//! What a live key's new value then does is the supervisor's: it keeps one copy of the config
+//! in force (`supervisor::settings`), which the reload swaps and every decision reads.
 
 use super::raw::dotted;
 use super::{

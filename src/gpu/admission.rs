@@ -264,10 +264,11 @@ struct OomState {
     at: Instant,
 }
 
-/// The admission rule, with the per-device state it keeps: the admission factor after OOMs. See the module documentation for the rule.
+/// The admission rule, with the per-device state it keeps: the admission factor after OOMs. See
+/// the module documentation for the rule. `[gpu] headroom`, which may change while the daemon
+/// runs, is not kept here: each decision is handed the value in force.
 #[derive(Debug, Clone)]
 pub struct Capacity {
-    headroom: u64,
     max_par_per_device: usize,
     oom_admission_factor: f64,
     oom_recovery: Duration,
@@ -275,13 +276,12 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// `headroom`: bytes left free on every device; `max_par_per_device`: at most this many of
+    /// `max_par_per_device`: at most this many of
     /// our trials per device (0 is taken as 1: a device that must never run a trial is left out
     /// of the device list instead); `oom_admission_factor` in [0, 1]: what an OOM multiplies
     /// usable memory by (a value outside is clamped, NaN is 1.0 = no decrease); `oom_recovery`:
     /// how long the factor takes to climb back to 1.0.
     pub fn new(
-        headroom: u64,
         max_par_per_device: usize,
         oom_admission_factor: f64,
         oom_recovery: Duration,
@@ -292,21 +292,11 @@ impl Capacity {
             oom_admission_factor.clamp(0.0, 1.0)
         };
         Capacity {
-            headroom,
             max_par_per_device: max_par_per_device.max(1),
             oom_admission_factor,
             oom_recovery,
             oom: BTreeMap::new(),
         }
-    }
-
-    /// Live reload of `[gpu] headroom`.
-    pub fn set_headroom(&mut self, bytes: u64) {
-        self.headroom = bytes;
-    }
-
-    pub fn headroom(&self) -> u64 {
-        self.headroom
     }
 
     pub fn max_par_per_device(&self) -> usize {
@@ -350,17 +340,18 @@ impl Capacity {
     /// may use, already read), or say why each waits (one decision per device, in the order of
     /// `devices`; empty if `devices` is). Among the devices that admit the trial, the one with
     /// the most usable memory left after admitting it wins; ties go to fewer running trials,
-    /// then to the lower index.
+    /// then to the lower index. `headroom`: `[gpu] headroom`, left free on every device.
     pub fn place(
         &self,
         devices: &[DeviceView],
         running: &[RunningTrial],
         expected_peak: u64,
+        headroom: u64,
         now: Instant,
     ) -> Result<u32, Vec<Decision>> {
         let decisions: Vec<Decision> = devices
             .iter()
-            .map(|d| self.decide(d, running, expected_peak, now))
+            .map(|d| self.decide(d, running, expected_peak, headroom, now))
             .collect();
         decisions
             .iter()
@@ -382,6 +373,7 @@ impl Capacity {
         device: &DeviceView,
         running: &[RunningTrial],
         expected_peak: u64,
+        headroom: u64,
         now: Instant,
     ) -> Decision {
         let mut par_now = 0;
@@ -399,7 +391,7 @@ impl Capacity {
         let before_factor = device
             .free
             .saturating_add(device.idle)
-            .saturating_sub(self.headroom)
+            .saturating_sub(headroom)
             .saturating_sub(unclaimed)
             .saturating_sub(device.others);
         let usable = scale_down(before_factor, factor);
@@ -431,7 +423,7 @@ impl Capacity {
                 needed: expected_peak,
                 available: usable,
                 free: device.free,
-                headroom: self.headroom,
+                headroom,
                 unclaimed,
                 claiming,
                 factor,
@@ -469,6 +461,7 @@ impl Capacity {
         running: &[RunningTrial],
         head: u64,
         backfilled: impl Fn(i64) -> bool,
+        headroom: u64,
         now: Instant,
     ) -> u64 {
         let mut ours_used: u64 = 0;
@@ -486,7 +479,7 @@ impl Capacity {
             .saturating_add(device.idle)
             .saturating_add(ours_used)
             .saturating_add(device.others_used)
-            .saturating_sub(self.headroom)
+            .saturating_sub(headroom)
             .saturating_sub(device.held);
         scale_down(drained, self.admission_factor(device.index, now))
             .saturating_sub(head)
@@ -506,6 +499,7 @@ impl Capacity {
         running: &[RunningTrial],
         expected_peak: u64,
         idle: &[IdleWorker],
+        headroom: u64,
         now: Instant,
     ) -> Reclaim {
         let mut here: Vec<&IdleWorker> = idle.iter().filter(|w| w.device == device.index).collect();
@@ -526,9 +520,8 @@ impl Capacity {
         } else {
             f64::INFINITY
         };
-        let have =
-            device.free as f64 - self.headroom as f64 - unclaimed as f64 - device.others as f64
-                + reuse.memory as f64;
+        let have = device.free as f64 - headroom as f64 - unclaimed as f64 - device.others as f64
+            + reuse.memory as f64;
         let mut short = needed - have;
         let mut retire = Vec::new();
         for w in rest.iter().rev() {
@@ -627,7 +620,7 @@ mod tests {
     }
 
     fn cap() -> Capacity {
-        Capacity::new(G, 16, 0.5, Duration::from_secs(600))
+        Capacity::new(16, 0.5, Duration::from_secs(600))
     }
 
     fn trial(id: i64, device: u32, expected_peak: u64, used_now: u64) -> RunningTrial {
@@ -652,7 +645,7 @@ mod tests {
     ) -> (Vec<RunningTrial>, Vec<Decision>) {
         let mut running = Vec::new();
         for id in 0..1000 {
-            match cap.place(devices, &running, peak, now) {
+            match cap.place(devices, &running, peak, G, now) {
                 Ok(d) => running.push(trial(id, d, peak, 0)),
                 Err(why) => return (running, why),
             }
@@ -672,7 +665,7 @@ mod tests {
         assert_eq!(small.len(), 11);
         assert_eq!(medium.len(), 4);
         assert_eq!(large.len(), 3);
-        let est = |peak| c.decide(&dev[0], &[], peak, now).par_estimate;
+        let est = |peak| c.decide(&dev[0], &[], peak, G, now).par_estimate;
         assert_eq!(est(2 * G), 11);
         assert_eq!(est(5 * G), 4);
         assert_eq!(est(6 * G), 3);
@@ -689,10 +682,10 @@ mod tests {
         // place → add it with used_now 0 → place again, with the same (stale) reading.
         let mut running = Vec::new();
         for id in 0..3 {
-            assert_eq!(c.place(&dev, &running, 6 * G, now), Ok(0));
+            assert_eq!(c.place(&dev, &running, 6 * G, G, now), Ok(0));
             running.push(trial(id, 0, 6 * G, 0));
         }
-        let why = c.place(&dev, &running, 6 * G, now).unwrap_err();
+        let why = c.place(&dev, &running, 6 * G, G, now).unwrap_err();
         assert_eq!(
             why[0].wait,
             Some(Wait::Memory {
@@ -719,22 +712,22 @@ mod tests {
                 .iter()
                 .map(|t| trial(t.trial_id, 0, t.expected_peak, used))
                 .collect();
-            let d = c.decide(&card(0, 23 * G - 3 * used), &r, 6 * G, now);
+            let d = c.decide(&card(0, 23 * G - 3 * used), &r, 6 * G, G, now);
             assert!(!d.admitted);
             assert_eq!(d.usable, 4 * G);
         }
         // A trial that ends up above its estimate claims nothing more, and is not credited.
         let r = vec![trial(0, 0, 6 * G, 8 * G)];
-        assert_eq!(c.decide(&card(0, 15 * G), &r, 6 * G, now).usable, 14 * G);
+        assert_eq!(c.decide(&card(0, 15 * G), &r, 6 * G, G, now).usable, 14 * G);
     }
 
     #[test]
     fn foreign_process_lowers_par() {
         let now = Instant::now();
         let c = cap();
-        let alone = c.decide(&card(0, 23 * G), &[], 3 * G, now);
+        let alone = c.decide(&card(0, 23 * G), &[], 3 * G, G, now);
         // Someone else's process holds 10 GiB: it is simply not in free.
-        let shared = c.decide(&card(0, 13 * G), &[], 3 * G, now);
+        let shared = c.decide(&card(0, 13 * G), &[], 3 * G, G, now);
         assert_eq!(alone.par_estimate, 7);
         assert_eq!(shared.par_estimate, 4);
         let (running, _) = fill(&c, &[card(0, 13 * G)], 3 * G, now);
@@ -744,7 +737,7 @@ mod tests {
     #[test]
     fn max_par_per_device_is_enforced() {
         let now = Instant::now();
-        let c = Capacity::new(G, 2, 0.5, Duration::from_secs(600));
+        let c = Capacity::new(2, 0.5, Duration::from_secs(600));
         let dev = [card(0, 80 * G)];
         let (running, why) = fill(&c, &dev, G, now);
         assert_eq!(running.len(), 2);
@@ -756,53 +749,52 @@ mod tests {
             })
         );
         assert_eq!(why[0].par_estimate, 2);
-        let c = Capacity::new(G, 3, 0.5, Duration::from_secs(600));
-        assert_eq!(c.place(&dev, &running, G, now), Ok(0));
-        assert_eq!(c.decide(&dev[0], &running, G, now).par_estimate, 3);
+        let c = Capacity::new(3, 0.5, Duration::from_secs(600));
+        assert_eq!(c.place(&dev, &running, G, G, now), Ok(0));
+        assert_eq!(c.decide(&dev[0], &running, G, G, now).par_estimate, 3);
         // A limit below what runs: nothing new, nothing stopped.
-        let c = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
-        let d = c.decide(&dev[0], &running, G, now);
+        let c = Capacity::new(1, 0.5, Duration::from_secs(600));
+        let d = c.decide(&dev[0], &running, G, G, now);
         assert!(!d.admitted);
         assert_eq!((d.par_now, d.par_estimate), (2, 2));
         // 0 means 1.
-        let c = Capacity::new(G, 0, 0.5, Duration::from_secs(600));
+        let c = Capacity::new(0, 0.5, Duration::from_secs(600));
         assert_eq!(c.max_par_per_device(), 1);
     }
 
     #[test]
-    fn headroom_reload_changes_admission() {
+    fn admission_keeps_the_headroom_it_is_given_free() {
         let now = Instant::now();
-        let mut c = cap();
+        let c = cap();
         let dev = card(0, 23 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 3);
-        c.set_headroom(5 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 3);
-        c.set_headroom(6 * G);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).par_estimate, 2);
-        assert_eq!(c.decide(&dev, &[], 6 * G, now).usable, 17 * G);
+        // The value in force at each decision: a reload that changes it changes the next one.
+        assert_eq!(c.decide(&dev, &[], 6 * G, G, now).par_estimate, 3);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 5 * G, now).par_estimate, 3);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 6 * G, now).par_estimate, 2);
+        assert_eq!(c.decide(&dev, &[], 6 * G, 6 * G, now).usable, 17 * G);
     }
 
     #[test]
     fn oom_factor_lowers_admission_then_recovers() {
         let t0 = Instant::now();
-        let mut c = Capacity::new(0, 16, 0.5, Duration::from_secs(600));
+        let mut c = Capacity::new(16, 0.5, Duration::from_secs(600));
         let dev = card(0, 24 * G);
         let other = card(1, 24 * G);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        assert_eq!(c.decide(&dev, &[], 4 * G, t0).par_estimate, 6);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, t0).par_estimate, 6);
         c.record_oom(0, t0);
         assert_eq!(c.admission_factor(0, t0), 0.5);
-        let d = c.decide(&dev, &[], 4 * G, t0);
+        let d = c.decide(&dev, &[], 4 * G, 0, t0);
         assert_eq!((d.usable, d.par_estimate), (12 * G, 3));
         // The other device is untouched.
-        assert_eq!(c.decide(&other, &[], 4 * G, t0).par_estimate, 6);
+        assert_eq!(c.decide(&other, &[], 4 * G, 0, t0).par_estimate, 6);
         // Halfway through recovery: 0.75.
         assert_eq!(c.admission_factor(0, at(300)), 0.75);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(300)).usable, 18 * G);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(300)).usable, 18 * G);
         // Recovered.
         assert_eq!(c.admission_factor(0, at(600)), 1.0);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(600)).par_estimate, 6);
-        assert_eq!(c.decide(&dev, &[], 4 * G, at(10_000)).usable, 24 * G);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(600)).par_estimate, 6);
+        assert_eq!(c.decide(&dev, &[], 4 * G, 0, at(10_000)).usable, 24 * G);
 
         // A second OOM multiplies again: from 0.75 at t=300 to 0.375, then back over 600 s.
         c.record_oom(0, at(300));
@@ -810,13 +802,13 @@ mod tests {
         assert!((c.admission_factor(0, at(600)) - 0.6875).abs() < 1e-12);
         assert_eq!(c.admission_factor(0, at(900)), 1.0);
         // Two OOMs at once: 0.25.
-        let mut c2 = Capacity::new(0, 16, 0.5, Duration::from_secs(600));
+        let mut c2 = Capacity::new(16, 0.5, Duration::from_secs(600));
         c2.record_oom(0, t0);
         c2.record_oom(0, t0);
         assert_eq!(c2.admission_factor(0, t0), 0.25);
         // The factor shows in the reason.
         let running = [trial(1, 0, 4 * G, 4 * G)];
-        let d = c2.decide(&card(0, 20 * G), &running, 6 * G, t0);
+        let d = c2.decide(&card(0, 20 * G), &running, 6 * G, 0, t0);
         let wait = d.wait.unwrap();
         assert_eq!(
             wait.to_string(),
@@ -824,7 +816,7 @@ mod tests {
              after a recent out-of-memory failure)"
         );
         // Zero recovery time: no lasting effect.
-        let mut c3 = Capacity::new(0, 16, 0.5, Duration::ZERO);
+        let mut c3 = Capacity::new(16, 0.5, Duration::ZERO);
         c3.record_oom(0, t0);
         assert_eq!(c3.admission_factor(0, t0), 1.0);
     }
@@ -835,7 +827,7 @@ mod tests {
         let c = cap();
         let dev = [card(0, 23 * G)];
         // Estimated at 40 GiB on a 24 GiB card: still one, so the sweep cannot stall.
-        let d = c.decide(&dev[0], &[], 40 * G, now);
+        let d = c.decide(&dev[0], &[], 40 * G, G, now);
         assert!(d.admitted);
         assert_eq!(d.par_estimate, 1);
         let (running, why) = fill(&c, &dev, 40 * G, now);
@@ -845,7 +837,7 @@ mod tests {
         let mut c = cap();
         c.record_oom(0, now);
         c.record_oom(0, now);
-        assert!(c.decide(&card(0, G / 2), &[], 6 * G, now).admitted);
+        assert!(c.decide(&card(0, G / 2), &[], 6 * G, G, now).admitted);
     }
 
     #[test]
@@ -853,10 +845,10 @@ mod tests {
         let now = Instant::now();
         let c = cap();
         let devs = [card(0, 10 * G), card(1, 20 * G)];
-        assert_eq!(c.place(&devs, &[], 4 * G, now), Ok(1));
+        assert_eq!(c.place(&devs, &[], 4 * G, G, now), Ok(1));
         // Our trials still to claim memory on device 1 count against it.
         let running = [trial(1, 1, 10 * G, 0), trial(2, 1, 8 * G, 6 * G)];
-        assert_eq!(c.place(&devs, &running, 4 * G, now), Ok(0));
+        assert_eq!(c.place(&devs, &running, 4 * G, G, now), Ok(0));
         // Filling two devices spreads the trials: 9 + 19 = 28 GiB of room in 4 GiB trials.
         let (running, why) = fill(&c, &devs, 4 * G, now);
         assert_eq!(running.iter().filter(|t| t.device == 0).count(), 2);
@@ -865,9 +857,9 @@ mod tests {
         assert!(why.iter().all(|d| !d.admitted && d.wait.is_some()));
         // Equal room: the lower index.
         let same = [card(3, 20 * G), card(2, 20 * G)];
-        assert_eq!(c.place(&same, &[], 4 * G, now), Ok(2));
+        assert_eq!(c.place(&same, &[], 4 * G, G, now), Ok(2));
         // No device at all.
-        assert_eq!(c.place(&[], &[], 4 * G, now), Err(vec![]));
+        assert_eq!(c.place(&[], &[], 4 * G, G, now), Err(vec![]));
     }
 
     #[test]
@@ -879,7 +871,7 @@ mod tests {
             trial(2, 0, 3 * G, G),
             trial(3, 0, 2 * G, 2 * G),
         ];
-        let d = c.decide(&card(0, gib(9.1)), &running, 6 * G, now);
+        let d = c.decide(&card(0, gib(9.1)), &running, 6 * G, G, now);
         let wait = d.wait.unwrap();
         assert_eq!(
             wait.to_string(),
@@ -887,10 +879,10 @@ mod tests {
              to be claimed by 2 running trials)"
         );
         let one = [trial(1, 0, 3 * G, G)];
-        let d = c.decide(&card(0, 2 * G), &one, 6 * G, now);
+        let d = c.decide(&card(0, 2 * G), &one, 6 * G, G, now);
         assert!(d.wait.unwrap().to_string().ends_with("by 1 running trial)"));
         let claimed = [trial(1, 0, 3 * G, 3 * G)];
-        let d = c.decide(&card(0, 2 * G), &claimed, 6 * G, now);
+        let d = c.decide(&card(0, 2 * G), &claimed, 6 * G, G, now);
         assert_eq!(
             d.wait.unwrap().to_string(),
             "needs 6.0 GiB, 1.0 GiB available (free 2.0 GiB − headroom 1.0 GiB)"
@@ -916,16 +908,16 @@ mod tests {
             idle_workers: 3,
             ..card(0, 10 * G)
         };
-        assert_eq!(c.decide(&with_idle, &busy, 12 * G, now).usable, 15 * G);
-        assert!(c.decide(&with_idle, &busy, 12 * G, now).admitted);
-        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, now).admitted);
+        assert_eq!(c.decide(&with_idle, &busy, 12 * G, G, now).usable, 15 * G);
+        assert!(c.decide(&with_idle, &busy, 12 * G, G, now).admitted);
+        assert!(!c.decide(&card(0, 10 * G), &busy, 12 * G, G, now).admitted);
         // Another daemon's trials have 5 GiB yet to allocate there: not ours to use.
         let shared = DeviceView {
             others: 5 * G,
             others_running: 2,
             ..with_idle.clone()
         };
-        let d = c.decide(&shared, &busy, 12 * G, now);
+        let d = c.decide(&shared, &busy, 12 * G, G, now);
         assert_eq!(d.usable, 10 * G);
         assert_eq!(
             d.wait.unwrap().to_string(),
@@ -939,7 +931,7 @@ mod tests {
             ..shared.clone()
         };
         assert!(c
-            .decide(&asked, &busy, 12 * G, now)
+            .decide(&asked, &busy, 12 * G, G, now)
             .wait
             .unwrap()
             .to_string()
@@ -948,13 +940,13 @@ mod tests {
                  when asked"
             ));
         // No trial of ours there, but the other daemon's: no "always one", it waits for them.
-        assert!(!c.decide(&shared, &[], 12 * G, now).admitted);
+        assert!(!c.decide(&shared, &[], 12 * G, G, now).admitted);
         let alone = DeviceView {
             others: 0,
             others_running: 0,
             ..shared
         };
-        assert!(c.decide(&alone, &[], 40 * G, now).admitted);
+        assert!(c.decide(&alone, &[], 40 * G, G, now).admitted);
     }
 
     /// Two daemons: the other's trial of 21.6 GiB, passed too often, waited 4 s for the card
@@ -969,7 +961,7 @@ mod tests {
             held: 20 * G,
             ..card(0, 24 * G)
         };
-        let d = c.decide(&held, &[], 6 * G, now);
+        let d = c.decide(&held, &[], 6 * G, G, now);
         assert!(!d.admitted, "{d:?}");
         assert_eq!(
             d.wait.unwrap().to_string(),
@@ -977,7 +969,7 @@ mod tests {
              left free for another daemon's trial, passed too often)"
         );
         // What fits beside the held memory still starts.
-        assert!(c.decide(&held, &[], 3 * G, now).admitted);
+        assert!(c.decide(&held, &[], 3 * G, G, now).admitted);
         // Once it runs (no hold, its trial running), the rule is as before.
         let running = DeviceView {
             others: 0,
@@ -985,12 +977,12 @@ mod tests {
             held: 0,
             ..card(0, 4 * G)
         };
-        assert!(!c.decide(&running, &[], 6 * G, now).admitted);
+        assert!(!c.decide(&running, &[], 6 * G, G, now).admitted);
         let gone = DeviceView {
             others_running: 0,
             ..running
         };
-        assert!(c.decide(&gone, &[], 6 * G, now).admitted);
+        assert!(c.decide(&gone, &[], 6 * G, G, now).admitted);
     }
 
     #[test]
@@ -1016,7 +1008,7 @@ mod tests {
             ..card(0, 10 * G)
         };
         let c = cap();
-        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, now);
+        let reclaim = |c: &Capacity, e: u64| c.reclaim(&dev, &[], e, &idle, G, now);
         // 10 − 1 headroom + the reused worker's 2 = 11 GiB without retiring anyone.
         let fits = Reclaim {
             reuse: Some(2),
@@ -1043,7 +1035,7 @@ mod tests {
         // A running trial's unclaimed memory is not free either.
         let running = [trial(9, 0, 5 * G, 4 * G)];
         assert_eq!(
-            c.reclaim(&dev, &running, 11 * G, &idle, now),
+            c.reclaim(&dev, &running, 11 * G, &idle, G, now),
             Reclaim {
                 reuse: Some(2),
                 retire: vec![1],
@@ -1055,7 +1047,7 @@ mod tests {
         assert_eq!(reclaim(&c, 6 * G).retire, vec![1]);
         // No idle worker on the device: nothing to reuse or retire.
         assert_eq!(
-            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, now),
+            cap().reclaim(&card(2, 10 * G), &[], 20 * G, &idle, G, now),
             Reclaim::default()
         );
     }
@@ -1078,7 +1070,10 @@ mod tests {
             },
         ];
         let ask = |e: u64| {
-            let d: Vec<Decision> = views.iter().map(|v| c.decide(v, &busy, e, now)).collect();
+            let d: Vec<Decision> = views
+                .iter()
+                .map(|v| c.decide(v, &busy, e, G, now))
+                .collect();
             c.request(&views, &d)
         };
         // 10 GiB: 1 short on device 0, 3 on device 1: asks where it lacks least.
@@ -1104,15 +1099,15 @@ mod tests {
         // It fits somewhere: no decision waits for memory there, and none asks.
         assert_eq!(ask(9 * G), None);
         // Waiting for max_par_per_device, not memory: nothing to ask for.
-        let full = Capacity::new(G, 1, 0.5, Duration::from_secs(600));
+        let full = Capacity::new(1, 0.5, Duration::from_secs(600));
         let d: Vec<Decision> = views
             .iter()
-            .map(|v| full.decide(v, &busy, 12 * G, now))
+            .map(|v| full.decide(v, &busy, 12 * G, G, now))
             .collect();
         assert_eq!(full.request(&views, &d), None);
         // Without the other daemon's idle memory there is nothing to ask for either.
         let plain = [card(0, 10 * G)];
-        let d = [c.decide(&plain[0], &busy, 10 * G, now)];
+        let d = [c.decide(&plain[0], &busy, 10 * G, G, now)];
         assert_eq!(c.request(&plain, &d), None);
     }
 
@@ -1150,11 +1145,11 @@ mod tests {
         let mut running: Vec<RunningTrial> = (0..3).map(|i| trial(i, 0, 7 * G, 5 * G)).collect();
         let dev = card(0, 9 * G);
         // Not settled: each may still grow to 7, 6 GiB held back.
-        assert_eq!(c.decide(&dev, &running, 4 * G, now).usable, 2 * G);
+        assert_eq!(c.decide(&dev, &running, 4 * G, G, now).usable, 2 * G);
         for t in &mut running {
             t.settled = true;
         }
-        let d = c.decide(&dev, &running, 4 * G, now);
+        let d = c.decide(&dev, &running, 4 * G, G, now);
         // Settled: 2% of 5 GiB each for allocator noise, the rest usable.
         assert_eq!(d.usable, 8 * G - 3 * (5 * G / 50 + 1));
         assert!(d.admitted);
@@ -1220,15 +1215,15 @@ mod tests {
             ..card(0, 0)
         };
         let backfilled = |id: i64| id == 2;
-        let got = cap().backfill_room(&dev, &running, gib(head), backfilled, now);
+        let got = cap().backfill_room(&dev, &running, gib(head), backfilled, G, now);
         assert_eq!(got, gib(room), "{} GiB", got as f64 / G as f64);
     }
 
     #[test]
     fn decision_serializes() {
         let now = Instant::now();
-        let c = Capacity::new(G, 1, 0.5, Duration::from_secs(1));
-        let d = c.decide(&card(2, 23 * G), &[trial(1, 2, G, 0)], G, now);
+        let c = Capacity::new(1, 0.5, Duration::from_secs(1));
+        let d = c.decide(&card(2, 23 * G), &[trial(1, 2, G, 0)], G, G, now);
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["device"], json!(2));
         assert_eq!(v["admitted"], json!(false));

@@ -203,58 +203,55 @@ impl Store {
     }
 
     /// The records of `trials` (trial_id, number, state as read), in that order, and how many
-    /// rows it took.
+    /// rows it took: every trial's params; a final trial's values, attributes and (when
+    /// `curves`) intermediate values.
     async fn records(
         &self,
         mut conn: Conn<'_>,
         trials: &[(i64, i64, TrialState)],
         curves: bool,
     ) -> Result<(Vec<Changed>, usize)> {
-        let mut out: Vec<Changed> = trials
-            .iter()
-            .map(|&(trial_id, number, state)| Changed {
-                trial_id,
-                record: TrialRecord {
-                    number,
-                    params: Params::new(),
-                    state,
-                    values: Vec::new(),
-                    constraints: Vec::new(),
-                    distributions: Default::default(),
-                },
-                curve: Vec::new(),
-                peak: None,
-            })
-            .collect();
-        let index: HashMap<i64, usize> = out
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.trial_id, i))
-            .collect();
+        let mut batch = Batch::new(trials);
         let all: Vec<i64> = trials.iter().map(|t| t.0).collect();
         let finals: Vec<i64> = trials
             .iter()
             .filter(|t| t.2.is_final())
             .map(|t| t.0)
             .collect();
-        let mut rows = 0;
+        self.feed_params(conn.reborrow(), &all, &mut batch).await?;
+        if finals.is_empty() {
+            return Ok((batch.out, batch.rows));
+        }
+        let marks = placeholders(1, finals.len());
+        self.feed_values(conn.reborrow(), &finals, &marks, &mut batch)
+            .await?;
+        self.feed_attrs(conn.reborrow(), &finals, &marks, &mut batch)
+            .await?;
+        if curves {
+            self.feed_curves(conn.reborrow(), &finals, &marks, &mut batch)
+                .await?;
+        }
+        Ok((batch.out, batch.rows))
+    }
 
+    /// The params of trials `ids`, with their distributions.
+    async fn feed_params(&self, conn: Conn<'_>, ids: &[i64], batch: &mut Batch) -> Result<()> {
         let sql = format!(
             "SELECT CAST(trial_id AS BIGINT), param_name, param_value, distribution_json \
              FROM trial_params WHERE trial_id IN ({}) ORDER BY param_id",
-            placeholders(1, all.len())
+            placeholders(1, ids.len())
         );
-        let params: Vec<(i64, String, f64, String)> = sql!(conn.reborrow(), |c| {
+        let params: Vec<(i64, String, f64, String)> = sql!(conn, |c| {
             let mut q = sqlx::query_as(&sql);
-            for id in &all {
+            for id in ids {
                 q = q.bind(id);
             }
             q.fetch_all(c).await
         })
         .at(&self.path)?;
-        rows += params.len();
+        batch.rows += params.len();
         for (trial_id, name, internal, dist) in params {
-            let record = &mut out[index[&trial_id]].record;
+            let record = &mut batch.get(trial_id).record;
             let Ok(d) = Distribution::from_optuna_json(&dist) else {
                 continue;
             };
@@ -263,31 +260,48 @@ impl Store {
                 record.distributions.insert(name, d);
             }
         }
-        if finals.is_empty() {
-            return Ok((out, rows));
-        }
+        Ok(())
+    }
 
-        let marks = placeholders(1, finals.len());
+    /// The values of trials `ids` (`marks`: their placeholders), by objective.
+    async fn feed_values(
+        &self,
+        conn: Conn<'_>,
+        ids: &[i64],
+        marks: &str,
+        batch: &mut Batch,
+    ) -> Result<()> {
         let sql = format!(
             "SELECT CAST(trial_id AS BIGINT), value, CAST(value_type AS TEXT) FROM trial_values \
              WHERE trial_id IN ({marks}) ORDER BY trial_id, objective"
         );
-        let values: Vec<(i64, Option<f64>, Option<String>)> = sql!(conn.reborrow(), |c| {
+        let values: Vec<(i64, Option<f64>, Option<String>)> = sql!(conn, |c| {
             let mut q = sqlx::query_as(&sql);
-            for id in &finals {
+            for id in ids {
                 q = q.bind(id);
             }
             q.fetch_all(c).await
         })
         .at(&self.path)?;
-        rows += values.len();
+        batch.rows += values.len();
         for (trial_id, value, value_type) in values {
             // A NaN stored by another writer reads as NaN.
             let v = read_value(value, value_type.as_deref()).unwrap_or(f64::NAN);
-            out[index[&trial_id]].record.values.push(v);
+            batch.get(trial_id).record.values.push(v);
         }
+        Ok(())
+    }
 
-        let n = finals.len();
+    /// The constraints, memory peak and negative zeros of trials `ids` (`marks`: their
+    /// placeholders), read after their values (a negative zero rewrites a value).
+    async fn feed_attrs(
+        &self,
+        conn: Conn<'_>,
+        ids: &[i64],
+        marks: &str,
+        batch: &mut Batch,
+    ) -> Result<()> {
+        let n = ids.len();
         let sql = format!(
             "SELECT CAST(trial_id AS BIGINT), key, value_json FROM trial_system_attributes \
              WHERE trial_id IN ({marks}) \
@@ -296,9 +310,9 @@ impl Store {
             n + 2,
             n + 3
         );
-        let attrs: Vec<(i64, String, String)> = sql!(conn.reborrow(), |c| {
+        let attrs: Vec<(i64, String, String)> = sql!(conn, |c| {
             let mut q = sqlx::query_as(&sql);
-            for id in &finals {
+            for id in ids {
                 q = q.bind(id);
             }
             q.bind(CONSTRAINTS_ATTR)
@@ -308,9 +322,9 @@ impl Store {
                 .await
         })
         .at(&self.path)?;
-        rows += attrs.len();
+        batch.rows += attrs.len();
         for (trial_id, key, json) in attrs {
-            let changed = &mut out[index[&trial_id]];
+            let changed = batch.get(trial_id);
             match key.as_str() {
                 CONSTRAINTS_ATTR => {
                     if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
@@ -335,26 +349,79 @@ impl Store {
                 }
             }
         }
+        Ok(())
+    }
 
-        if curves {
-            let sql = format!(
-                "SELECT CAST(trial_id AS BIGINT), CAST(step AS BIGINT), intermediate_value \
-                 FROM trial_intermediate_values WHERE trial_id IN ({marks}) \
-                 AND intermediate_value_type = 'FINITE' ORDER BY trial_id, step"
-            );
-            let steps: Vec<(i64, i64, f64)> = sql!(conn.reborrow(), |c| {
-                let mut q = sqlx::query_as(&sql);
-                for id in &finals {
-                    q = q.bind(id);
-                }
-                q.fetch_all(c).await
-            })
-            .at(&self.path)?;
-            rows += steps.len();
-            for (trial_id, step, value) in steps {
-                out[index[&trial_id]].curve.push((step, value));
+    /// The finite intermediate values of trials `ids` (`marks`: their placeholders), by step.
+    async fn feed_curves(
+        &self,
+        conn: Conn<'_>,
+        ids: &[i64],
+        marks: &str,
+        batch: &mut Batch,
+    ) -> Result<()> {
+        let sql = format!(
+            "SELECT CAST(trial_id AS BIGINT), CAST(step AS BIGINT), intermediate_value \
+             FROM trial_intermediate_values WHERE trial_id IN ({marks}) \
+             AND intermediate_value_type = 'FINITE' ORDER BY trial_id, step"
+        );
+        let steps: Vec<(i64, i64, f64)> = sql!(conn, |c| {
+            let mut q = sqlx::query_as(&sql);
+            for id in ids {
+                q = q.bind(id);
             }
+            q.fetch_all(c).await
+        })
+        .at(&self.path)?;
+        batch.rows += steps.len();
+        for (trial_id, step, value) in steps {
+            batch.get(trial_id).curve.push((step, value));
         }
-        Ok((out, rows))
+        Ok(())
+    }
+}
+
+/// The records one read builds, in the order asked for, and how many rows it took.
+struct Batch {
+    out: Vec<Changed>,
+    /// Where each trial's record is in `out`.
+    index: HashMap<i64, usize>,
+    rows: usize,
+}
+
+impl Batch {
+    /// Empty records of `trials` (trial_id, number, state as read).
+    fn new(trials: &[(i64, i64, TrialState)]) -> Self {
+        let out: Vec<Changed> = trials
+            .iter()
+            .map(|&(trial_id, number, state)| Changed {
+                trial_id,
+                record: TrialRecord {
+                    number,
+                    params: Params::new(),
+                    state,
+                    values: Vec::new(),
+                    constraints: Vec::new(),
+                    distributions: Default::default(),
+                },
+                curve: Vec::new(),
+                peak: None,
+            })
+            .collect();
+        let index = out
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.trial_id, i))
+            .collect();
+        Batch {
+            out,
+            index,
+            rows: 0,
+        }
+    }
+
+    /// The record of trial `trial_id`, one of those asked for.
+    fn get(&mut self, trial_id: i64) -> &mut Changed {
+        &mut self.out[self.index[&trial_id]]
     }
 }

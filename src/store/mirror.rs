@@ -117,27 +117,27 @@ fn forget_trial(id: &str) -> String {
 
 /// Every trigger sweepd keeps, by name, with the exact text SQLite stores for it.
 fn triggers() -> Vec<(&'static str, String)> {
-    let trigger = |name: &'static str, on: &str, body: String| {
-        (
-            name,
-            format!("CREATE TRIGGER {name} {on}\nBEGIN\n    {body}\nEND"),
-        )
-    };
-    let shown = shown_attrs();
-    let set_attrs = format!(
-        "worker_id = {}, worker_pid = {}, fail_reason = {}",
-        attr_of("sweepd_trials.trial_id", WORKER_ID_ATTR),
-        attr_of("sweepd_trials.trial_id", WORKER_PID_ATTR),
-        attr_of("sweepd_trials.trial_id", FAIL_REASON_ATTR),
-    );
-    let set_params = format!("params = {}", params_of("sweepd_trials.trial_id"));
-    let set_attr_from_new = |column: &str, key: &str| {
-        format!(
-            "UPDATE sweepd_trials SET {column} = \
-             CASE WHEN json_valid(NEW.value_json) THEN json_extract(NEW.value_json, '$') END \
-             WHERE trial_id = NEW.trial_id AND NEW.\"key\" = '{key}';"
-        )
-    };
+    [
+        study_triggers(),
+        trial_triggers(),
+        value_triggers(),
+        param_triggers(),
+        attr_triggers(),
+        worker_triggers(),
+    ]
+    .concat()
+}
+
+/// A trigger `name` run `on` (its timing, event and table), and its text as SQLite stores it.
+fn trigger(name: &'static str, on: &str, body: String) -> (&'static str, String) {
+    (
+        name,
+        format!("CREATE TRIGGER {name} {on}\nBEGIN\n    {body}\nEND"),
+    )
+}
+
+/// On `studies`: `sweepd_studies` follows it, and a deleted study's rows go.
+fn study_triggers() -> Vec<(&'static str, String)> {
     vec![
         // A new study's id may be one SQLite reuses: rows of a study deleted while these
         // triggers were missing must not become the new study's.
@@ -165,6 +165,12 @@ fn triggers() -> Vec<(&'static str, String)> {
                 forget_study("OLD.study_id")
             ),
         ),
+    ]
+}
+
+/// On `trials`: its `sweepd_trials` row follows it, and a deleted trial's rows go.
+fn trial_triggers() -> Vec<(&'static str, String)> {
+    vec![
         // Only NEW and sweepd's tables: the trial's params, value and attributes arrive with
         // their own rows, whose triggers fill them in.
         trigger(
@@ -206,6 +212,12 @@ fn triggers() -> Vec<(&'static str, String)> {
                 forget_trial("OLD.trial_id")
             ),
         ),
+    ]
+}
+
+/// On `trial_values`: the first objective's value in `sweepd_trials`.
+fn value_triggers() -> Vec<(&'static str, String)> {
+    vec![
         trigger(
             "sweepd_trial_values_insert",
             "AFTER INSERT ON trial_values WHEN NEW.objective = 0",
@@ -229,6 +241,13 @@ fn triggers() -> Vec<(&'static str, String)> {
      WHERE trial_id = OLD.trial_id;"
                 .into(),
         ),
+    ]
+}
+
+/// On `trial_params`: the `params` column of `sweepd_trials`.
+fn param_triggers() -> Vec<(&'static str, String)> {
+    let set_params = format!("params = {}", params_of("sweepd_trials.trial_id"));
+    vec![
         // Inserts append (sweepd writes trials at up to ~1000/s); an update or a delete
         // rebuilds the object from the trial's rows (this trigger's own table).
         trigger(
@@ -251,6 +270,26 @@ fn triggers() -> Vec<(&'static str, String)> {
             "AFTER DELETE ON trial_params",
             format!("UPDATE sweepd_trials SET {set_params} WHERE trial_id = OLD.trial_id;"),
         ),
+    ]
+}
+
+/// On `trial_system_attributes`: the attributes `sweepd_trials` shows.
+fn attr_triggers() -> Vec<(&'static str, String)> {
+    let shown = shown_attrs();
+    let set_attrs = format!(
+        "worker_id = {}, worker_pid = {}, fail_reason = {}",
+        attr_of("sweepd_trials.trial_id", WORKER_ID_ATTR),
+        attr_of("sweepd_trials.trial_id", WORKER_PID_ATTR),
+        attr_of("sweepd_trials.trial_id", FAIL_REASON_ATTR),
+    );
+    let set_attr_from_new = |column: &str, key: &str| {
+        format!(
+            "UPDATE sweepd_trials SET {column} = \
+             CASE WHEN json_valid(NEW.value_json) THEN json_extract(NEW.value_json, '$') END \
+             WHERE trial_id = NEW.trial_id AND NEW.\"key\" = '{key}';"
+        )
+    };
+    vec![
         trigger(
             "sweepd_trial_attrs_insert",
             &format!("AFTER INSERT ON trial_system_attributes WHEN NEW.\"key\" IN {shown}"),
@@ -276,6 +315,12 @@ fn triggers() -> Vec<(&'static str, String)> {
             &format!("AFTER DELETE ON trial_system_attributes WHEN OLD.\"key\" IN {shown}"),
             format!("UPDATE sweepd_trials SET {set_attrs} WHERE trial_id = OLD.trial_id;"),
         ),
+    ]
+}
+
+/// On sweepd's own `sweepd_workers`.
+fn worker_triggers() -> Vec<(&'static str, String)> {
+    vec![
         // sweepd's own table: a reused worker id does not inherit a deleted worker's events.
         trigger(
             "sweepd_workers_insert",

@@ -108,7 +108,7 @@ pub enum Started {
 }
 
 /// A WAITING trial looked at, not yet claimed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Waiting {
     pub trial_id: i64,
     pub number: i64,

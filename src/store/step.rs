@@ -90,6 +90,107 @@ fn start_rec(state: Option<&str>, trial: Option<i64>, number: Option<i64>) -> Op
     }
 }
 
+impl<'a> Start<'a> {
+    /// The start `sweepd_step` is asked for, its rows built as the statement-per-row path
+    /// builds them.
+    fn of((space, op, ctx): StartWrite<'a, '_>) -> Self {
+        let (attrs, params) = start_rows_of(space, op, ctx.owner, ctx.runner);
+        let (claim, skip) = match op {
+            StartOp::New(_) => (None, ctx.skip_waiting),
+            StartOp::Claim(w, _) => (Some(w.trial_id), None),
+        };
+        Start {
+            claim,
+            attrs,
+            params,
+            budget: ctx.budget,
+            tally: &mut *ctx.tally,
+            skip,
+        }
+    }
+
+    /// Takes in what the call read of the study's trials (`open`: the trials open before it),
+    /// checks (in debug builds) that the tally's rule agrees with the budget the function
+    /// decided, and counts the trial it started.
+    fn take_in(&mut self, open: Vec<i64>, read: Vec<TallyRow>, started: Option<&StartRec>) {
+        apply_read(self.tally, open, read);
+        let room = match self.claim {
+            None => self.tally.room_for_new(self.budget),
+            Some(_) => self.tally.room(self.budget),
+        };
+        // A start refused for a WAITING trial was not judged against the budget.
+        if !matches!(started, Some(StartRec::Waiting)) {
+            let decided = !matches!(started, Some(StartRec::NoRoom));
+            debug_assert_eq!(
+                room, decided,
+                "sweepd_step and the tally disagree on the budget: {:?}",
+                self.tally
+            );
+        }
+        match started {
+            Some(&StartRec::Yes { trial_id, .. }) if self.claim.is_none() => {
+                self.tally.started_new(trial_id)
+            }
+            Some(&StartRec::Yes { trial_id, .. }) => self.tally.started(trial_id),
+            _ => {}
+        }
+    }
+}
+
+/// The values of a finish `sweepd_step` can write (none for no finish); `None` where the
+/// statement-per-row path must: a finish other than COMPLETE, a negative zero.
+fn complete_values<'f>(finish: Option<&'f FinishWrite<'_>>) -> Option<&'f [f64]> {
+    let values: &[f64] = match finish {
+        Some(FinishWrite {
+            how: Finish::Complete(values),
+            ..
+        }) => values,
+        Some(_) => return None,
+        None => &[],
+    };
+    (!values.iter().any(|v| is_negative_zero(*v))).then_some(values)
+}
+
+/// What the rows `sweepd_step` returned say: the step, and the trials it read for the tally;
+/// `None` for those where it answered from the record of an earlier attempt that committed
+/// (nothing read: the tally's next refresh reads what it would have). `finish` and `start`:
+/// whether each was asked for.
+fn stepped_of(rows: Vec<StepRow>, finish: bool, start: bool) -> (Stepped, Option<Vec<TallyRow>>) {
+    let mut stepped = Stepped::default();
+    let mut read = Vec::new();
+    for row in rows {
+        match row.r_kind.as_str() {
+            "tally" => read.push(TallyRow {
+                trial_id: row.r_trial.unwrap_or_default(),
+                state: row.r_state.unwrap_or_default(),
+                retried: row.r_retried.unwrap_or_default(),
+                sweepd: row.r_sweepd.unwrap_or_default(),
+            }),
+            "finish" => stepped.finished = Some(row.r_number),
+            "start" => {
+                stepped.started = start_rec(row.r_state.as_deref(), row.r_trial, row.r_number)
+            }
+            "replay" => {
+                let r: Recorded = row
+                    .r_state
+                    .as_deref()
+                    .and_then(|json| serde_json::from_str(json).ok())
+                    .expect("a result sweepd_step recorded reads back");
+                if finish {
+                    stepped.finished = Some(r.finish);
+                }
+                if start {
+                    stepped.started = start_rec(r.start.as_deref(), r.trial_id, r.number)
+                        .or(Some(StartRec::NoRoom));
+                }
+                return (stepped, None);
+            }
+            other => unreachable!("sweepd_step returns no rows of kind {other}"),
+        }
+    }
+    (stepped, Some(read))
+}
+
 impl Store {
     /// Writes `finish`, then `start`, in one call of `sweepd_step` (see the module's header).
     /// `None` where the statement-per-row path must do it: SQLite, a finish other than
@@ -104,47 +205,50 @@ impl Store {
             return Ok(None);
         };
         // Decided before any row is built: the statement-per-row path builds its own.
-        let values: &[f64] = match &finish {
-            Some(FinishWrite {
-                how: Finish::Complete(values),
-                ..
-            }) => values,
-            Some(_) => return Ok(None),
-            None => &[],
-        };
-        if values.iter().any(|v| is_negative_zero(*v)) {
+        let Some(values) = complete_values(finish.as_ref()) else {
             return Ok(None);
-        }
-        let fin_attrs = finish
-            .as_ref()
-            .map_or_else(Vec::new, |f| attr_texts(f.attrs));
-        let mut start = start.map(|(space, op, ctx)| {
-            let (attrs, params) = start_rows_of(space, op, ctx.owner, ctx.runner);
-            let (claim, skip) = match op {
-                StartOp::New(_) => (None, ctx.skip_waiting),
-                StartOp::Claim(w, _) => (Some(w.trial_id), None),
-            };
-            Start {
-                claim,
-                attrs,
-                params,
-                budget: ctx.budget,
-                tally: &mut *ctx.tally,
-                skip,
-            }
-        });
+        };
+        let mut start = start.map(Start::of);
         let params = start.as_ref().map_or(&[][..], |s| &s.params[..]);
         if params.iter().any(|(_, v, _)| is_negative_zero(*v)) {
             return Ok(None);
         }
-        let encoded: Vec<(Option<f64>, &str)> = values.iter().map(|v| encode_value(*v)).collect();
-        let start_attrs = start.as_ref().map_or(&[][..], |s| &s.attrs[..]);
-        let (seen, open, finished) = match &start {
-            Some(s) => (s.tally.seen(), s.tally.open(), s.tally.finished),
-            None => (0, Vec::new(), 0),
-        };
+        let open = start.as_ref().map_or_else(Vec::new, |s| s.tally.open());
         let op = self.begin_op();
-        let rows: Vec<StepRow> = retrying!(self, {
+        let rows = self
+            .call_step(
+                study,
+                op.seq,
+                finish.as_ref(),
+                values,
+                start.as_ref(),
+                &open,
+            )
+            .await?;
+        let (stepped, read) = stepped_of(rows, finish.is_some(), start.is_some());
+        if let (Some(s), Some(read)) = (start.as_mut(), read) {
+            s.take_in(open, read, stepped.started.as_ref());
+        }
+        Ok(Some(stepped))
+    }
+
+    /// The one round trip: `sweepd_step` called with the finish's and the start's rows, and
+    /// the tally's count as it stands (`open`: its open trials), for write `seq`.
+    async fn call_step(
+        &self,
+        study: &Study,
+        seq: u64,
+        finish: Option<&FinishWrite<'_>>,
+        values: &[f64],
+        start: Option<&Start<'_>>,
+        open: &[i64],
+    ) -> Result<Vec<StepRow>> {
+        let fin_attrs = finish.map_or_else(Vec::new, |f| attr_texts(f.attrs));
+        let encoded: Vec<(Option<f64>, &str)> = values.iter().map(|v| encode_value(*v)).collect();
+        let start_attrs = start.map_or(&[][..], |s| &s.attrs[..]);
+        let params = start.map_or(&[][..], |s| &s.params[..]);
+        let (seen, finished) = start.map_or((0, 0), |s| (s.tally.seen(), s.tally.finished));
+        retrying!(self, {
             let mut kept = self.kept.take(&self.pool).await.at(&self.path)?;
             let Conn::Postgres(c) = kept.conn() else {
                 unreachable!("a PostgreSQL pool gives PostgreSQL connections");
@@ -156,10 +260,10 @@ impl Store {
             )
             .bind(study.id)
             .bind(self.ops.writer())
-            .bind(op.seq as i64)
+            .bind(seq as i64)
             .bind(self.ops.oldest_in_progress() as i64)
             .bind(Stamp::now())
-            .bind(finish.as_ref().map(|f| f.trial_id))
+            .bind(finish.map(|f| f.trial_id))
             .bind(encoded.iter().map(|(v, _)| *v).collect::<Vec<_>>())
             .bind(encoded.iter().map(|(_, t)| *t).collect::<Vec<_>>())
             .bind(fin_attrs.iter().map(|(k, _)| *k).collect::<Vec<_>>())
@@ -169,13 +273,13 @@ impl Store {
                     .map(|(_, v)| v.as_str())
                     .collect::<Vec<_>>(),
             )
-            .bind(finish.as_ref().and_then(|f| f.done_by))
+            .bind(finish.and_then(|f| f.done_by))
             .bind(start.is_some())
-            .bind(start.as_ref().and_then(|s| s.claim))
-            .bind(start.as_ref().and_then(|s| s.budget).map(|b| b as i64))
+            .bind(start.and_then(|s| s.claim))
+            .bind(start.and_then(|s| s.budget).map(|b| b as i64))
             .bind(finished as i64)
             .bind(seen)
-            .bind(&open)
+            .bind(open)
             .bind(start_attrs.iter().map(|(k, _)| *k).collect::<Vec<_>>())
             .bind(
                 start_attrs
@@ -196,70 +300,12 @@ impl Store {
                     .map(|(_, _, d)| d.as_str())
                     .collect::<Vec<_>>(),
             )
-            .bind(start.as_ref().and_then(|s| s.skip))
+            .bind(start.and_then(|s| s.skip))
             .fetch_all(c)
             .await
             .at(&self.path)?;
             kept.keep();
             Ok(rows)
-        })?;
-        let mut stepped = Stepped::default();
-        let mut read = Vec::new();
-        for row in rows {
-            match row.r_kind.as_str() {
-                "tally" => read.push(TallyRow {
-                    trial_id: row.r_trial.unwrap_or_default(),
-                    state: row.r_state.unwrap_or_default(),
-                    retried: row.r_retried.unwrap_or_default(),
-                    sweepd: row.r_sweepd.unwrap_or_default(),
-                }),
-                "finish" => stepped.finished = Some(row.r_number),
-                "start" => {
-                    stepped.started = start_rec(row.r_state.as_deref(), row.r_trial, row.r_number)
-                }
-                // An earlier attempt committed: its record, and nothing read (the tally's
-                // next refresh reads what it would have).
-                "replay" => {
-                    let r: Recorded = row
-                        .r_state
-                        .as_deref()
-                        .and_then(|json| serde_json::from_str(json).ok())
-                        .expect("a result sweepd_step recorded reads back");
-                    if finish.is_some() {
-                        stepped.finished = Some(r.finish);
-                    }
-                    if start.is_some() {
-                        stepped.started = start_rec(r.start.as_deref(), r.trial_id, r.number)
-                            .or(Some(StartRec::NoRoom));
-                    }
-                    return Ok(Some(stepped));
-                }
-                other => unreachable!("sweepd_step returns no rows of kind {other}"),
-            }
-        }
-        if let Some(s) = start.as_mut() {
-            apply_read(s.tally, open, read);
-            let room = match s.claim {
-                None => s.tally.room_for_new(s.budget),
-                Some(_) => s.tally.room(s.budget),
-            };
-            // A start refused for a WAITING trial was not judged against the budget.
-            if !matches!(stepped.started, Some(StartRec::Waiting)) {
-                let decided = !matches!(stepped.started, Some(StartRec::NoRoom));
-                debug_assert_eq!(
-                    room, decided,
-                    "sweepd_step and the tally disagree on the budget: {:?}",
-                    s.tally
-                );
-            }
-            match stepped.started {
-                Some(StartRec::Yes { trial_id, .. }) if s.claim.is_none() => {
-                    s.tally.started_new(trial_id)
-                }
-                Some(StartRec::Yes { trial_id, .. }) => s.tally.started(trial_id),
-                _ => {}
-            }
-        }
-        Ok(Some(stepped))
+        })
     }
 }

@@ -10,7 +10,9 @@
 //! our name: refused ([`Block::HostIdInUse`]), never taken over, never its trials failed.
 //! The reading is [`this_instance`]; the decisions ([`kinship`], [`blocks`]) are pure.
 
-use crate::store::{DaemonId, Holder, Instance};
+use super::error::RunError;
+use crate::config::Config;
+use crate::store::{DaemonId, DaemonLockError, Engine, Holder, Instance, Store};
 use crate::study::DaemonState;
 use std::time::Duration;
 
@@ -27,14 +29,14 @@ pub fn heartbeat_fresh(age_s: Option<f64>, gone_after: Duration) -> bool {
 
 /// This host's name in the study: `$SWEEPD_HOST_ID` (several "hosts" on one machine, or a
 /// name that outlives a hostname change), else the hostname.
-pub fn host_id() -> Result<String, super::RunError> {
+pub fn host_id() -> Result<String, RunError> {
     match std::env::var("SWEEPD_HOST_ID") {
         Ok(id) => {
             if id.is_empty()
                 || id.len() > 255
                 || id.chars().any(|c| c.is_control() || c.is_whitespace())
             {
-                Err(super::RunError::HostId(format!(
+                Err(RunError::HostId(format!(
                     "SWEEPD_HOST_ID={id:?}: must be 1 to 255 characters without spaces or control characters"
                 )))
             } else {
@@ -274,6 +276,41 @@ pub fn host_id_in_use(holder: &Holder, here: &Here, kin: Kinship, from_env: bool
         mine = here.instance,
         timeout = crate::units::format_duration(here.gone_after),
     )
+}
+
+/// This daemon, as the single-instance rule compares a row's daemon with it, now.
+pub fn here<'a>(
+    me: &'a DaemonId,
+    instance: &'a Instance,
+    store: &Store,
+    config: &Config,
+) -> Here<'a> {
+    let several_hosts = store.engine() == Engine::Postgres;
+    Here {
+        id: me,
+        instance,
+        uptime: uptime(),
+        several_hosts,
+        gone_after: if several_hosts {
+            config.storage.host_timeout
+        } else {
+            DAEMON_GONE_AFTER
+        },
+    }
+}
+
+/// The error a start refused by `holder` ends with: exit 4 for another daemon running the
+/// study, exit 7 for a live daemon elsewhere with our host id.
+pub fn refused(holder: &Holder, here: &Here) -> RunError {
+    match blocks(holder, here, pid_runs) {
+        Some(Block::HostIdInUse(kin)) => RunError::HostIdInUse(host_id_in_use(
+            holder,
+            here,
+            kin,
+            std::env::var_os("SWEEPD_HOST_ID").is_some(),
+        )),
+        _ => RunError::Locked(DaemonLockError::Held(Box::new(holder.clone())).to_string()),
+    }
 }
 
 #[cfg(test)]

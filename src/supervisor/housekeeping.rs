@@ -4,7 +4,7 @@
 //! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
 //! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
 //! triggers when an Optuna migration dropped them, and notices a study deleted from the
-//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`read_gpus`) is
+//! database. Every pass wakes the slots waiting for room. Reading the GPUs (`Shared::read_gpus`) is
 //! also what a trial's end and a worker's exit do at once, so that admission does not wait for
 //! the next pass.
 //!
@@ -18,10 +18,13 @@
 //! `watch_outages` then speaks for the daemon: the status line, the watchdog (the daemon is
 //! waiting, not wedged) and the metrics say so until the server is back.
 
-use super::core::Core;
+use super::error::RunError;
+use super::events::Retirement;
+use super::host;
+use super::pool::Current;
+use super::shared::Shared;
 use super::steer;
-use super::{study_deleted_under_us, Shared};
-use crate::config::Config;
+use super::workers;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
 use crate::store::{DaemonLockError, Engine, GpuRow};
@@ -51,7 +54,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
-                study_deleted_under_us(&sh);
+                sh.study_deleted_under_us();
                 done.cancelled().await;
                 return;
             }
@@ -66,7 +69,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
         }
         if let Some(m) = &sh.monitor {
-            read_gpus(&sh).await;
+            sh.read_gpus().await;
             // After the rows: their admission round reads the other daemons' requests.
             let rows = gpu_rows(&sh, m).await;
             retire_idle(&sh);
@@ -80,7 +83,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 for cmd in cmds {
                     match cmd {
                         Ok(DaemonCommand::Resume) => {
-                            sh.core.lock().await.breaker.release_all();
+                            sh.core.lock().await.release_quarantines();
                             info!("resumed by `sweepd resume`: quarantines lifted");
                         }
                         Err(unknown) => warn!("{unknown} ignored"),
@@ -89,24 +92,21 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             Err(e) => warn!("could not read commands: {e}"),
         }
-        let asked_pause = steer::steer(&sh, &mut steered).await;
-        steer::stop_ended_elsewhere(&sh).await;
+        let paused_by_owner = steer::pass(&sh, &mut steered).await;
         let (paused, status) = {
             let mut core = sh.core.lock().await;
             // Other processes' trials, also while no trial starts here (every slot busy with a
             // long trial): the pruner judges the next report against their curves.
             if core.catch_up().await.completed > 0 {
-                let front = core.progress.front().map(|f| f.0);
-                sh.metrics.set_best(&core.progress.bests(), front);
+                let front = core.progress().front().map(|f| f.0);
+                sh.metrics.set_best(&core.progress().bests(), front);
             }
-            if core.gpu.is_none() {
-                sh.metrics.set_running(None, core.running as usize);
+            if core.gpu().is_none() {
+                sh.metrics.set_running(None, core.running() as usize);
             }
             core.publish();
-            (
-                asked_pause.or_else(|| core.breaker.paused(&core.devices(), Instant::now())),
-                status_line(&sh.cfg(), &core),
-            )
+            let paused = paused_by_owner.or_else(|| core.paused(Instant::now()));
+            (paused, core.status_line())
         };
         let state = if paused.is_some() {
             DaemonState::Paused
@@ -219,7 +219,7 @@ pub(super) async fn watch_outages(sh: Arc<Shared>, done: CancellationToken) {
 pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
     let ledger = {
         let core = sh.core.lock().await;
-        match core.gpu.as_ref().and_then(|g| g.ledger.clone()) {
+        match core.gpu().and_then(|g| g.ledger.clone()) {
             Some(l) => l,
             None => return,
         }
@@ -267,7 +267,7 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
         if freed || asked {
             // One fresh reading for both: what was freed, and what is still to free for a
             // request.
-            read_gpus(&sh).await;
+            sh.read_gpus().await;
         }
         if freed {
             sh.changed.notify_waiters();
@@ -275,10 +275,10 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
         if asked {
             let workers = {
                 let mut core = sh.core.lock().await;
-                if let Some(g) = &mut core.gpu {
-                    g.asked.take(now.requests.clone());
+                if let Some(g) = core.gpu_mut() {
+                    g.take_requests(now.requests.clone());
                 }
-                answer_requests(&mut core)
+                core.answer_requests()
             };
             retire(&sh, workers);
         }
@@ -294,7 +294,7 @@ pub(super) async fn watch_neighbours(sh: Arc<Shared>, done: CancellationToken) {
 pub(super) async fn beat_ledger(sh: Arc<Shared>, done: CancellationToken) {
     let ledger = {
         let core = sh.core.lock().await;
-        match core.gpu.as_ref().and_then(|g| g.ledger.clone()) {
+        match core.gpu().and_then(|g| g.ledger.clone()) {
             Some(l) => l,
             None => return,
         }
@@ -344,7 +344,7 @@ pub(super) async fn watch_settling(sh: Arc<Shared>, done: CancellationToken) {
             _ = m.look_sooner() => continue,
             _ = done.cancelled() => return,
         }
-        if read_gpus(&sh).await > 0 {
+        if sh.read_gpus().await > 0 {
             // The other daemons on the host may use what its bound held back, too.
             sh.core.lock().await.refresh_claims();
             sh.changed.notify_waiters();
@@ -363,7 +363,7 @@ async fn row_lost(sh: &Shared) {
     let taken = sh
         .store
         .lock_daemon(&sh.study, &sh.me, &sh.instance, |h| {
-            super::host::blocks(h, &here, super::host::pid_runs).is_some()
+            host::blocks(h, &here, host::pid_runs).is_some()
         })
         .await;
     match taken {
@@ -382,8 +382,8 @@ async fn row_lost(sh: &Shared) {
                  elsewhere and their results here will not be recorded; took the row back"
             );
         }
-        Err(DaemonLockError::Held(holder)) => match super::refused(&holder, &here) {
-            e @ super::RunError::HostIdInUse(_) => {
+        Err(DaemonLockError::Held(holder)) => match host::refused(&holder, &here) {
+            e @ RunError::HostIdInUse(_) => {
                 // Its trials were failed over when the other took the row: what they finish
                 // here is not recorded, so no grace; those started since are re-enqueued.
                 error!("{e}; stopping this daemon, its running trials killed");
@@ -443,29 +443,6 @@ async fn fail_over_silent_hosts(sh: &Shared) {
     }
 }
 
-/// Reads the GPUs now and records what the reading found (memory samples, orphans killed):
-/// every housekeeping pass, at once when a trial ends or a worker is retired, and while trials
-/// ramp up. Returns how many running trials it found newly settled.
-pub(super) async fn read_gpus(sh: &Shared) -> usize {
-    let Some(m) = &sh.monitor else { return 0 };
-    let report = m.poll().await;
-    if let Err(e) = sh.store.write_samples(&report.samples).await {
-        warn!("could not store memory samples: {e}");
-    }
-    for (pid, device, bytes) in &report.orphans {
-        let _ = sh
-            .store
-            .event(
-                None,
-                None,
-                "orphan_killed",
-                &format!("pid {pid} held {bytes} bytes on gpu{device}"),
-            )
-            .await;
-    }
-    report.settled
-}
-
 /// Retires, each in a task of its own, the idle workers past `[gpu] idle_worker_timeout`,
 /// those that died while idle and those another daemon on the host asked for. A retirement reads the GPUs and wakes waiting slots when the
 /// memory is back.
@@ -473,8 +450,8 @@ fn retire_idle(sh: &Arc<Shared>) {
     let timeout = sh.cfg().gpu.idle_worker_timeout;
     let expired = match sh.core.try_lock() {
         Ok(mut core) => {
-            let mut out = core.pool.expired(Instant::now(), timeout);
-            out.extend(answer_requests(&mut core));
+            let mut out = core.expired_workers(Instant::now(), timeout);
+            out.extend(core.answer_requests());
             out
         }
         // Busy deciding: the next pass looks again.
@@ -483,50 +460,16 @@ fn retire_idle(sh: &Arc<Shared>) {
     retire(sh, expired);
 }
 
-/// The idle workers to retire for the other daemons' requests not answered yet.
-fn answer_requests(core: &mut Core) -> Vec<(super::slot::Current, String)> {
-    match &mut core.gpu {
-        Some(g) => {
-            let asked = g.answer_requests();
-            core.pool.answer(&asked, &g.monitor)
-        }
-        None => Vec::new(),
-    }
-}
-
 /// Retires these idle workers, each in a task of its own.
-fn retire(sh: &Arc<Shared>, workers: Vec<(super::slot::Current, String)>) {
+fn retire(sh: &Arc<Shared>, workers: Vec<(Current, Retirement)>) {
     for (c, why) in workers {
         let sh = sh.clone();
         tokio::spawn(async move {
-            if let Err(e) = super::workers::retire(&sh, c.worker, c.device, &why).await {
+            if let Err(e) = workers::retire(&sh, c.worker, c.device, &why).await {
                 warn!("could not record an idle worker's retirement: {e}");
             }
         });
     }
-}
-
-/// The line `systemctl status` shows: "running 3/4 on gpu0, 812/5000 done, best 0.388".
-pub(super) fn status_line(cfg: &Config, core: &Core) -> String {
-    let on = match &core.gpu {
-        Some(g) => g
-            .monitor
-            .devices
-            .iter()
-            .map(|d| format!("gpu{d}"))
-            .collect::<Vec<_>>()
-            .join(","),
-        None => "cpu".into(),
-    };
-    let done = match cfg.study.n_trials {
-        Some(n) => format!("{}/{n} done", core.tally.finished),
-        None => format!("{} done", core.tally.finished),
-    };
-    let best = core.progress.best_text();
-    format!(
-        "running {}/{} on {on}, {done}, {best}",
-        core.running, cfg.worker.max_par
-    )
 }
 
 /// The rows `sweepd gpus` shows: the latest readings with the admission decisions, as an
@@ -538,13 +481,14 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
     let Some(round) = core.round(now) else {
         return Vec::new();
     };
-    let Some(g) = &core.gpu else {
+    let Some(g) = core.gpu() else {
         return Vec::new();
     };
+    let cfg = sh.cfg();
     let (expected, why) = match &g.next_expected {
         Some(e) => (e.bytes, Some(e.why.clone())),
         None => (
-            sh.cfg().gpu.trial_memory,
+            cfg.gpu.trial_memory,
             Some("trial_memory: no trial waiting yet".to_owned()),
         ),
     };
@@ -556,9 +500,12 @@ pub(super) async fn gpu_rows(sh: &Shared, m: &Monitor) -> Vec<GpuRow> {
             match r {
                 Ok(r) => {
                     let view = round.views.iter().find(|v| v.index == device);
-                    let decision =
-                        view.map(|v| g.capacity.decide(v, &round.running, expected, now));
-                    let quarantine = core.breaker.quarantined(Some(device), now);
+                    let headroom = cfg.gpu.headroom;
+                    let decision = view.map(|v| {
+                        g.capacity
+                            .decide(v, &round.running, expected, headroom, now)
+                    });
+                    let quarantine = core.quarantined(device, now);
                     let wait = match (quarantine, &decision) {
                         (Some(u), _) => Some(format!(
                             "quarantined by the circuit breaker for {}s more",

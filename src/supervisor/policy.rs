@@ -28,14 +28,15 @@ pub(super) const MAX_PASSES: u32 = 16;
 // ---------------------------------------------------------------------------------------------
 // Failures: retries, the circuit breaker, the same error again and again.
 
-/// Quarantines a device (or the CPU, `None`) whose failures keep coming with no success.
+/// Quarantines a device (or the CPU, `None`) whose failures keep coming with no success. Its
+/// settings (`[retry] breaker_*`) are passed in at each call, from the config in force.
+#[derive(Default)]
 pub(super) struct Breaker {
-    pub(super) cfg: RetryConfig,
-    pub(super) devices: HashMap<Option<u32>, BreakerState>,
+    devices: HashMap<Option<u32>, BreakerState>,
 }
 
 #[derive(Default)]
-pub(super) struct BreakerState {
+struct BreakerState {
     consecutive: u32,
     quarantines: u32,
     until: Option<Instant>,
@@ -47,15 +48,20 @@ impl Breaker {
     }
 
     /// Counts a failure; returns the quarantine it starts, if any.
-    pub(super) fn failure(&mut self, device: Option<u32>, now: Instant) -> Option<Duration> {
+    pub(super) fn failure(
+        &mut self,
+        device: Option<u32>,
+        now: Instant,
+        cfg: &RetryConfig,
+    ) -> Option<Duration> {
         let st = self.devices.entry(device).or_default();
         st.consecutive += 1;
-        if st.consecutive < self.cfg.breaker_threshold {
+        if st.consecutive < cfg.breaker_threshold {
             return None;
         }
         st.consecutive = 0;
         let factor = 2u32.saturating_pow(st.quarantines.min(20));
-        let wait = clock::times(self.cfg.breaker_backoff, factor).min(self.cfg.breaker_max_backoff);
+        let wait = clock::times(cfg.breaker_backoff, factor).min(cfg.breaker_max_backoff);
         st.quarantines = st.quarantines.saturating_add(1);
         st.until = Some(clock::after(now, wait));
         Some(wait)
@@ -75,8 +81,14 @@ impl Breaker {
         }
     }
 
-    /// Why the whole study is paused: every device quarantined.
-    pub(super) fn paused(&self, devices: &[Option<u32>], now: Instant) -> Option<String> {
+    /// Why the whole study is paused: every device quarantined (after `threshold` failures,
+    /// `[retry] breaker_threshold`).
+    pub(super) fn paused(
+        &self,
+        devices: &[Option<u32>],
+        now: Instant,
+        threshold: u32,
+    ) -> Option<String> {
         let untils: Vec<Instant> = devices
             .iter()
             .map(|d| self.quarantined(*d, now))
@@ -85,7 +97,7 @@ impl Breaker {
         Some(format!(
             "paused: every device is quarantined after {} consecutive failures with no success; \
              resumes by itself in {}s, or now with `sweepd resume`",
-            self.cfg.breaker_threshold,
+            threshold,
             (soonest - now).as_secs()
         ))
     }
@@ -128,10 +140,10 @@ impl Signature {
 /// Stops a study whose trials can only fail: `limit` trials in a row failing with the same user
 /// error or bad value while nothing has succeeded since this daemon started. Such an error does
 /// not clear by itself (a bug in the objective, Optuna's `report(value, step)` order): spending
-/// the budget on it, or pausing and resuming as for a device fault, helps no one.
-#[derive(Debug)]
+/// the budget on it, or pausing and resuming as for a device fault, helps no one. `limit`
+/// (`[retry] stop_after_same_error`) is passed in at each failure, from the config in force.
+#[derive(Debug, Default)]
 pub(super) struct SameError {
-    pub(super) limit: u32,
     succeeded: bool,
     signature: Option<Signature>,
     /// trial_ids of the current run of identical failures.
@@ -141,26 +153,16 @@ pub(super) struct SameError {
 }
 
 impl SameError {
-    pub(super) fn new(limit: u32) -> SameError {
-        SameError {
-            limit,
-            succeeded: false,
-            signature: None,
-            streak: Vec::new(),
-            stopped: None,
-        }
-    }
-
     pub(super) fn success(&mut self) {
         self.succeeded = true;
         self.signature = None;
         self.streak.clear();
     }
 
-    /// A failure that will not clear by itself. True when it completes the streak that stops
-    /// the study (the streak is then `self.streak`, this trial last).
-    pub(super) fn failure(&mut self, trial_id: i64, sig: &Signature) -> bool {
-        if self.limit == 0 || self.succeeded || self.stopped.is_some() {
+    /// A failure that will not clear by itself. True when it completes the streak of `limit`
+    /// that stops the study (the streak is then `self.streak`, this trial last).
+    pub(super) fn failure(&mut self, trial_id: i64, sig: &Signature, limit: u32) -> bool {
+        if limit == 0 || self.succeeded || self.stopped.is_some() {
             return false;
         }
         if self.signature.as_ref() != Some(sig) {
@@ -168,7 +170,7 @@ impl SameError {
             self.streak.clear();
         }
         self.streak.push(trial_id);
-        if self.streak.len() as u64 >= u64::from(self.limit) {
+        if self.streak.len() as u64 >= u64::from(limit) {
             self.stopped = Some(sig.clone());
             return true;
         }
@@ -654,14 +656,14 @@ mod tests {
             ("limit 0: never", vec![a.clone(); 9], false, 0, None),
         ];
         for (name, failures, succeeded, limit, stops_at) in cases {
-            let mut s = SameError::new(limit);
+            let mut s = SameError::default();
             if succeeded {
                 s.success();
             }
             let stopped: Vec<usize> = failures
                 .iter()
                 .enumerate()
-                .filter(|(i, f)| s.failure(*i as i64, f))
+                .filter(|(i, f)| s.failure(*i as i64, f, limit))
                 .map(|(i, _)| i)
                 .collect();
             assert_eq!(stopped.first().copied(), stops_at, "{name}");
@@ -709,22 +711,20 @@ mod tests {
 
     #[test]
     fn breaker_quarantines_with_exponential_backoff_and_resets_on_success() {
-        let mut b = Breaker {
-            cfg: cfg(),
-            devices: HashMap::new(),
-        };
+        let mut b = Breaker::default();
+        let cfg = cfg();
         let t = Instant::now();
-        assert_eq!(b.failure(Some(0), t), None);
-        assert_eq!(b.failure(Some(0), t), None);
-        assert_eq!(b.failure(Some(0), t), Some(Duration::from_secs(60)));
+        assert_eq!(b.failure(Some(0), t, &cfg), None);
+        assert_eq!(b.failure(Some(0), t, &cfg), None);
+        assert_eq!(b.failure(Some(0), t, &cfg), Some(Duration::from_secs(60)));
         assert!(b.quarantined(Some(0), t).is_some());
-        assert!(b.paused(&[Some(0)], t).is_some());
+        assert!(b.paused(&[Some(0)], t, 3).is_some());
         assert!(
-            b.paused(&[Some(0), Some(1)], t).is_none(),
+            b.paused(&[Some(0), Some(1)], t, 3).is_none(),
             "gpu1 still works"
         );
         for _ in 0..3 {
-            b.failure(Some(0), t);
+            b.failure(Some(0), t, &cfg);
         }
         assert_eq!(
             b.quarantined(Some(0), t),
@@ -734,37 +734,35 @@ mod tests {
         b.release_all();
         assert!(b.quarantined(Some(0), t).is_none());
         b.success(Some(0));
-        assert_eq!(b.failure(Some(0), t), None);
+        assert_eq!(b.failure(Some(0), t, &cfg), None);
     }
 
     #[test]
     fn breaker_backoff_that_overflows_when_doubled_saturates_not_panics() {
         // Validation bounds both backoffs, but the doubling and the deadline are computed at
         // run time: neither may overflow whatever the settings.
-        let mut b = Breaker {
-            cfg: RetryConfig {
-                breaker_threshold: 1,
-                breaker_backoff: Duration::from_secs(u64::MAX / 2 + 1),
-                breaker_max_backoff: Duration::MAX,
-                ..cfg()
-            },
-            devices: HashMap::new(),
+        let mut b = Breaker::default();
+        let cfg = RetryConfig {
+            breaker_threshold: 1,
+            breaker_backoff: Duration::from_secs(u64::MAX / 2 + 1),
+            breaker_max_backoff: Duration::MAX,
+            ..cfg()
         };
         let t = Instant::now();
         assert_eq!(
-            b.failure(None, t),
+            b.failure(None, t, &cfg),
             Some(Duration::from_secs(u64::MAX / 2 + 1))
         );
         assert_eq!(
-            b.failure(None, t),
+            b.failure(None, t, &cfg),
             Some(Duration::MAX),
             "doubled, saturated"
         );
         for _ in 0..40 {
-            b.failure(None, t);
+            b.failure(None, t, &cfg);
         }
         assert_eq!(b.quarantined(None, t), Some(t + clock::FAR));
-        assert!(b.paused(&[None], t).is_some());
+        assert!(b.paused(&[None], t, 1).is_some());
     }
 
     #[test]

@@ -11,10 +11,31 @@
 //! (`take`), retires those it must, then runs the trial. Idle workers also go after
 //! `[gpu] idle_worker_timeout`, and when their process died while idle (`expired`).
 
-use super::slot::Current;
+use super::decide;
+use super::events::Retirement;
+use super::policy::WorkerHealth;
 use crate::gpu::{IdleWorker, Monitor};
+use crate::process::Worker;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+
+/// A worker a slot holds (or the pool, between its trials) and what is known of it.
+pub(super) struct Current {
+    pub(super) worker: Worker,
+    pub(super) device: Option<u32>,
+    pub(super) health: WorkerHealth,
+}
+
+impl Current {
+    /// A worker that has just started, on `device`.
+    pub(super) fn new(worker: Worker, device: Option<u32>) -> Current {
+        Current {
+            worker,
+            device,
+            health: WorkerHealth::default(),
+        }
+    }
+}
 
 /// A worker waiting for its next trial.
 pub(super) struct Idle {
@@ -93,23 +114,17 @@ impl Pool {
     }
 
     /// Idle workers to retire now: idle for `timeout` or more, or whose process is gone.
-    pub(super) fn expired(&mut self, now: Instant, timeout: Duration) -> Vec<(Current, String)> {
+    pub(super) fn expired(
+        &mut self,
+        now: Instant,
+        timeout: Duration,
+    ) -> Vec<(Current, Retirement)> {
         let mut out = Vec::new();
         let mut k = 0;
         while k < self.idle.len() {
             let i = &self.idle[k];
             let idle_for = now.saturating_duration_since(i.since);
-            let why = if !alive(&i.current) {
-                Some("exited while idle".to_owned())
-            } else if idle_for >= timeout {
-                Some(format!(
-                    "idle for {} (idle_worker_timeout)",
-                    crate::units::format_duration(timeout)
-                ))
-            } else {
-                None
-            };
-            match why {
+            match decide::idle_expired(alive(&i.current), idle_for, timeout) {
                 Some(why) => out.push((self.idle.swap_remove(k).current, why)),
                 None => k += 1,
             }
@@ -123,16 +138,13 @@ impl Pool {
         &mut self,
         asked: &BTreeMap<u32, u64>,
         monitor: &Monitor,
-    ) -> Vec<(Current, String)> {
+    ) -> Vec<(Current, Retirement)> {
         let views = self.views(monitor);
         let mut out = Vec::new();
         for (&device, &bytes) in asked {
             for id in crate::gpu::admission::answer(&views, device, bytes) {
                 if let Some(k) = self.idle.iter().position(|i| i.current.worker.id == id) {
-                    let why = format!(
-                        "another daemon on this host waits for {} on gpu{device}",
-                        crate::units::format_gib(bytes)
-                    );
+                    let why = Retirement::Asked { device, bytes };
                     out.push((self.idle.swap_remove(k).current, why));
                 }
             }

@@ -2,7 +2,7 @@
 //! `config::reload`) are applied to the running daemon; the others are reported as needing a
 //! restart; an invalid file changes nothing.
 
-use super::Shared;
+use super::shared::Shared;
 use crate::config::{Config, Overrides};
 use std::sync::Arc;
 use tracing::{error, info, warn};
@@ -39,15 +39,7 @@ pub(super) async fn reload(sh: &Shared) {
             needs_restart.join(", ")
         );
     }
-    {
-        let mut core = sh.core.lock().await;
-        core.config = applied.clone();
-        core.breaker.cfg = applied.retry.clone();
-        core.same_error.limit = applied.retry.stop_after_same_error;
-        if let Some(g) = &mut core.gpu {
-            g.capacity.set_headroom(applied.gpu.headroom);
-        }
-    }
-    *sh.config.write().unwrap_or_else(|p| p.into_inner()) = applied;
+    // The one copy: the core, the slots and admission read it at their next decision.
+    sh.settings.swap(applied);
     sh.changed.notify_waiters();
 }

@@ -1,12 +1,13 @@
-//! The daemon's side of steering, run by housekeeping each pass: the study's control state read
-//! from the database (`sweepd pause`, `stop`, `cancel`, `resume`) and applied through
-//! `Core::steer` (paused: no trial starts; stopping or cancelling: none starts and the slots
-//! end), the cancelled study's running trials stopped (`study::control::decide` says
-//! `KillRequeue`), and the trials another process ended stopped at once (`stops`). At start,
-//! [`at_start`] says whether the study was stopped or cancelled, so that the run ends at once.
+//! The daemon's side of steering, run by housekeeping each pass ([`pass`]): the study's control
+//! state read from the database (`sweepd pause`, `stop`, `cancel`, `resume`) and handed to the
+//! core (`Core::set_steer`; `decide::gate` then says: paused, no trial starts; stopping or
+//! cancelling, none starts and the slots end), the cancelled study's running trials stopped
+//! (`study::control::decide` says `KillRequeue`), and the trials another process ended stopped
+//! at once (`stops`). At start, [`at_start`] says whether the study was stopped or cancelled,
+//! so that the run ends at once.
 
+use super::shared::Shared;
 use super::stops::stop_reason;
-use super::Shared;
 use crate::store::{Store, Study};
 use crate::study::control::{decide, news, Situation, Steer};
 use crate::study::{ControlState, StudyControl};
@@ -32,9 +33,17 @@ pub(super) async fn at_start(
     ))
 }
 
+/// Housekeeping's pass: the control state read and applied ([`steer`]), the trials another
+/// process ended stopped. Returns the pause's words, when paused by the owner.
+pub(super) async fn pass(sh: &Shared, last: &mut Option<ControlState>) -> Option<String> {
+    let paused = steer(sh, last).await;
+    stop_ended_elsewhere(sh).await;
+    paused
+}
+
 /// Reads the study's control state and applies it; `last`: the state last read (what the log
 /// said). Returns the pause's words for the daemon row and the status line, when paused.
-pub(super) async fn steer(sh: &Shared, last: &mut Option<ControlState>) -> Option<String> {
+async fn steer(sh: &Shared, last: &mut Option<ControlState>) -> Option<String> {
     let control = match sh.store.control(&sh.study).await {
         Ok(c) => c,
         Err(e) => {
@@ -44,8 +53,8 @@ pub(super) async fn steer(sh: &Shared, last: &mut Option<ControlState>) -> Optio
     };
     let running = {
         let mut core = sh.core.lock().await;
-        core.steer = control.state;
-        core.running as usize
+        core.set_steer(control.state);
+        core.running() as usize
     };
     let situation = Situation {
         running,
@@ -68,7 +77,7 @@ pub(super) async fn steer(sh: &Shared, last: &mut Option<ControlState>) -> Optio
 
 /// Stops the workers of our trials that another process ended: `sweepd kill`,
 /// optuna-dashboard's fail, an Optuna script's `tell`, a host that failed this one over.
-pub(super) async fn stop_ended_elsewhere(sh: &Shared) {
+async fn stop_ended_elsewhere(sh: &Shared) {
     let ids = sh.stops.running();
     if ids.is_empty() {
         return;

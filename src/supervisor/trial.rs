@@ -6,33 +6,97 @@
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
 
-use super::core::Outcome;
+use super::decide::Outcome;
+use super::events::WorkerEvent;
 use super::policy::Fate;
-use super::workers::kill_group;
-use super::{Shared, KILL_GRACE};
+use super::shared::Shared;
+use super::stops::Stop;
+use super::workers::{kill_group, KILL_GRACE};
 use crate::classify;
 use crate::clock;
+use crate::config::Config;
 use crate::process::{self, Event, FrameworkMemory, Message, Worker};
 use crate::study::{rules, Claimed, FailureKind};
 use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 /// How long a oneshot worker may take to exit after it reported its result.
 const ONESHOT_EXIT_GRACE: Duration = Duration::from_secs(30);
 
+/// How a trial ran: its outcome, what it does to its worker, and what the worker's framework
+/// said of its memory.
+type Ended = (Outcome, Fate, Option<FrameworkMemory>);
+
+/// One trial's conversation with its worker, as it goes.
+struct Conversation<'a> {
+    sh: &'a Shared,
+    c: &'a Claimed,
+    /// Set in oneshot mode.
+    result_file: Option<&'a PathBuf>,
+    /// One snapshot for the trial: its limits do not change halfway through by a SIGHUP.
+    cfg: Arc<Config>,
+    /// Oneshot: how the trial ended, known before the process has exited.
+    outcome: Option<Outcome>,
+    /// The last error report, for classifying a process that then died.
+    last_report: Option<(String, String, String)>,
+    /// What the framework said of the trial's memory, with its final message.
+    framework: Option<FrameworkMemory>,
+    /// Housekeeping's stop: the trial ended by another process, or the study cancelled.
+    stop: Stop,
+}
+
+/// What a message from the worker comes to.
+enum Heard {
+    /// The conversation goes on.
+    On,
+    /// A oneshot worker gave its outcome: its process has `ONESHOT_EXIT_GRACE` to exit.
+    Exiting,
+    /// The trial ended so.
+    End(Outcome, Fate),
+}
+
+fn failed(kind: FailureKind, reason: String, tail: Option<String>) -> Outcome {
+    Outcome::Failed {
+        kind,
+        reason,
+        tail: tail.filter(|t| !t.is_empty()),
+        error: None,
+    }
+}
+
+fn judged(v: classify::Verdict, tail: String) -> Outcome {
+    Outcome::Failed {
+        kind: v.kind,
+        reason: v.reason,
+        tail: Some(tail).filter(|t| !t.is_empty()),
+        error: v.error,
+    }
+}
+
+/// The worker is killed (with the usual grace) for `why`, and the trial fails as `kind`.
+async fn killed(w: &mut Worker, kind: FailureKind, why: String) -> (Outcome, Fate) {
+    w.kill_group(KILL_GRACE).await;
+    (
+        failed(kind, why.clone(), Some(w.stderr_tail())),
+        Fate::Replace(why),
+    )
+}
+
 /// Runs one claimed trial on `w` and decides how it ended, with what the worker's framework
 /// said of its memory (persistent workers whose helper reports it). `result_file` is set in
-/// oneshot mode, where the process exiting is the normal end of the trial.
+/// oneshot mode, where the process exiting is the normal end of the trial. The limits:
+/// `trial_timeout`, `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study,
+/// a stop from housekeeping (`stops`).
 pub(super) async fn run_trial(
     sh: &Shared,
     w: &mut Worker,
     c: &Claimed,
     result_file: Option<&PathBuf>,
-) -> (Outcome, Fate, Option<FrameworkMemory>) {
-    // One snapshot for the trial: its limits do not change halfway through by a SIGHUP.
+) -> Ended {
     let cfg = sh.cfg();
     let params = cfg.space.external_json(&c.params);
     w.reset_tail();
@@ -41,18 +105,6 @@ pub(super) async fn run_trial(
         c.number, c.trial_id
     ))
     .await;
-    let failed = |kind: FailureKind, reason: String, tail: Option<String>| Outcome::Failed {
-        kind,
-        reason,
-        tail: tail.filter(|t| !t.is_empty()),
-        error: None,
-    };
-    let judged = |v: classify::Verdict, tail: String| Outcome::Failed {
-        kind: v.kind,
-        reason: v.reason,
-        tail: Some(tail).filter(|t| !t.is_empty()),
-        error: v.error,
-    };
     if result_file.is_none() {
         let msg =
             json!({"type": "trial", "trial_id": c.trial_id, "number": c.number, "params": params});
@@ -66,176 +118,17 @@ pub(super) async fn run_trial(
         }
     }
     let started = Instant::now();
-    let far = Duration::from_secs(86400 * 365);
-    let timeout = tokio::time::sleep(cfg.worker.trial_timeout.unwrap_or(far));
-    tokio::pin!(timeout);
-    let heartbeat_limit = cfg.worker.heartbeat_timeout.unwrap_or(far);
-    let heartbeat = tokio::time::sleep(heartbeat_limit);
-    tokio::pin!(heartbeat);
-    let grace = tokio::time::sleep(far);
-    tokio::pin!(grace);
-    let mut stopping = false;
-    let stop = sh.stops.watch(c.trial_id);
-    // Oneshot: how the trial ended, known before the process has exited.
-    let mut outcome: Option<Outcome> = None;
-    // The last error report, for classifying a process that then died.
-    let mut last_report: Option<(String, String, String)> = None;
-    // What the framework said of the trial's memory, with its final message.
-    let mut framework: Option<FrameworkMemory> = None;
-    let (result, fate) = loop {
-        tokio::select! {
-            ev = w.next_event() => {
-                heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
-                match ev {
-                Event::Msg(m @ (Message::Report { trial_id, .. } | Message::Suggest { trial_id, .. }
-                    | Message::UserAttr { trial_id, .. })) if trial_id == c.trial_id && outcome.is_none() => {
-                    asked(sh, w, c, cfg.study.directions.len(), m).await;
-                }
-                Event::Msg(Message::Result { trial_id, value, memory }) if trial_id == c.trial_id => {
-                    framework = memory;
-                    let o = match value {
-                        Ok(values) => judge_values(values, cfg.study.directions.len(), "the objective returned"),
-                        Err(text) => failed(FailureKind::BadValue, format!("the objective returned a non-number: {text}"), None),
-                    };
-                    if result_file.is_none() { break (o, Fate::Keep); }
-                    outcome = Some(o);
-                    timeout.as_mut().reset(clock::deadline(ONESHOT_EXIT_GRACE));
-                }
-                Event::Msg(Message::Pruned { trial_id, memory }) if trial_id == c.trial_id => {
-                    framework = memory;
-                    if result_file.is_none() { break (Outcome::Pruned, Fate::Keep); }
-                    outcome = Some(Outcome::Pruned);
-                }
-                Event::Msg(Message::Error { trial_id, exc_type, message, traceback, memory }) if trial_id == c.trial_id => {
-                    framework = memory;
-                    let verdict = classify::classify_report(&classify::Report {
-                        exc_type: &exc_type, message: &message, traceback: &traceback,
-                    });
-                    let tail = if traceback.is_empty() { w.stderr_tail() } else { process::clip(&traceback, 8000) };
-                    let poisons = verdict.kind.poisons_context();
-                    let kind = verdict.kind;
-                    let o = judged(verdict, tail);
-                    last_report = Some((exc_type, message, traceback));
-                    if result_file.is_some() {
-                        outcome = Some(o);
-                    } else if poisons {
-                        // The CUDA context is unusable: the process must go, now.
-                        w.kill_group(KILL_GRACE).await;
-                        break (o, Fate::Replace(format!("{}: its CUDA context is unusable", kind.as_str())));
-                    } else {
-                        break (o, Fate::Keep);
-                    }
-                }
-                Event::Msg(m @ (Message::Report { trial_id, .. } | Message::Result { trial_id, .. }
-                    | Message::Pruned { trial_id, .. } | Message::Error { trial_id, .. }
-                    | Message::Suggest { trial_id, .. } | Message::UserAttr { trial_id, .. })) => {
-                    // For a trial that already ended (this one once a oneshot worker gave its
-                    // outcome, or one this worker ran before): dropped, charged to no trial.
-                    if trial_id == c.trial_id || w.ran(trial_id) {
-                        warn!(trial = c.number, "dropped a late `{}` for trial_id {trial_id}, which already ended", m.kind());
-                        continue;
-                    }
-                    let why = format!("worker sent a message for trial_id {trial_id} while running trial_id {}", c.trial_id);
-                    w.kill_group(KILL_GRACE).await;
-                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-                }
-                Event::Msg(_) => {}
-                // A persistent worker without its channel can never deliver this trial's
-                // outcome: it is as good as dead, whatever its process does (a oneshot worker
-                // may not use the channel at all; its exit ends the trial).
-                Event::Closed if result_file.is_none() => {
-                    let why = "the worker closed its protocol channel during the trial and kept running".to_owned();
-                    w.kill_group(KILL_GRACE).await;
-                    break (failed(FailureKind::WorkerDied, format!("{why}; its process group was killed"), Some(w.stderr_tail())), Fate::Replace(why));
-                }
-                Event::Closed => {}
-                Event::Garbage(what) => {
-                    let why = format!("worker sent garbage on the protocol channel: {what}");
-                    w.kill_group(KILL_GRACE).await;
-                    break (failed(FailureKind::Protocol, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-                }
-                Event::Exited(status) => {
-                    let how = process::describe_exit(status);
-                    let fate = Fate::Replace(format!("worker {how}"));
-                    if let Some(o) = outcome.take() {
-                        break (o, fate);
-                    }
-                    if let Some(file) = result_file {
-                        match read_result_file(file, cfg.study.directions.len()) {
-                            Some(o) if status.success() => break (o, fate),
-                            None if status.success() => {
-                                let why = "worker exited 0 without writing a result to SWEEPD_RESULT_FILE".to_owned();
-                                break (failed(FailureKind::WorkerDied, why, Some(w.stderr_tail())), fate);
-                            }
-                            _ => {}
-                        }
-                    }
-                    let (code, signal) = process::code_and_signal(status);
-                    let tail = w.stderr_tail();
-                    let report = last_report.as_ref().map(|(t, m, tb)| classify::Report {
-                        exc_type: t, message: m, traceback: tb,
-                    });
-                    let verdict = classify::classify_exit(
-                        &classify::Exit { code, signal, signalled_by_us: false },
-                        &tail,
-                        report.as_ref(),
-                    );
-                    break (judged(verdict, tail), fate);
-                }
-            }}
-            _ = &mut timeout => {
-                if let Some(o) = outcome.take() {
-                    w.kill_group(KILL_GRACE).await;
-                    break (o, Fate::Replace("oneshot worker did not exit after its result".into()));
-                }
-                let limit = cfg.worker.trial_timeout.unwrap_or(far);
-                let why = format!("trial exceeded trial_timeout ({})", units::format_duration(limit));
-                w.kill_group(KILL_GRACE).await;
-                break (failed(FailureKind::Timeout, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-            _ = &mut heartbeat, if outcome.is_none() => {
-                let why = format!(
-                    "hang: no protocol traffic for heartbeat_timeout ({})",
-                    units::format_duration(heartbeat_limit)
-                );
-                w.kill_group(KILL_GRACE).await;
-                break (failed(FailureKind::Hang, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-            _ = sh.shutdown.cancelled(), if !stopping => {
-                stopping = true;
-                // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
-                // of the loop kills the trial.
-                if !sh.abandon.is_cancelled() {
-                    info!(trial = c.number, "shutting down: giving the running trial {}", units::format_duration(cfg.worker.shutdown_grace));
-                    grace.as_mut().reset(clock::deadline(cfg.worker.shutdown_grace));
-                }
-            }
-            _ = sh.abandon.cancelled() => {
-                let why = "interrupted: the study was deleted from the database".to_owned();
-                w.kill_group(KILL_GRACE).await;
-                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-            why = stop.stopped() => {
-                warn!(trial = c.number, "{why}");
-                kill_group(sh, w).await;
-                break (failed(FailureKind::Interrupted, format!("interrupted: {why}"), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-            _ = &mut grace => {
-                let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
-                kill_group(sh, w).await;
-                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-            _ = sh.kill_now.cancelled() => {
-                w.kill_group_now().await;
-                // A oneshot trial that already reported keeps its result.
-                if let Some(o) = outcome.take() {
-                    break (o, Fate::Replace("sweepd was stopped at once".into()));
-                }
-                let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
-                break (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
-            }
-        }
+    let mut talk = Conversation {
+        sh,
+        c,
+        result_file,
+        cfg,
+        outcome: None,
+        last_report: None,
+        framework: None,
+        stop: sh.stops.watch(c.trial_id),
     };
+    let (result, fate) = talk.until_it_ends(w).await;
     sh.stops.forget(c.trial_id);
     w.trial_ended(c.trial_id);
     let end = match &result {
@@ -250,17 +143,265 @@ pub(super) async fn run_trial(
     ))
     .await;
     if let Outcome::Failed { kind, reason, .. } = &result {
-        let _ = sh
-            .store
-            .event(
-                Some(w.id),
-                Some(c.trial_id),
-                "trial_failed",
-                &format!("{}: {reason}", kind.as_str()),
-            )
-            .await;
+        let failed = WorkerEvent::TrialFailed {
+            kind: *kind,
+            reason,
+        };
+        let _ = failed.record(&sh.store, Some(w.id), Some(c.trial_id)).await;
     }
-    (result, fate, framework)
+    (result, fate, talk.framework)
+}
+
+impl Conversation<'_> {
+    /// Listens to the worker until the trial ends, or one of its limits does.
+    async fn until_it_ends(&mut self, w: &mut Worker) -> (Outcome, Fate) {
+        let (sh, cfg) = (self.sh, self.cfg.clone());
+        let far = Duration::from_secs(86400 * 365);
+        let timeout = tokio::time::sleep(cfg.worker.trial_timeout.unwrap_or(far));
+        tokio::pin!(timeout);
+        let heartbeat_limit = cfg.worker.heartbeat_timeout.unwrap_or(far);
+        let heartbeat = tokio::time::sleep(heartbeat_limit);
+        tokio::pin!(heartbeat);
+        let grace = tokio::time::sleep(far);
+        tokio::pin!(grace);
+        let mut stopping = false;
+        let stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                ev = w.next_event() => {
+                    heartbeat.as_mut().reset(clock::deadline(heartbeat_limit));
+                    match self.heard(w, ev).await {
+                        Heard::On => {}
+                        Heard::Exiting => timeout.as_mut().reset(clock::deadline(ONESHOT_EXIT_GRACE)),
+                        Heard::End(o, fate) => return (o, fate),
+                    }
+                }
+                _ = &mut timeout => {
+                    if let Some(o) = self.outcome.take() {
+                        w.kill_group(KILL_GRACE).await;
+                        return (o, Fate::Replace("oneshot worker did not exit after its result".into()));
+                    }
+                    let limit = cfg.worker.trial_timeout.unwrap_or(far);
+                    let why = format!("trial exceeded trial_timeout ({})", units::format_duration(limit));
+                    return killed(w, FailureKind::Timeout, why).await;
+                }
+                _ = &mut heartbeat, if self.outcome.is_none() => {
+                    let why = format!(
+                        "hang: no protocol traffic for heartbeat_timeout ({})",
+                        units::format_duration(heartbeat_limit)
+                    );
+                    return killed(w, FailureKind::Hang, why).await;
+                }
+                _ = sh.shutdown.cancelled(), if !stopping => {
+                    stopping = true;
+                    // A deleted study (cancelled before `shutdown`) gets no grace: the next turn
+                    // of the loop kills the trial.
+                    if !sh.abandon.is_cancelled() {
+                        info!(trial = self.c.number, "shutting down: giving the running trial {}", units::format_duration(cfg.worker.shutdown_grace));
+                        grace.as_mut().reset(clock::deadline(cfg.worker.shutdown_grace));
+                    }
+                }
+                _ = sh.abandon.cancelled() => {
+                    let why = "interrupted: the study was deleted from the database".to_owned();
+                    return killed(w, FailureKind::Interrupted, why).await;
+                }
+                why = stop.stopped() => {
+                    warn!(trial = self.c.number, "{why}");
+                    kill_group(sh, w).await;
+                    let reason = format!("interrupted: {why}");
+                    return (failed(FailureKind::Interrupted, reason, Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                _ = &mut grace => {
+                    let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();
+                    kill_group(sh, w).await;
+                    return (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+                _ = sh.kill_now.cancelled() => {
+                    w.kill_group_now().await;
+                    // A oneshot trial that already reported keeps its result.
+                    if let Some(o) = self.outcome.take() {
+                        return (o, Fate::Replace("sweepd was stopped at once".into()));
+                    }
+                    let why = "interrupted: sweepd was stopped at once (a second Ctrl-C or SIGTERM) before the trial finished".to_owned();
+                    return (failed(FailureKind::Interrupted, why.clone(), Some(w.stderr_tail())), Fate::Replace(why));
+                }
+            }
+        }
+    }
+
+    /// What the worker said, or that its channel closed or its process exited.
+    async fn heard(&mut self, w: &mut Worker, ev: Event) -> Heard {
+        let (c, result_file) = (self.c, self.result_file);
+        let n_objectives = self.cfg.study.directions.len();
+        let end = |o: Outcome, fate: Fate| Heard::End(o, fate);
+        match ev {
+            Event::Msg(
+                m @ (Message::Report { trial_id, .. }
+                | Message::Suggest { trial_id, .. }
+                | Message::UserAttr { trial_id, .. }),
+            ) if trial_id == c.trial_id && self.outcome.is_none() => {
+                asked(self.sh, w, c, n_objectives, m).await;
+                Heard::On
+            }
+            Event::Msg(Message::Result {
+                trial_id,
+                value,
+                memory,
+            }) if trial_id == c.trial_id => {
+                self.framework = memory;
+                let o = match value {
+                    Ok(values) => judge_values(values, n_objectives, "the objective returned"),
+                    Err(text) => failed(
+                        FailureKind::BadValue,
+                        format!("the objective returned a non-number: {text}"),
+                        None,
+                    ),
+                };
+                if result_file.is_none() {
+                    return end(o, Fate::Keep);
+                }
+                self.outcome = Some(o);
+                Heard::Exiting
+            }
+            Event::Msg(Message::Pruned { trial_id, memory }) if trial_id == c.trial_id => {
+                self.framework = memory;
+                if result_file.is_none() {
+                    return end(Outcome::Pruned, Fate::Keep);
+                }
+                self.outcome = Some(Outcome::Pruned);
+                Heard::On
+            }
+            Event::Msg(Message::Error {
+                trial_id,
+                exc_type,
+                message,
+                traceback,
+                memory,
+            }) if trial_id == c.trial_id => {
+                self.framework = memory;
+                let verdict = classify::classify_report(&classify::Report {
+                    exc_type: &exc_type,
+                    message: &message,
+                    traceback: &traceback,
+                });
+                let tail = if traceback.is_empty() {
+                    w.stderr_tail()
+                } else {
+                    process::clip(&traceback, 8000)
+                };
+                let poisons = verdict.kind.poisons_context();
+                let kind = verdict.kind;
+                let o = judged(verdict, tail);
+                self.last_report = Some((exc_type, message, traceback));
+                if result_file.is_some() {
+                    self.outcome = Some(o);
+                    Heard::On
+                } else if poisons {
+                    // The CUDA context is unusable: the process must go, now.
+                    w.kill_group(KILL_GRACE).await;
+                    let why = format!("{}: its CUDA context is unusable", kind.as_str());
+                    end(o, Fate::Replace(why))
+                } else {
+                    end(o, Fate::Keep)
+                }
+            }
+            Event::Msg(
+                m @ (Message::Report { trial_id, .. }
+                | Message::Result { trial_id, .. }
+                | Message::Pruned { trial_id, .. }
+                | Message::Error { trial_id, .. }
+                | Message::Suggest { trial_id, .. }
+                | Message::UserAttr { trial_id, .. }),
+            ) => {
+                // For a trial that already ended (this one once a oneshot worker gave its
+                // outcome, or one this worker ran before): dropped, charged to no trial.
+                if trial_id == c.trial_id || w.ran(trial_id) {
+                    warn!(
+                        trial = c.number,
+                        "dropped a late `{}` for trial_id {trial_id}, which already ended",
+                        m.kind()
+                    );
+                    return Heard::On;
+                }
+                let why = format!(
+                    "worker sent a message for trial_id {trial_id} while running trial_id {}",
+                    c.trial_id
+                );
+                let (o, fate) = killed(w, FailureKind::Protocol, why).await;
+                end(o, fate)
+            }
+            Event::Msg(_) => Heard::On,
+            // A persistent worker without its channel can never deliver this trial's outcome:
+            // it is as good as dead, whatever its process does (a oneshot worker may not use
+            // the channel at all; its exit ends the trial).
+            Event::Closed if result_file.is_none() => {
+                let why =
+                    "the worker closed its protocol channel during the trial and kept running"
+                        .to_owned();
+                w.kill_group(KILL_GRACE).await;
+                let reason = format!("{why}; its process group was killed");
+                let tail = Some(w.stderr_tail());
+                end(
+                    failed(FailureKind::WorkerDied, reason, tail),
+                    Fate::Replace(why),
+                )
+            }
+            Event::Closed => Heard::On,
+            Event::Garbage(what) => {
+                let why = format!("worker sent garbage on the protocol channel: {what}");
+                let (o, fate) = killed(w, FailureKind::Protocol, why).await;
+                end(o, fate)
+            }
+            Event::Exited(status) => {
+                let (o, fate) = self.exited(w, status);
+                end(o, fate)
+            }
+        }
+    }
+
+    /// The worker's process exited: the outcome a oneshot worker gave (on the channel, or in
+    /// its result file), else how it died.
+    fn exited(&mut self, w: &mut Worker, status: std::process::ExitStatus) -> (Outcome, Fate) {
+        let how = process::describe_exit(status);
+        let fate = Fate::Replace(format!("worker {how}"));
+        if let Some(o) = self.outcome.take() {
+            return (o, fate);
+        }
+        if let Some(file) = self.result_file {
+            match read_result_file(file, self.cfg.study.directions.len()) {
+                Some(o) if status.success() => return (o, fate),
+                None if status.success() => {
+                    let why =
+                        "worker exited 0 without writing a result to SWEEPD_RESULT_FILE".to_owned();
+                    return (
+                        failed(FailureKind::WorkerDied, why, Some(w.stderr_tail())),
+                        fate,
+                    );
+                }
+                _ => {}
+            }
+        }
+        let (code, signal) = process::code_and_signal(status);
+        let tail = w.stderr_tail();
+        let report = self
+            .last_report
+            .as_ref()
+            .map(|(t, m, tb)| classify::Report {
+                exc_type: t,
+                message: m,
+                traceback: tb,
+            });
+        let verdict = classify::classify_exit(
+            &classify::Exit {
+                code,
+                signal,
+                signalled_by_us: false,
+            },
+            &tail,
+            report.as_ref(),
+        );
+        (judged(verdict, tail), fate)
+    }
 }
 
 /// A message of the running trial that asks for something: a report (answered with the

@@ -3,7 +3,9 @@
 //! killed, and on a GPU its memory seen released by NVML before the slot may start another
 //! there), each step recorded in `sweepd_workers` and `sweepd_worker_events`.
 
-use super::{RunError, Shared, KILL_GRACE};
+use super::error::RunError;
+use super::events::{Retirement, WorkerEvent};
+use super::shared::Shared;
 use crate::config::{Config, WorkerMode};
 use crate::process::{self, Event, Message, SpawnSpec, Worker};
 use crate::study::{Claimed, WorkerState};
@@ -17,6 +19,9 @@ use tracing::{info, warn};
 /// The newest worker protocol this sweepd speaks (`SWEEPD_PROTOCOL`): 2 answers `suggest`
 /// (define-by-run) and records `user_attr`; a worker that speaks 1 works unchanged.
 pub(super) const PROTOCOL: &str = "2";
+
+/// Grace between SIGTERM and SIGKILL when sweepd kills a worker group.
+pub(super) const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// How long a retired worker's memory may take to disappear from NVML before sweepd says so.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -132,13 +137,15 @@ pub(super) async fn spawn_worker(
         Ok(None) => {
             sh.store.worker_exited(id, None, None).await?;
             let why = "the study stopped while the start waited for resources";
-            sh.store.event(Some(id), None, "spawn_failed", why).await?;
+            WorkerEvent::SpawnFailed(why)
+                .record(&sh.store, Some(id), None)
+                .await?;
             return Ok(None);
         }
         Err(source) => {
             sh.store.worker_exited(id, None, None).await?;
-            sh.store
-                .event(Some(id), None, "spawn_failed", &source.to_string())
+            WorkerEvent::SpawnFailed(&source.to_string())
+                .record(&sh.store, Some(id), None)
                 .await?;
             return Err(RunError::Spawn { argv, source });
         }
@@ -147,18 +154,12 @@ pub(super) async fn spawn_worker(
     sh.store
         .worker_spawned(id, w.pid, start, &w.log_path)
         .await?;
-    sh.store
-        .event(
-            Some(id),
-            None,
-            "spawned",
-            &format!(
-                "pid {} slot {slot} on {}",
-                w.pid,
-                device.map_or("cpu".into(), |d| format!("gpu{d}"))
-            ),
-        )
-        .await?;
+    let spawned = WorkerEvent::Spawned {
+        pid: w.pid,
+        slot,
+        device,
+    };
+    spawned.record(&sh.store, Some(id), None).await?;
     Ok(Some(w))
 }
 
@@ -179,7 +180,7 @@ pub(super) async fn start_persistent(
             ev = w.next_event() => match ev {
                 Event::Msg(Message::Ready) => {
                     sh.store.worker_state(w.id, WorkerState::Ready).await?;
-                    sh.store.event(Some(w.id), None, "ready", "").await?;
+                    WorkerEvent::Ready.record(&sh.store, Some(w.id), None).await?;
                     return Ok(Ok(w));
                 }
                 Event::Msg(_) => continue,
@@ -196,7 +197,7 @@ pub(super) async fn start_persistent(
     };
     warn!(worker = w.id, "worker failed to start: {failure}");
     let stderr = w.stderr_tail();
-    retire(sh, w, device, &failure).await?;
+    retire(sh, w, device, &Retirement::FailedToStart(failure.clone())).await?;
     Ok(Err((failure, stderr)))
 }
 
@@ -250,7 +251,7 @@ pub(super) async fn retire(
     sh: &Shared,
     mut w: Worker,
     device: Option<u32>,
-    why: &str,
+    why: &Retirement,
 ) -> Result<(), RunError> {
     let pgid = w.pid as i32;
     let mut pids: Vec<u32> = process::group_members_off_runtime(pgid)
@@ -271,17 +272,19 @@ pub(super) async fn retire(
     let survivors = kill_group(sh, &mut w).await;
     if !survivors.is_empty() {
         // After a second Ctrl-C nothing was given time to exit: no warning, only the record.
-        let detail = if sh.kill_now.is_cancelled() {
-            format!("stopped at once: SIGKILLed {survivors:?}")
-        } else {
+        let at_once = sh.kill_now.is_cancelled();
+        if !at_once {
             warn!(
                 worker = w.id,
                 ?survivors,
                 "killed processes of the worker's group that outlived it"
             );
-            format!("survivors {survivors:?}")
+        }
+        let killed = WorkerEvent::Killed {
+            survivors: &survivors,
+            at_once,
         };
-        sh.store.event(Some(w.id), None, "killed", &detail).await?;
+        killed.record(&sh.store, Some(w.id), None).await?;
     }
     if let (Some(m), Some(d)) = (&sh.monitor, device) {
         m.retired(pgid);
@@ -308,14 +311,11 @@ pub(super) async fn retire(
                     for p in &left {
                         process::kill_pid(*p);
                     }
-                    sh.store
-                        .event(
-                            Some(w.id),
-                            None,
-                            "release_timeout",
-                            &format!("gpu{d} pids {left:?}"),
-                        )
-                        .await?;
+                    let timeout = WorkerEvent::ReleaseTimeout {
+                        device: d,
+                        pids: &left,
+                    };
+                    timeout.record(&sh.store, Some(w.id), None).await?;
                     break;
                 }
                 Err(e) if start.elapsed() >= RELEASE_WAIT => {
@@ -330,15 +330,17 @@ pub(super) async fn retire(
         .exit_status()
         .map(process::code_and_signal)
         .unwrap_or((None, None));
-    if why != "study stopped" && why != "oneshot trial done" {
+    if why.restarts() {
         sh.metrics.worker_restarted();
     }
     w.mark(&format!("worker {} retired: {why}", w.id)).await;
     sh.store.worker_exited(w.id, code, signal).await?;
-    sh.store.event(Some(w.id), None, "exited", why).await?;
+    WorkerEvent::Exited(why)
+        .record(&sh.store, Some(w.id), None)
+        .await?;
     if device.is_some() && !sh.kill_now.is_cancelled() {
         // Its memory is free: a trial waiting for it may start now, not at the next poll.
-        super::housekeeping::read_gpus(sh).await;
+        sh.read_gpus().await;
         // Ours or another daemon's: our entry in the host's ledger no longer counts it idle.
         sh.core.lock().await.refresh_claims();
         sh.changed.notify_waiters();

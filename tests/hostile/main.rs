@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod doors;
+mod fake_nvml;
 mod hosts;
 mod ledger;
 mod protocol;

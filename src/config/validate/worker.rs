@@ -26,14 +26,66 @@ impl Validator<'_> {
             }
             Some(c) => self.command(c),
         };
-        let mode = self
-            .choice(raw.mode.as_ref(), "worker.mode", MODES, |s| match s {
-                "persistent" => Some(WorkerMode::Persistent),
-                "oneshot" => Some(WorkerMode::Oneshot),
-                _ => None,
-            })
-            .unwrap_or(WorkerMode::Persistent);
-        let recycle_after = raw.recycle_after.as_ref().and_then(|r| {
+        let mode = self.worker_mode(raw);
+        let recycle_after = self.recycle_after(raw);
+        let max_par = self.worker_max_par(raw);
+        let trial_timeout = self.duration(
+            raw.trial_timeout.as_ref(),
+            "worker.trial_timeout",
+            MAX_TRIAL_TIMEOUT,
+        );
+        let startup_timeout = self.startup_timeout(raw);
+        let shutdown_grace = self
+            .duration(
+                raw.shutdown_grace.as_ref(),
+                "worker.shutdown_grace",
+                MAX_SHUTDOWN_GRACE,
+            )
+            .unwrap_or(Duration::from_secs(30));
+        let log_dir = self.worker_log_dir(raw, base_dir, mode);
+        let cwd = self.worker_cwd(raw, base_dir);
+        let env = self.env(raw.env.as_ref());
+        self.pythonpath(raw.env.as_ref(), &env, &cwd);
+        let heartbeat_timeout = self.duration(
+            raw.heartbeat_timeout.as_ref(),
+            "worker.heartbeat_timeout",
+            MAX_HEARTBEAT_TIMEOUT,
+        );
+        let recycle_on_growth = self.recycle_on_growth(raw);
+        let (log_max_bytes, log_max_total) = self.log_limits(raw);
+        let allocator = self.allocator(raw.allocator.as_ref().map(|t| &t.0));
+        (self.problems.len() == before).then_some(WorkerConfig {
+            command,
+            mode,
+            recycle_after,
+            max_par,
+            trial_timeout,
+            startup_timeout,
+            shutdown_grace,
+            log_dir,
+            cwd,
+            env,
+            heartbeat_timeout,
+            recycle_on_growth,
+            log_max_bytes,
+            log_max_total,
+            allocator,
+        })
+    }
+
+    /// `worker.mode`: persistent unless it says oneshot.
+    fn worker_mode(&mut self, raw: &RawWorker) -> WorkerMode {
+        self.choice(raw.mode.as_ref(), "worker.mode", MODES, |s| match s {
+            "persistent" => Some(WorkerMode::Persistent),
+            "oneshot" => Some(WorkerMode::Oneshot),
+            _ => None,
+        })
+        .unwrap_or(WorkerMode::Persistent)
+    }
+
+    /// `worker.recycle_after`: 0 (never) is `None`.
+    fn recycle_after(&mut self, raw: &RawWorker) -> Option<u32> {
+        raw.recycle_after.as_ref().and_then(|r| {
             let v = *r.get_ref();
             match u32::try_from(v) {
                 Ok(0) => None,
@@ -47,49 +99,48 @@ impl Validator<'_> {
                     None
                 }
             }
-        });
-        let max_par = match &raw.max_par {
+        })
+    }
+
+    /// `worker.max_par`, 1 when left out.
+    fn worker_max_par(&mut self, raw: &RawWorker) -> usize {
+        match &raw.max_par {
             None => 1,
             Some(m) => max_par(i128::from(*m.get_ref())).unwrap_or_else(|message| {
                 self.at(m, "worker.max_par", message);
                 1
             }),
-        };
-        let trial_timeout = self.duration(
-            raw.trial_timeout.as_ref(),
-            "worker.trial_timeout",
-            MAX_TRIAL_TIMEOUT,
-        );
-        let startup_timeout = self
-            .duration(
-                raw.startup_timeout.as_ref(),
-                "worker.startup_timeout",
-                MAX_STARTUP_TIMEOUT,
-            )
-            .filter(|d| {
-                let short = *d < MIN_STARTUP_TIMEOUT;
-                if let (true, Some(t)) = (short, &raw.startup_timeout) {
-                    self.at(
-                        t,
-                        "worker.startup_timeout",
-                        format!(
-                            "{:?} is too short: at least {} (a worker has to start its \
-                             interpreter, import the helper and send `ready` in that time)",
-                            t.get_ref(),
-                            format_duration(MIN_STARTUP_TIMEOUT)
-                        ),
-                    );
-                }
-                !short
-            })
-            .unwrap_or(Duration::from_secs(120));
-        let shutdown_grace = self
-            .duration(
-                raw.shutdown_grace.as_ref(),
-                "worker.shutdown_grace",
-                MAX_SHUTDOWN_GRACE,
-            )
-            .unwrap_or(Duration::from_secs(30));
+        }
+    }
+
+    /// `worker.startup_timeout`: long enough for a worker to start its interpreter.
+    fn startup_timeout(&mut self, raw: &RawWorker) -> Duration {
+        self.duration(
+            raw.startup_timeout.as_ref(),
+            "worker.startup_timeout",
+            MAX_STARTUP_TIMEOUT,
+        )
+        .filter(|d| {
+            let short = *d < MIN_STARTUP_TIMEOUT;
+            if let (true, Some(t)) = (short, &raw.startup_timeout) {
+                self.at(
+                    t,
+                    "worker.startup_timeout",
+                    format!(
+                        "{:?} is too short: at least {} (a worker has to start its \
+                         interpreter, import the helper and send `ready` in that time)",
+                        t.get_ref(),
+                        format_duration(MIN_STARTUP_TIMEOUT)
+                    ),
+                );
+            }
+            !short
+        })
+        .unwrap_or(Duration::from_secs(120))
+    }
+
+    /// `worker.log_dir`, resolved against the config's directory.
+    fn worker_log_dir(&mut self, raw: &RawWorker, base_dir: &Path, mode: WorkerMode) -> PathBuf {
         let log_dir = resolve(
             base_dir,
             Path::new(raw.log_dir.as_ref().map_or("sweepd-logs", |l| l.get_ref())),
@@ -112,6 +163,11 @@ impl Validator<'_> {
                 None => self.at_key("worker.log_dir", message),
             }
         }
+        log_dir
+    }
+
+    /// `worker.cwd`, resolved against the config's directory: an existing directory.
+    fn worker_cwd(&mut self, raw: &RawWorker, base_dir: &Path) -> PathBuf {
         let cwd = match &raw.cwd {
             None => base_dir.to_path_buf(),
             Some(c) => resolve(base_dir, Path::new(c.get_ref())),
@@ -128,14 +184,12 @@ impl Validator<'_> {
                 None => self.at_key("worker.cwd", message),
             }
         }
-        let env = self.env(raw.env.as_ref());
-        self.pythonpath(raw.env.as_ref(), &env, &cwd);
-        let heartbeat_timeout = self.duration(
-            raw.heartbeat_timeout.as_ref(),
-            "worker.heartbeat_timeout",
-            MAX_HEARTBEAT_TIMEOUT,
-        );
-        let recycle_on_growth = raw.recycle_on_growth.as_ref().and_then(|r| {
+        cwd
+    }
+
+    /// `worker.recycle_on_growth`: a size greater than zero.
+    fn recycle_on_growth(&mut self, raw: &RawWorker) -> Option<u64> {
+        raw.recycle_on_growth.as_ref().and_then(|r| {
             let v = self.size(r, "worker.recycle_on_growth")?;
             if v == 0 {
                 self.at(
@@ -146,7 +200,11 @@ impl Validator<'_> {
                 return None;
             }
             Some(v)
-        });
+        })
+    }
+
+    /// `worker.log_max_bytes` and `worker.log_max_total` (at least the first).
+    fn log_limits(&mut self, raw: &RawWorker) -> (u64, u64) {
         let log_max_bytes = self.size_at_least(
             raw.log_max_bytes.as_ref(),
             "worker.log_max_bytes",
@@ -154,7 +212,7 @@ impl Validator<'_> {
         );
         let log_max_total =
             self.size_at_least(raw.log_max_total.as_ref(), "worker.log_max_total", 0);
-        let (log_max_bytes, log_max_total) = match (log_max_bytes, log_max_total) {
+        match (log_max_bytes, log_max_total) {
             (Some(bytes), Some(total)) => {
                 let (bytes, total) = (bytes.unwrap_or(64 * MIB), total.unwrap_or(GIB));
                 if total < bytes {
@@ -173,25 +231,7 @@ impl Validator<'_> {
                 (bytes, total)
             }
             _ => (64 * MIB, GIB),
-        };
-        let allocator = self.allocator(raw.allocator.as_ref().map(|t| &t.0));
-        (self.problems.len() == before).then_some(WorkerConfig {
-            command,
-            mode,
-            recycle_after,
-            max_par,
-            trial_timeout,
-            startup_timeout,
-            shutdown_grace,
-            log_dir,
-            cwd,
-            env,
-            heartbeat_timeout,
-            recycle_on_growth,
-            log_max_bytes,
-            log_max_total,
-            allocator,
-        })
+        }
     }
 
     /// The command line's settings, checked by the rules of the keys they replace; a problem

@@ -20,9 +20,11 @@
 //! others), wide while few are known and narrowing as they come, and at least as wide as what
 //! the measured trials never varied leaves unknown (a deep trial after shallow ones), wider
 //! still for a peak predicted beyond every measured one; measured trials whose memory-relevant
-//! params are (almost) the same as the new one's raise it to their peak; and an out-of-memory
-//! failure raises it near the failed params only, "near" measured in what the params do to
-//! memory (a param of no effect does not make two trials far apart).
+//! params are (almost) the same as the new one's raise it to their peak, and so does a measured
+//! trial no larger in any size that drives memory (memory rarely shrinks as a size grows: this
+//! holds where the fit extrapolates badly, as for a categorical batch size never measured yet);
+//! and an out-of-memory failure raises it near the failed params only, "near" measured in what
+//! the params do to memory (a param of no effect does not make two trials far apart).
 //!
 //! Pure: no I/O, no clock. `docs/gpu-memory-model.md` explains it to users.
 
@@ -132,6 +134,56 @@ pub struct Estimate {
     /// The model's prediction before the margin (0 while there is none).
     pub predicted: u64,
     pub why: String,
+}
+
+/// Where a trial lies along one param ([`MemoryModel::position`]): a number (a numeric param's
+/// position in its range, or a categorical's choice where every choice is a number), a choice
+/// with no order, or the param absent from the trial.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Position {
+    At(f64),
+    Choice(usize),
+    Absent,
+}
+
+/// What is known of a trial's memory before any fit: the user's guess (`trial_memory`), or the
+/// largest peak measured if larger.
+struct Guess {
+    bytes: u64,
+    /// Which of the two, in words.
+    what: &'static str,
+    /// `bytes` with the prior's margin.
+    margined: u64,
+}
+
+impl Guess {
+    fn new(prior: u64, largest: u64) -> Guess {
+        let (bytes, what) = if largest > prior {
+            (largest, "the largest peak measured")
+        } else {
+            (prior, "trial_memory")
+        };
+        Guess {
+            bytes,
+            what,
+            margined: with_prior_margin(bytes),
+        }
+    }
+
+    /// A value no measured trial had (`novel`: the params that take one): the fit knows
+    /// nothing of what it does to memory, so the estimate is no lower than this guess.
+    fn raise_for_novel(&self, novel: &[&str], estimate: &mut Estimate) {
+        if self.margined > estimate.bytes {
+            estimate.bytes = self.margined;
+            estimate.why.push_str(&format!(
+                ", raised to {} ({} {} x {PRIOR_MARGIN}): no trial measured yet with this {} value",
+                format_gib(self.margined),
+                self.what,
+                format_gib(self.bytes),
+                novel.join(", ")
+            ));
+        }
+    }
 }
 
 impl MemoryModel {
@@ -319,135 +371,251 @@ impl MemoryModel {
         self.bound(&self.features(params))
     }
 
-    /// The estimate for a trial of features `own` (before the fit's pairs).
+    /// The estimate for a trial of features `own` (before the fit's pairs): the fit's (or,
+    /// before one, the guess), raised where what was measured says it must be.
     fn bound(&self, own: &[f64]) -> Estimate {
-        let n = self.measured.len();
         let fit = self.fit.as_ref();
         let expanded = fit.map(|fit| fit.expand(own));
         let x = expanded.as_deref().unwrap_or(own);
         let largest = self.measured.iter().map(|m| m.peak).max().unwrap_or(0);
-        // What is known before any fit: the user's guess, or the largest peak if larger.
-        let (guess, guess_what) = if largest > self.prior {
-            (largest, "the largest peak measured")
-        } else {
-            (self.prior, "trial_memory")
-        };
-        let guessed = with_prior_margin(guess);
-        let (mut bytes, predicted, mut why) = match fit {
-            None => {
-                let progress = format!("{n} of {MIN_MEASURED} trials measured");
-                if guess == 0 {
-                    (
-                        0,
-                        0,
-                        format!("no estimate yet: trial_memory unset, {progress}"),
-                    )
-                } else {
-                    let why = format!(
-                        "{}: {guess_what} ({}) x {PRIOR_MARGIN}, {progress}",
-                        format_gib(guessed),
-                        format_gib(guess)
-                    );
-                    (guessed, 0, why)
-                }
-            }
-            Some(fit) => {
-                let log_pred = fit.predict(x);
-                // Where the model erred more than usual (a region it fits badly), its errors
-                // there widen the margin there.
-                let local = self.local_error(fit, x);
-                let calibrated = margin(fit, fit.nearest(x)).max(local + MIN_MARGIN);
-                // Its errors cannot speak for what the measured trials never varied.
-                let unknown = UNEXPLORED * fit.unexplored_own(x).sqrt() / n as f64;
-                let bytes = |log: f64| (fit.base + log.exp()).min(u64::MAX as f64);
-                let predicted = bytes(log_pred) as u64;
-                // Nor, where the fit is linear, for a peak beyond every measured one.
-                let beyond = if fit.pairs.is_empty() {
-                    (predicted as f64 / largest.max(1) as f64).ln().max(0.0)
-                } else {
-                    0.0
-                };
-                let margin = calibrated.max(unknown) + BEYOND * beyond;
-                let b = bytes(log_pred + margin).ceil() as u64;
-                let margin = (b as f64 / predicted.max(1) as f64).ln();
-                let mut words = if unknown > calibrated {
-                    "wide where these params lie beyond what the measured trials varied".to_owned()
-                } else {
-                    margin_words(fit)
-                };
-                if beyond > 0.0 {
-                    words.push_str(&format!(
-                        "; wider beyond the largest peak measured, {}",
-                        format_gib(largest)
-                    ));
-                }
-                let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
-                    0 => String::new(),
-                    k => format!(", {k} of them running at their level"),
-                };
-                let why = format!(
-                    "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin ({words})",
-                    format_gib(b),
-                    format_gib(predicted),
-                    self.drivers(fit),
-                    (margin.exp() - 1.0) * 100.0,
-                );
-                (b, predicted, why)
-            }
+        let guess = Guess::new(self.prior, largest);
+        let mut estimate = match fit {
+            None => self.unfitted(&guess),
+            Some(fit) => self.fitted(fit, x, largest),
         };
         let novel = fit.map(|fit| self.novel(fit, x)).unwrap_or_default();
         if let Some(fit) = fit {
-            // Every trial holds at least what the smallest measured one did (its process's
-            // CUDA context, the framework's own buffers): a fit does not go below that.
-            let smallest = self.measured.iter().map(|m| m.peak).min().unwrap_or(0);
-            if smallest > bytes {
-                bytes = smallest;
-                why.push_str(&format!(
-                    ", raised to the smallest peak measured ({})",
-                    format_gib(smallest)
-                ));
-            }
-            // The same config measured before: its peaks are facts, not a fit. Measured
-            // often enough, they are the bound; once or twice, they raise it. Not where a
-            // param takes a value never measured: the fit cannot tell it apart from the rest.
-            let same: Vec<u64> = if novel.is_empty() {
-                // The fit's trials are the measured ones, in order (`Fit::distance_to`).
-                let cx = fit.compact(x);
-                self.measured
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| fit.distance_to(*i, &cx) < SAME_CONFIG)
-                    .map(|(_, m)| m.peak)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            if let Some(&peak) = same.iter().max() {
-                let b = (peak as f64 * (1.0 + MIN_MARGIN)).ceil() as u64;
-                if same.len() >= SAME_CONFIG_TRUSTED || b > bytes {
-                    bytes = b;
-                    why = format!(
-                        "{}: the largest peak of {} measured trials of the same config ({}) + {:.0}%",
-                        format_gib(b),
-                        same.len(),
-                        format_gib(peak),
-                        MIN_MARGIN * 100.0
-                    );
-                }
+            self.raise_to_smallest(&mut estimate);
+            if novel.is_empty() {
+                self.raise_to_same_config(fit, x, &mut estimate);
             }
         }
-        if !novel.is_empty() && guessed > bytes {
-            // A value no measured trial had: the fit knows nothing of what it does to memory,
-            // so the estimate is no lower than before anything was measured.
-            bytes = guessed;
-            why.push_str(&format!(
-                ", raised to {} ({guess_what} {} x {PRIOR_MARGIN}): no trial measured yet with this {} value",
-                format_gib(guessed),
-                format_gib(guess),
-                novel.join(", ")
+        if !novel.is_empty() {
+            guess.raise_for_novel(&novel, &mut estimate);
+        }
+        if let Some(fit) = fit {
+            self.raise_to_smaller_measured(fit, own, &mut estimate);
+        }
+        self.raise_to_oom_floor(fit, own, x, &mut estimate);
+        estimate
+    }
+
+    /// Before any fit: the guess with its margin.
+    fn unfitted(&self, guess: &Guess) -> Estimate {
+        let progress = format!("{} of {MIN_MEASURED} trials measured", self.measured.len());
+        let (bytes, why) = if guess.bytes == 0 {
+            (
+                0,
+                format!("no estimate yet: trial_memory unset, {progress}"),
+            )
+        } else {
+            let why = format!(
+                "{}: {} ({}) x {PRIOR_MARGIN}, {progress}",
+                format_gib(guess.margined),
+                guess.what,
+                format_gib(guess.bytes)
+            );
+            (guess.margined, why)
+        };
+        Estimate {
+            bytes,
+            predicted: 0,
+            why,
+        }
+    }
+
+    /// The fit's prediction for features `x` plus its margin (`largest`: the largest peak
+    /// measured).
+    fn fitted(&self, fit: &Fit, x: &[f64], largest: u64) -> Estimate {
+        let n = self.measured.len();
+        let log_pred = fit.predict(x);
+        // Where the model erred more than usual (a region it fits badly), its errors
+        // there widen the margin there.
+        let local = self.local_error(fit, x);
+        let calibrated = margin(fit, fit.nearest(x)).max(local + MIN_MARGIN);
+        // Its errors cannot speak for what the measured trials never varied.
+        let unknown = UNEXPLORED * fit.unexplored_own(x).sqrt() / n as f64;
+        let bytes = |log: f64| (fit.base + log.exp()).min(u64::MAX as f64);
+        let predicted = bytes(log_pred) as u64;
+        // Nor, where the fit is linear, for a peak beyond every measured one.
+        let beyond = if fit.pairs.is_empty() {
+            (predicted as f64 / largest.max(1) as f64).ln().max(0.0)
+        } else {
+            0.0
+        };
+        let margin = calibrated.max(unknown) + BEYOND * beyond;
+        let b = bytes(log_pred + margin).ceil() as u64;
+        let margin = (b as f64 / predicted.max(1) as f64).ln();
+        let mut words = if unknown > calibrated {
+            "wide where these params lie beyond what the measured trials varied".to_owned()
+        } else {
+            margin_words(fit)
+        };
+        if beyond > 0.0 {
+            words.push_str(&format!(
+                "; wider beyond the largest peak measured, {}",
+                format_gib(largest)
             ));
         }
-        // The highest out-of-memory floor near these params.
+        let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
+            0 => String::new(),
+            k => format!(", {k} of them running at their level"),
+        };
+        let why = format!(
+            "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin ({words})",
+            format_gib(b),
+            format_gib(predicted),
+            self.drivers(fit),
+            (margin.exp() - 1.0) * 100.0,
+        );
+        Estimate {
+            bytes: b,
+            predicted,
+            why,
+        }
+    }
+
+    /// Every trial holds at least what the smallest measured one did (its process's CUDA
+    /// context, the framework's own buffers): a fit does not go below that.
+    fn raise_to_smallest(&self, estimate: &mut Estimate) {
+        let smallest = self.measured.iter().map(|m| m.peak).min().unwrap_or(0);
+        if smallest > estimate.bytes {
+            estimate.bytes = smallest;
+            estimate.why.push_str(&format!(
+                ", raised to the smallest peak measured ({})",
+                format_gib(smallest)
+            ));
+        }
+    }
+
+    /// The same config measured before: its peaks are facts, not a fit. Measured often
+    /// enough, they are the bound; once or twice, they raise it. Not where a param takes a
+    /// value never measured (the caller's to check): the fit cannot tell it apart from the rest.
+    fn raise_to_same_config(&self, fit: &Fit, x: &[f64], estimate: &mut Estimate) {
+        // The fit's trials are the measured ones, in order (`Fit::distance_to`).
+        let cx = fit.compact(x);
+        let same: Vec<u64> = self
+            .measured
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fit.distance_to(*i, &cx) < SAME_CONFIG)
+            .map(|(_, m)| m.peak)
+            .collect();
+        if let Some(&peak) = same.iter().max() {
+            let b = (peak as f64 * (1.0 + MIN_MARGIN)).ceil() as u64;
+            if same.len() >= SAME_CONFIG_TRUSTED || b > estimate.bytes {
+                estimate.bytes = b;
+                estimate.why = format!(
+                    "{}: the largest peak of {} measured trials of the same config ({}) + {:.0}%",
+                    format_gib(b),
+                    same.len(),
+                    format_gib(peak),
+                    MIN_MARGIN * 100.0
+                );
+            }
+        }
+    }
+
+    /// Memory rarely shrinks as a size grows: a trial no smaller than a measured one in every
+    /// size that drives memory (integers compared in the direction the fit gives them, a
+    /// categorical of numbers as a size, other choices equal; floats and params of no effect
+    /// ignored)
+    /// peaks at least where that one did. The fit cannot say so for a size beyond the measured
+    /// ones (a batch of 128 after 16 to 64: its one-hot column was never set), nor where its
+    /// margin is thin; the measured peak is a fact.
+    fn raise_to_smaller_measured(&self, fit: &Fit, own: &[f64], estimate: &mut Estimate) {
+        let columns = self.columns();
+        let sizes: Vec<(usize, f64, Position)> = self
+            .sizes(fit)
+            .into_iter()
+            .map(|(p, direction)| (p, direction, self.position(p, &columns[p], own)))
+            .collect();
+        let floor = self
+            .measured
+            .iter()
+            .filter(|m| {
+                sizes.iter().all(|&(p, direction, new)| {
+                    match (new, self.position(p, &columns[p], &m.x)) {
+                        (Position::At(a), Position::At(b)) => (a - b) * direction >= -1e-12,
+                        (new, old) => new == old,
+                    }
+                })
+            })
+            .map(|m| m.peak)
+            .max();
+        if let Some(peak) = floor {
+            let b = (peak as f64 * (1.0 + MIN_MARGIN)).ceil() as u64;
+            if b > estimate.bytes {
+                estimate.bytes = b;
+                estimate.why.push_str(&format!(
+                    ", raised to {} by a measured trial no larger in any size ({} + {:.0}%)",
+                    format_gib(b),
+                    format_gib(peak),
+                    MIN_MARGIN * 100.0
+                ));
+            }
+        }
+    }
+
+    /// The sizes: the integer and categorical params that drive memory in `fit`, each with the
+    /// direction sizes grow in: +1 where
+    /// memory grows with the param, −1 where the fit says it shrinks (a numeric param whose own
+    /// coefficients sum below 0). A categorical's choices are sizes in the order of their numbers.
+    fn sizes(&self, fit: &Fit) -> Vec<(usize, f64)> {
+        let mut out = Vec::new();
+        for (p, cols) in self.columns().into_iter().enumerate() {
+            // A float (a learning rate, a dropout) is not a size: a fit that gives one a
+            // little weight from the noise would keep the rule from ever applying.
+            if matches!(self.dists[p], Distribution::Float { .. }) || effect(fit, &cols) < DRIVES {
+                continue;
+            }
+            let direction = match self.encodings[p] {
+                Encoding::Numeric { .. } => {
+                    let own: f64 = fit.beta[cols.start..cols.end - 1].iter().sum();
+                    if own < 0.0 {
+                        -1.0
+                    } else {
+                        1.0
+                    }
+                }
+                Encoding::Categorical { .. } => 1.0,
+            };
+            out.push((p, direction));
+        }
+        out
+    }
+
+    /// Where features `x` lie along param `p` (`cols`: its columns), for comparing sizes.
+    fn position(&self, p: usize, cols: &Range<usize>, x: &[f64]) -> Position {
+        if x[cols.end - 1] == 1.0 {
+            return Position::Absent;
+        }
+        match (&self.encodings[p], &self.dists[p]) {
+            (Encoding::Numeric { .. }, _) => Position::At(x[cols.start]),
+            (Encoding::Categorical { choices }, Distribution::Categorical { choices: values }) => {
+                let Some(i) = (0..*choices).find(|i| x[cols.start + i] == 1.0) else {
+                    return Position::Absent;
+                };
+                match values.get(i) {
+                    Some(serde_json::Value::Number(n)) if values.iter().all(|v| v.is_number()) => {
+                        Position::At(n.as_f64().unwrap_or(f64::NAN))
+                    }
+                    _ => Position::Choice(i),
+                }
+            }
+            (Encoding::Categorical { .. }, _) => Position::Absent,
+        }
+    }
+
+    /// The highest out-of-memory floor near these params (`own`, `x` as the fit sees them):
+    /// the estimate is no lower.
+    fn raise_to_oom_floor(
+        &self,
+        fit: Option<&Fit>,
+        own: &[f64],
+        x: &[f64],
+        estimate: &mut Estimate,
+    ) {
         let floor = self
             .floors
             .iter()
@@ -457,19 +625,14 @@ impl MemoryModel {
             })
             .max_by_key(|f| f.floor);
         if let Some(f) = floor {
-            if f.floor > bytes {
-                bytes = f.floor;
-                why.push_str(&format!(
+            if f.floor > estimate.bytes {
+                estimate.bytes = f.floor;
+                estimate.why.push_str(&format!(
                     ", raised to {} by an out-of-memory failure at {} with these params' memory",
                     format_gib(f.floor),
                     format_gib(f.reached)
                 ));
             }
-        }
-        Estimate {
-            bytes,
-            predicted,
-            why,
         }
     }
 
@@ -510,19 +673,8 @@ impl MemoryModel {
     fn drivers(&self, fit: &Fit) -> String {
         let mut drive = Vec::new();
         let mut idle = Vec::new();
-        let base = fit.beta.len() - fit.pairs.len();
         for (name, cols) in self.names.iter().zip(self.columns()) {
-            // The largest change in log-peak across the param's own range (its last column
-            // says only whether a trial has it), and at most what its pairs add to it (every
-            // feature that pairs lies in [0, 1]).
-            let paired: f64 = fit
-                .pairs
-                .iter()
-                .enumerate()
-                .filter(|(_, (a, b))| cols.contains(a) || cols.contains(b))
-                .map(|(k, _)| fit.beta[base + k].abs())
-                .sum();
-            let effect = own_effect(&fit.beta, &cols) + paired;
+            let effect = effect(fit, &cols);
             if effect >= DRIVES {
                 drive.push((effect, name.as_str()));
             } else {
@@ -615,6 +767,21 @@ impl MemoryModel {
         }
         out
     }
+}
+
+/// A param's effect on log-peak in `fit` (`cols`: its columns): the largest change across its
+/// own range (its last column says only whether a trial has it), and at most what its pairs
+/// add to it (every feature that pairs lies in [0, 1]).
+fn effect(fit: &Fit, cols: &Range<usize>) -> f64 {
+    let base = fit.beta.len() - fit.pairs.len();
+    let paired: f64 = fit
+        .pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, (a, b))| cols.contains(a) || cols.contains(b))
+        .map(|(k, _)| fit.beta[base + k].abs())
+        .sum();
+    own_effect(&fit.beta, cols) + paired
 }
 
 /// `bytes` with [`PRIOR_MARGIN`], rounded up.

@@ -12,34 +12,38 @@
 //! violated constraint), the memory model (a measured peak) and the progress tracker (the best
 //! value or Pareto front that the display, the status line and the metrics show).
 
-use super::core::Core;
+use super::Core;
 use crate::store::Changes;
 use crate::study::TrialState;
 use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
+/// Where its lines are logged: the name `SWEEPD_LOG` filters on (`docs/troubleshooting.md`),
+/// kept from when this file was `supervisor::learn`.
+const LOG: &str = "sweepd::supervisor::learn";
+
 /// The most often `Core::catch_up` reads the database. A proposal then knows every trial that
 /// finished more than this long ago, wherever it ran; a few hundred milliseconds are nothing
 /// beside trials that take seconds to hours, and bound the reads of a study of very short
 /// trials to a few per second per daemon.
-pub(super) const CATCH_UP_EVERY: Duration = Duration::from_millis(250);
+pub(in crate::supervisor) const CATCH_UP_EVERY: Duration = Duration::from_millis(250);
 
 /// What one `learn` took in.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Learnt {
+pub(in crate::supervisor) struct Learnt {
     /// Final trials told to the sampler and the pruner.
-    pub(super) told: usize,
+    pub(in crate::supervisor) told: usize,
     /// Running trials observed (constant liars).
-    pub(super) observed: usize,
+    pub(in crate::supervisor) observed: usize,
     /// COMPLETE trials that may have changed the best value or the front.
-    pub(super) completed: usize,
+    pub(in crate::supervisor) completed: usize,
 }
 
 impl Core {
     /// Learns what other processes changed since the last read, unless that read was less
     /// than [`CATCH_UP_EVERY`] ago. A failed read is logged and left for the next one (the
     /// feed is where it was): the sampler goes on with what it knows.
-    pub(super) async fn catch_up(&mut self) -> Learnt {
+    pub(in crate::supervisor) async fn catch_up(&mut self) -> Learnt {
         let now = Instant::now();
         if self
             .fed_at
@@ -68,6 +72,7 @@ impl Core {
                 let learnt = self.learn(changes, false);
                 if learnt != Learnt::default() {
                     debug!(
+                        target: LOG,
                         told = learnt.told,
                         observed = learnt.observed,
                         rows,
@@ -78,7 +83,7 @@ impl Core {
                 learnt
             }
             Err(e) => {
-                warn!("could not read other processes' trials (trying again shortly; the sampler goes on with what it knows): {e}");
+                warn!(target: LOG, "could not read other processes' trials (trying again shortly; the sampler goes on with what it knows): {e}");
                 Learnt::default()
             }
         }
@@ -86,7 +91,7 @@ impl Core {
 
     /// Takes in what a read of the feed found. `at_start`: the first read, of the whole study,
     /// when the run starts; the progress tracker and the memory model are then filled from
-    /// the database by their own reads (`supervisor::tracker`, `Store::peaks`), and the seed
+    /// the database by their own reads (`supervisor::open`, `Store::peaks`), and the seed
     /// key from the study's next number.
     pub(super) fn learn(&mut self, changes: Changes, at_start: bool) -> Learnt {
         let mut learnt = Learnt::default();
