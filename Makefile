@@ -163,9 +163,12 @@ uninstall:
 
 # ---------------------------------------------------------------------------------------------
 ## Benchmarks: results go to docs/benchmarks.md, each between its own markers. One recipe line
-## per bench script: add a line to add a benchmark.
-.PHONY: bench fake-nvml
+## per bench script: add a line to add a benchmark. `make bench GP=1` adds the GP sampler's
+## (bench-gp), which needs torch.
+.PHONY: bench bench-gp fake-nvml
 FAKE_NVML := $(TARGET_DIR)/fake-nvml/libnvidia-ml.so.1
+GP      ?=
+VENV_GP ?= .venv-gp
 
 bench: venv
 bench: build fake-nvml
@@ -176,6 +179,18 @@ bench: build fake-nvml
 	$(VENV)/bin/python bench/prune_bench.py
 	$(VENV)/bin/python bench/postgres_bench.py
 	$(VENV)/bin/python bench/model_bench.py
+	$(if $(GP),$(MAKE) bench-gp)
+
+## sweepd's GP sampler against Optuna's GPSampler (bench/gp_bench.py). Optuna's GP needs torch
+## and SciPy: they go into a venv of their own, $(VENV_GP), never into the test venv (torch
+## from PyPI brings its CUDA wheels, about 5 GB, even for the CPU it runs on here).
+bench-gp: build $(VENV_GP)/.installed
+	$(VENV_GP)/bin/python bench/gp_bench.py
+
+$(VENV_GP)/.installed: requirements-test.txt
+	$(PYTHON) -m venv $(VENV_GP)
+	$(VENV_GP)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt scipy torch
+	touch $@
 
 ## The fake libnvidia-ml the GPU benchmarks load through SWEEPD_NVML_LIB (no GPU needed).
 fake-nvml: $(FAKE_NVML)

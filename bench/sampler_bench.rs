@@ -6,12 +6,20 @@
 //! ```text
 //! cargo run --release --example sampler_bench -- \
 //!     [--funcs all|branin,hartmann6,...] [--samplers random,tpe] [--seeds 20] [--seed0 0] \
-//!     [--trials 200] [--n-startup 10] [--n-ei 24] [--multivariate true] [--constant-liar true]
+//!     [--trials 200] [--n-startup 10] [--n-ei 24] [--multivariate true] [--constant-liar true] \
+//!     [--batch 1]
 //! cargo run --release --example sampler_bench -- --list    # the functions and their spaces
 //! cargo run --release --example sampler_bench -- --eval    # JSON lines {"func","params"} on stdin
 //! cargo run --release --example sampler_bench -- --scenarios [--seeds 20]   # TPE vs Optuna 5.0
 //! cargo run --release --example sampler_bench -- --timing [--trials 1000]   # TPE's cost
+//! cargo run --release --example sampler_bench -- --timing-gp [--sizes 100,300,1000]  # the GP's
 //! ```
+//!
+//! `--samplers` takes `random`, `tpe` and `gp`. `--batch N` runs N trials at once: N proposals
+//! (each made while the ones before it run, as the daemon makes them), then their N values told,
+//! which is how `bench/gp_bench.py` runs the GP with 4 trials in flight. `--timing-gp` prints,
+//! per size N and function, the milliseconds a GP proposal takes with N COMPLETE trials (random
+//! points) and 3 running.
 //!
 //! `--scenarios` runs the problems of TPE's unit tests (`src/sampler/tpe/`), which check a few
 //! seeds each, over `--seeds` seeds, and prints each figure's mean, min and max next to what
@@ -272,6 +280,10 @@ struct Args {
     /// `--trials`; each mode has its own default.
     trials: Option<usize>,
     settings: SamplerConfig,
+    /// Trials in flight at once (`--batch`).
+    batch: usize,
+    /// `--timing-gp`'s history sizes.
+    sizes: Vec<u64>,
     mode: Mode,
 }
 
@@ -281,6 +293,7 @@ enum Mode {
     Eval,
     Scenarios,
     Timing,
+    TimingGp,
 }
 
 fn parse_bool(s: &str) -> bool {
@@ -296,7 +309,8 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: sampler_bench [--funcs all|a,b] [--samplers random,tpe] [--seeds N] [--seed0 S] \
          [--trials N] [--n-startup N] [--n-ei N] [--multivariate B] [--constant-liar B] \
-         | --list | --eval | --scenarios [--seeds N] | --timing [--trials N]"
+         [--batch N] | --list | --eval | --scenarios [--seeds N] | --timing [--trials N] \
+         | --timing-gp [--sizes 100,300,1000]"
     );
     std::process::exit(2)
 }
@@ -309,6 +323,8 @@ fn parse_args() -> Args {
         seed0: 0,
         trials: None,
         settings: SamplerConfig::default(),
+        batch: 1,
+        sizes: vec![100, 300, 1000],
         mode: Mode::Run,
     };
     let mut it = std::env::args().skip(1);
@@ -332,6 +348,9 @@ fn parse_args() -> Args {
             "--eval" => a.mode = Mode::Eval,
             "--scenarios" => a.mode = Mode::Scenarios,
             "--timing" => a.mode = Mode::Timing,
+            "--timing-gp" => a.mode = Mode::TimingGp,
+            "--batch" => a.batch = num(val()).max(1) as usize,
+            "--sizes" => a.sizes = val().split(',').map(|s| num(s.to_owned())).collect(),
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -357,41 +376,73 @@ fn drive(
     numbers: Range<u64>,
     f: &dyn Fn(&Params) -> (f64, Vec<f64>),
 ) -> Vec<Step> {
+    drive_batched(s, space, numbers, 1, f)
+}
+
+/// [`drive`] with `batch` trials in flight: `batch` proposals (each observed before the next is
+/// made), then their values told in order.
+fn drive_batched(
+    s: &mut dyn Sampler,
+    space: &SearchSpace,
+    numbers: Range<u64>,
+    batch: usize,
+    f: &dyn Fn(&Params) -> (f64, Vec<f64>),
+) -> Vec<Step> {
     let none = Params::new();
-    numbers
-        .map(|n| {
-            let t0 = Instant::now();
-            let params = s.sample(space, &none, n).expect("sampler proposed nothing");
-            s.observe(n as i64, &params);
-            let ask_s = t0.elapsed().as_secs_f64();
-            for spec in &space.params {
-                let v = params.get(&spec.name).expect("every param proposed");
-                assert!(spec.dist.contains(v), "{}: {v:?} out of domain", spec.name);
-            }
+    let mut steps = Vec::with_capacity(numbers.clone().count());
+    let mut next = numbers.start;
+    while next < numbers.end {
+        let end = (next + batch as u64).min(numbers.end);
+        let asked: Vec<(u64, Params, f64)> = (next..end)
+            .map(|n| {
+                let t0 = Instant::now();
+                let params = s.sample(space, &none, n).expect("sampler proposed nothing");
+                s.observe(n as i64, &params);
+                let ask_s = t0.elapsed().as_secs_f64();
+                for spec in &space.params {
+                    let v = params.get(&spec.name).expect("every param proposed");
+                    assert!(spec.dist.contains(v), "{}: {v:?} out of domain", spec.name);
+                }
+                (n, params, ask_s)
+            })
+            .collect();
+        for (n, params, ask_s) in asked {
             let (value, constraints) = f(&params);
-            let distributions = space
-                .params
-                .iter()
-                .map(|p| (p.name.clone(), p.dist.clone()))
-                .collect();
-            let record = TrialRecord {
-                number: n as i64,
-                params,
-                state: TrialState::Complete,
-                values: vec![value],
-                constraints,
-                distributions,
-            };
+            let record = complete(space, n, params, value, constraints);
             let t1 = Instant::now();
             s.tell(&record);
-            Step {
+            steps.push(Step {
                 params: record.params,
                 value,
                 ask_s,
                 tell_s: t1.elapsed().as_secs_f64(),
-            }
-        })
-        .collect()
+            });
+        }
+        next = end;
+    }
+    steps
+}
+
+/// A COMPLETE trial of `space`.
+fn complete(
+    space: &SearchSpace,
+    n: u64,
+    params: Params,
+    value: f64,
+    constraints: Vec<f64>,
+) -> TrialRecord {
+    TrialRecord {
+        number: n as i64,
+        params,
+        state: TrialState::Complete,
+        values: vec![value],
+        constraints,
+        distributions: space
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.dist.clone()))
+            .collect(),
+    }
 }
 
 /// One sequential run: `trials` ask/evaluate/tell rounds. Returns the best-so-far curve and the
@@ -401,6 +452,7 @@ fn run_one(
     kind: SamplerKind,
     seed: u64,
     trials: usize,
+    batch: usize,
     settings: &SamplerConfig,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut s = sampler::build(
@@ -411,7 +463,7 @@ fn run_one(
         settings,
     )
     .unwrap_or_else(|e| panic!("{}: {e}", func.name));
-    let steps = drive(&mut *s, &func.space, 0..trials as u64, &|p| {
+    let steps = drive_batched(&mut *s, &func.space, 0..trials as u64, batch, &|p| {
         ((func.f)(p), Vec::new())
     });
     let mut best = f64::INFINITY;
@@ -717,6 +769,48 @@ fn timing(args: &Args, out: &mut impl Write) {
     }
 }
 
+/// `--timing-gp`: per size N and function (a continuous one and the mixed one), the GP's
+/// proposal time with N COMPLETE trials at random points and 3 running, over 5 proposals.
+fn timing_gp(args: &Args, out: &mut impl Write) {
+    let all = functions();
+    for name in ["hartmann6", "nnlike_mixed"] {
+        let func = all
+            .iter()
+            .find(|f| f.name == name)
+            .expect("a known function");
+        for &n in &args.sizes {
+            let mut random = sampler::RandomSampler::new(Some(args.seed0));
+            let mut s = sampler::build(
+                SamplerKind::Gp,
+                &func.space,
+                Some(args.seed0),
+                &[Direction::Minimize],
+                &args.settings,
+            )
+            .unwrap_or_else(|e| panic!("gp: {e}"));
+            let none = Params::new();
+            for k in 0..n + 3 {
+                let p = random
+                    .sample(&func.space, &none, k)
+                    .expect("random proposes");
+                s.observe(k as i64, &p);
+                if k < n {
+                    let v = (func.f)(&p);
+                    s.tell(&complete(&func.space, k, p, v, Vec::new()));
+                }
+            }
+            let t = Instant::now();
+            for k in 0..5 {
+                s.sample(&func.space, &none, n + 3 + k);
+            }
+            let ms = t.elapsed().as_secs_f64() * 1e3 / 5.0;
+            let line = json!({"func": name, "trials": n, "running": 3, "ms_per_ask": ms});
+            writeln!(out, "{line}").unwrap();
+            out.flush().unwrap();
+        }
+    }
+}
+
 fn main() {
     let args = parse_args();
     let all = functions();
@@ -759,6 +853,7 @@ fn main() {
         }
         Mode::Scenarios => scenarios(&args, &mut out),
         Mode::Timing => timing(&args, &mut out),
+        Mode::TimingGp => timing_gp(&args, &mut out),
         Mode::Run => {
             let trials = args.trials.unwrap_or(200);
             let chosen: Vec<&Func> = if args.funcs == ["all"] {
@@ -778,16 +873,20 @@ fn main() {
                     let kind = match sname.as_str() {
                         "random" => SamplerKind::Random,
                         "tpe" => SamplerKind::Tpe,
+                        "gp" => SamplerKind::Gp,
                         other => usage(&format!("unknown sampler {other}")),
                     };
                     for seed in args.seed0..args.seed0 + args.seeds {
-                        let (curve, ask, tell) = run_one(f, kind, seed, trials, &args.settings);
+                        let (curve, ask, tell) =
+                            run_one(f, kind, seed, trials, args.batch, &args.settings);
                         let line = json!({
                             "func": f.name,
                             "sampler": format!("sweepd-{sname}"),
                             "seed": seed,
                             "trials": trials,
+                            "batch": args.batch,
                             "curve": curve,
+                            "ask_ms": ask.iter().map(|s| s * 1e3).collect::<Vec<f64>>(),
                             "ask_s": ask.iter().sum::<f64>(),
                             "ask_s_max": ask.iter().cloned().fold(0.0, f64::max),
                             "tell_s": tell.iter().sum::<f64>(),

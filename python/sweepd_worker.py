@@ -23,7 +23,8 @@ An Optuna objective runs unchanged; only the last line of the script changes::
 The ``trial`` speaks Optuna's trial API: ``suggest_float``, ``suggest_int``,
 ``suggest_categorical`` (and the deprecated ``suggest_uniform``,
 ``suggest_loguniform``, ``suggest_discrete_uniform``), ``report(value, step)``,
-``should_prune()``, ``set_user_attr()``, ``user_attrs``, ``number``,
+``should_prune()``, ``set_user_attr()``, ``user_attrs``, Optuna 5's
+``set_constraint(key, value)`` and ``constraints``, ``number``,
 ``params``, ``distributions`` and ``datetime_start``, plus sweepd's ``id``
 (Optuna's trial_id).  Any exception class named ``TrialPruned`` (for
 instance ``optuna.TrialPruned``) ends the trial as pruned.
@@ -62,7 +63,8 @@ Messages are UTF-8 JSON objects, one per ``\\n``-terminated line (at most
 ``"-inf"``.  ``report()`` sends ``{"type":"report"}`` and blocks until
 sweepd answers with ``{"type":"prune"}``; ``suggest_*`` sends
 ``{"type":"suggest"}`` and blocks until sweepd answers with
-``{"type":"param"}``; ``set_user_attr()`` sends ``{"type":"user_attr"}``.
+``{"type":"param"}``; ``set_user_attr()`` sends ``{"type":"user_attr"}``,
+``set_constraint()`` ``{"type":"constraint"}``.
 Outcomes are ``result``, ``pruned`` or ``error`` messages.  stdout and
 stderr stay free for the user's own output.
 
@@ -96,7 +98,7 @@ import traceback
 import warnings
 
 import sweepd_memory
-from sweepd_memory import release_caches
+from sweepd_memory import _warn, release_caches
 
 __version__ = "0.2.0"
 
@@ -137,14 +139,6 @@ class TrialPruned(Exception):
 
 # --------------------------------------------------------------------------
 # Small helpers
-
-
-def _warn(text):
-    try:
-        sys.stderr.write("sweepd_worker: %s\n" % (text,))
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def _flush_std_streams():
@@ -365,6 +359,19 @@ def _check_user_attr_key(key):
     if key.startswith(_RESERVED_PREFIX):
         raise ValueError("user attribute keys starting with %r are reserved for sweepd"
                          % (_RESERVED_PREFIX,))
+
+
+def _check_constraint_key(key):
+    # sweepd's rule (study::rules::constraint): the attribute's name, "constraints:" and the
+    # key, stored as any other.
+    name = "constraints:" + key
+    if "\0" in key:
+        raise ValueError("a constraint key may not contain NUL bytes (PostgreSQL cannot "
+                         "store them)")
+    if len(name) > MAX_KEY_CHARS:
+        raise ValueError("a constraint's attribute name (%r and its key) is at most %d "
+                         "characters (Optuna's VARCHAR(512)), got %d"
+                         % ("constraints:", MAX_KEY_CHARS, len(name)))
 
 
 def _check_carried(value, key):
@@ -826,10 +833,13 @@ class _Channel(object):
 
 
 def _note_refusal(msg):
-    """sweepd refused a user attribute (it has no answer to wait for): say so on stderr."""
-    if msg.get("type") == "user_attr_refused":
-        _warn("sweepd refused user attribute %r: %s"
-              % (_clean_str(str(msg.get("key")))[:100], _clean_str(str(msg.get("error")))))
+    """sweepd refused a user attribute or a constraint (neither has an answer to wait for):
+    say so on stderr."""
+    what = {"user_attr_refused": "user attribute", "constraint_refused": "constraint"}
+    if msg.get("type") in what:
+        _warn("sweepd refused %s %r: %s"
+              % (what[msg["type"]], _clean_str(str(msg.get("key")))[:100],
+                 _clean_str(str(msg.get("error")))))
 
 
 def _open_channel(required):
@@ -940,6 +950,8 @@ class Trial(object):
         self._should_prune = False
         self._finished = False
         self._warned_user_attrs = False
+        self._constraints = {}
+        self._warned_constraints = False
 
     # -- attributes ---------------------------------------------------------
 
@@ -1118,6 +1130,45 @@ class Trial(object):
                   % ("speaks protocol 1" if self._channel is not None else
                      "channel is not open (SWEEPD_FD is not set)",))
         self._user_attrs[key] = copy.deepcopy(value)
+
+    # -- constraints (Optuna 5) ----------------------------------------------
+
+    @property
+    def constraints(self):
+        """Optuna 5's ``trial.constraints``: the values ``set_constraint`` set, by key."""
+        return dict(self._constraints)
+
+    def set_constraint(self, key, value):
+        """Optuna 5's ``set_constraint(key, value)``: the trial is feasible when every
+        constraint value is 0 or less. sweepd stores it as Optuna does (the system attribute
+        ``constraints:<key>``) and its TPE, NSGA-II and GP samplers steer away from infeasible
+        trials. A key set again keeps its first value (a warning, as Optuna)."""
+        self._check_running("set_constraint")
+        if not isinstance(key, str):
+            raise TypeError("Trial.set_constraint(): the key must be a str, got %s"
+                            % (_short_repr(key),))
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError("The `value` argument is of type '%s' but supposed to be a float."
+                            % (type(value),)) from None
+        if math.isnan(value):
+            raise ValueError("Attempted to set a constraint for %r, but NaN is not allowed."
+                             % (key,))
+        _check_constraint_key(key)
+        if key in self._constraints:
+            _warn_user("The constraint value is ignored because this constraint `key=%r` is "
+                       "already set." % (key,))
+            return
+        if self._channel is not None and self._protocol >= 2:
+            self._channel.send({"type": "constraint", "trial_id": self.id, "key": key,
+                                "value": _wire_float(value)})
+        elif not self._warned_constraints:
+            self._warned_constraints = True
+            _warn("this sweepd %s: constraints stay in this process and are not stored"
+                  % ("speaks protocol 1" if self._channel is not None else
+                     "channel is not open (SWEEPD_FD is not set)",))
+        self._constraints[key] = value
 
     def __repr__(self):
         return "Trial(id=%r, number=%r, params=%r)" % (self.id, self.number, self._params)

@@ -19,7 +19,8 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 use sweepd::store::{Changes, DaemonId, Feed, StartCtx, StartOp, Started, Store, Study, Target};
 use sweepd::study::{
-    Direction, Distribution, Finish, ParamSpec, ParamValue, Params, SearchSpace, Tally, TrialState,
+    Direction, Distribution, Failure, FailureKind, Finish, ParamSpec, ParamValue, Params,
+    SearchSpace, Tally, TrialState,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -242,6 +243,64 @@ async fn a_read_returns_and_costs_only_what_changed(target: Target) {
     assert_eq!(quiet.rows, 1);
 }
 
+/// Constraints an objective sets (Optuna 5's `trial.set_constraint`) are recorded while the
+/// trial runs, the first value of a key kept, and read back with the trial by key, beside the
+/// out-of-memory mark's list, whatever the engine.
+async fn constraints_are_recorded_and_read_back_by_key(target: Target) {
+    let (store, study) = open(&target).await;
+    let me = daemon("me");
+    let mut other = Writer {
+        store: &store,
+        study: &study,
+        owner: daemon("other"),
+        tally: Tally::default(),
+    };
+    let (id, _) = other.start(0.5).await;
+    assert!(store.set_constraint(id, "mem", 2.0).await.unwrap());
+    assert!(
+        !store.set_constraint(id, "mem", -5.0).await.unwrap(),
+        "a second value"
+    );
+    assert!(store
+        .set_constraint(id, "lat", f64::NEG_INFINITY)
+        .await
+        .unwrap());
+    other.complete(id, 0.25).await;
+    assert!(
+        !store.set_constraint(id, "late", 1.0).await.unwrap(),
+        "a finished trial"
+    );
+    let (failed, _) = other.start(0.7).await;
+    store.set_constraint(failed, "mem", -1.0).await.unwrap();
+    let oom = [("constraints", serde_json::json!([1.0]))];
+    let failure = Failure {
+        kind: FailureKind::Oom,
+        reason: "out of memory alone on its device".into(),
+        stderr_tail: None,
+        retry: false,
+    };
+    store
+        .finish(&study, failed, &Finish::Fail(failure), &oom)
+        .await
+        .unwrap();
+    let read = store
+        .changes(&study, &me, &mut Feed::default(), false)
+        .await
+        .unwrap();
+    let records: Vec<_> = read
+        .trials
+        .iter()
+        .map(|t| (t.record.constraints.clone(), t.listed_infeasible))
+        .collect();
+    assert_eq!(
+        records,
+        [
+            (vec![f64::NEG_INFINITY, 2.0], false),
+            (vec![-1.0, 1.0], true)
+        ]
+    );
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -274,6 +333,23 @@ fn a_read_returns_and_costs_only_what_changed_on_postgresql() {
     let pg = PgServer::start();
     let url = pg.create_db("rows");
     rt().block_on(a_read_returns_and_costs_only_what_changed(pg_target(&url)));
+}
+
+#[test]
+fn constraints_are_recorded_and_read_back_by_key_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(constraints_are_recorded_and_read_back_by_key(
+        sqlite_target(&dir),
+    ));
+}
+
+#[test]
+fn constraints_are_recorded_and_read_back_by_key_on_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("constraints");
+    rt().block_on(constraints_are_recorded_and_read_back_by_key(pg_target(
+        &url,
+    )));
 }
 
 /// A WAITING trial created since a daemon last looked (a retry copy here; an Optuna

@@ -122,6 +122,27 @@ fn tpe_concentrates_on_the_optimum_in_the_daemon() {
     );
 }
 
+/// An objective that defines its space as it runs: x always, then one of two branches.
+fn conditional_worker(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("conditional_worker.py");
+    std::fs::write(
+        &script,
+        "import math\n\
+         import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
+         \x20   branch = trial.suggest_categorical('branch', ['lr', 'depth'])\n\
+         \x20   if branch == 'lr':\n\
+         \x20       lr = trial.suggest_float('lr', 1e-5, 1e-1, log=True)\n\
+         \x20       return (x - 0.3) ** 2 + 0.01 * (math.log10(lr) + 3) ** 2\n\
+         \x20   depth = trial.suggest_int('depth', 1, 12)\n\
+         \x20   return (x - 0.3) ** 2 + 0.3 + 0.01 * abs(depth - 6)\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    vec![python(), script.to_string_lossy().into_owned()]
+}
+
 /// A worker whose curve is (x - 0.3)^2 + 1 / (step + 1) over 27 steps (0 to 26).
 fn long_curve_worker(dir: &std::path::Path) -> Vec<String> {
     let script = dir.join("long_curve_worker.py");
@@ -141,6 +162,59 @@ fn long_curve_worker(dir: &std::path::Path) -> Vec<String> {
     )
     .unwrap();
     vec![python(), script.to_string_lossy().into_owned()]
+}
+
+#[test]
+fn the_gp_sampler_runs_a_conditional_study_in_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Cfg {
+        name: "gp".into(),
+        n_trials: Some(24),
+        max_par: 3,
+        sampler: "gp",
+        command: conditional_worker(dir.path()),
+        params: String::new(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::with_toml(&format!(
+        "{}\n[sampler]\nn_startup_trials = 6\nseed = 1\n",
+        cfg.to_toml()
+    ));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sweep.count("COMPLETE"), 24);
+    let dump: Value = serde_json::from_str(&sweep.optuna("optuna_dump.py", &["gp"])).unwrap();
+    let trials = dump["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 24);
+    for t in trials {
+        let p = t["params"].as_object().unwrap();
+        let other = match p["branch"].as_str().unwrap() {
+            "lr" => "depth",
+            _ => "lr",
+        };
+        assert!(!p.contains_key(other), "{t}");
+    }
+    // x and the branch are in every trial: after the random startup the GP proposes them, and
+    // x gathers at its optimum (0.3) where the startup spread it over [-2, 2].
+    let err = |t: &Value| (t["params"]["x"].as_f64().unwrap() - 0.3).abs();
+    let mut late: Vec<f64> = trials[14..].iter().map(err).collect();
+    late.sort_by(f64::total_cmp);
+    // The startup's median distance over [-2, 2] is about 1.
+    assert!(late[5] < 0.3, "late distances to the optimum: {late:?}");
+    // The branch without the fixed cost is found too.
+    let late_lr = trials[14..]
+        .iter()
+        .filter(|t| t["params"]["branch"] == "lr")
+        .count();
+    assert!(
+        late_lr >= 6,
+        "{late_lr}/10 late trials in the better branch"
+    );
+    let best = trials
+        .iter()
+        .map(|t| t["value"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!(best < 0.1, "best {best}");
 }
 
 #[test]
@@ -223,4 +297,95 @@ fn hyperband_prunes_each_trial_at_its_own_brackets_rungs_as_optuna_assigns_them(
         "pruned per bracket: {pruned_in:?}"
     );
     drop(dir);
+}
+
+/// An objective with Optuna 5's `trial.set_constraint`: (x - 1.5)^2, feasible where x <= -0.5
+/// (the constraint x + 0.5), so the unconstrained optimum is infeasible.
+fn constrained_worker(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("constrained_worker.py");
+    std::fs::write(
+        &script,
+        "import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   x = trial.suggest_float('x', -2.0, 2.0)\n\
+         \x20   trial.set_constraint('edge', x + 0.5)\n\
+         \x20   return (x - 1.5) ** 2\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    vec![python(), script.to_string_lossy().into_owned()]
+}
+
+/// A study whose objective sets a constraint, run by the daemon with `sampler`: every trial's
+/// constraint reads back through Optuna as it wrote it, and the sampler learns from it: the
+/// late trials gather at the feasible side's edge (x = -0.5; the GP closes in on it from both
+/// sides), where the objective alone pulls them to x = 1.5, and a feasible trial is near it.
+fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("constrained-{sampler}");
+    let cfg = Cfg {
+        name: name.clone(),
+        n_trials: Some(n_trials),
+        max_par: 2,
+        sampler,
+        command: constrained_worker(dir.path()),
+        params: "[params.x]\ntype = \"float\"\nlow = -2.0\nhigh = 2.0\n".into(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::with_toml(&format!(
+        "{}\n[sampler]\nn_startup_trials = 8\nseed = 3\n",
+        cfg.to_toml()
+    ));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dump: Value = serde_json::from_str(&sweep.optuna("optuna_dump.py", &[&name])).unwrap();
+    let trials = dump["trials"].as_array().unwrap();
+    assert_eq!(trials.len() as u64, n_trials);
+    let x = |t: &Value| t["params"]["x"].as_f64().unwrap();
+    for t in trials {
+        assert_eq!(t["state"], "COMPLETE", "{t}");
+        // Optuna 5's own reading: `trial.constraints`, from the attribute `constraints:edge`.
+        assert_eq!(
+            t["constraints"],
+            serde_json::json!({"edge": x(t) + 0.5}),
+            "{t}"
+        );
+        assert_eq!(t["system_attrs"]["constraints:edge"], x(t) + 0.5, "{t}");
+    }
+    let mut late: Vec<f64> = trials[trials.len() - 12..].iter().map(x).collect();
+    late.sort_by(f64::total_cmp);
+    let median = (late[5] + late[6]) / 2.0;
+    assert!(
+        median <= 0.0,
+        "late trials with {sampler} (sorted): {late:?}"
+    );
+    let best_feasible = trials
+        .iter()
+        .map(x)
+        .filter(|x| *x <= -0.5)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        best_feasible >= -1.0,
+        "the feasible x nearest the edge with {sampler}: {best_feasible}"
+    );
+    // `sweepd best` is Optuna 5's `study.best_trial`: the best feasible trial, though
+    // infeasible ones nearer 1.5 have better values.
+    let best: Value =
+        serde_json::from_slice(&sweep.sweepd(&["best", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert!(
+        trials.iter().any(|t| x(t) > -0.5),
+        "no infeasible trial to pass over"
+    );
+    assert_eq!(best["number"], dump["best_trial"], "{best}");
+}
+
+#[test]
+fn a_constraint_set_by_the_objective_steers_tpe_to_the_feasible_side() {
+    a_constraint_steers("tpe", 36);
+}
+
+#[test]
+fn a_constraint_set_by_the_objective_steers_the_gp_to_the_feasible_side() {
+    a_constraint_steers("gp", 24);
 }

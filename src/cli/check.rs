@@ -73,6 +73,7 @@ fn sampler_name(kind: SamplerKind) -> &'static str {
         SamplerKind::Grid => "grid",
         SamplerKind::Tpe => "tpe",
         SamplerKind::Nsga2 => "nsga2",
+        SamplerKind::Gp => "gp",
     }
 }
 

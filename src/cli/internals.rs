@@ -5,6 +5,7 @@
 
 use crate::config::{GpuConfig, SamplerConfig};
 use crate::gpu::memory_model::{MIN_MEASURED, PRIOR_MARGIN};
+use crate::sampler::gp::MAX_FIT_TRIALS as GP_MAX_FIT_TRIALS;
 use crate::sampler::tpe::HISTORY_WINDOW;
 use serde_json::{json, Value};
 
@@ -18,6 +19,7 @@ pub(super) fn internals() -> Value {
             "MIN_MEASURED": MIN_MEASURED,
             "PRIOR_MARGIN": PRIOR_MARGIN,
             "HISTORY_WINDOW": HISTORY_WINDOW,
+            "GP_MAX_FIT_TRIALS": GP_MAX_FIT_TRIALS,
         },
         "defaults": {
             "gpu": {
@@ -43,6 +45,7 @@ mod tests {
     use super::internals;
     use crate::config::{GpuConfig, SamplerConfig};
     use crate::gpu::memory_model::{MIN_MEASURED, PRIOR_MARGIN};
+    use crate::sampler::gp::MAX_FIT_TRIALS as GP_MAX_FIT_TRIALS;
     use crate::sampler::tpe::HISTORY_WINDOW;
     use serde_json::{json, Value};
 
@@ -60,6 +63,7 @@ mod tests {
             ("consts.MIN_MEASURED", json!(MIN_MEASURED)),
             ("consts.PRIOR_MARGIN", json!(PRIOR_MARGIN)),
             ("consts.HISTORY_WINDOW", json!(HISTORY_WINDOW)),
+            ("consts.GP_MAX_FIT_TRIALS", json!(GP_MAX_FIT_TRIALS)),
             ("defaults.gpu.headroom", json!(gpu.headroom)),
             ("defaults.gpu.trial_memory", json!(gpu.trial_memory)),
             (

@@ -88,6 +88,16 @@ pub enum SamplerKind {
     Tpe,
     /// NSGA-II, Optuna's `NSGAIISampler`, tuned by [`SamplerConfig`].
     Nsga2,
+    /// Gaussian-process Bayesian optimization, Optuna's `GPSampler` (one objective).
+    Gp,
+}
+
+/// Why the GP sampler refuses a study of `n` objectives (`check`, and the sampler's `build`).
+pub fn gp_objectives(n: usize) -> String {
+    format!(
+        "the GP sampler optimizes one objective, and the study has {n}: use \"tpe\" or \"nsga2\" \
+         with several"
+    )
 }
 
 impl StudyConfig {
@@ -301,10 +311,11 @@ impl Default for RetryConfig {
     }
 }
 
-/// `[sampler]`: TPE's and NSGA-II's knobs; the random and grid samplers use only `seed`.
+/// `[sampler]`: TPE's, NSGA-II's and the GP's knobs; the random and grid samplers use only
+/// `seed`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
-    /// Trials sampled at random before TPE takes over; default 10.
+    /// Trials sampled at random before TPE (or the GP) takes over; default 10.
     pub n_startup_trials: usize,
     /// Default 24; at least 1.
     pub n_ei_candidates: usize,
@@ -315,8 +326,12 @@ pub struct SamplerConfig {
     /// of params that always occur together (a branch) is modelled jointly. Default false, as
     /// Optuna's; needs `multivariate`.
     pub group: bool,
-    /// Default true.
+    /// Default true. TPE: running trials count as bad; the GP: its acquisition is conditioned
+    /// on fantasies of the running trials' values (false: running trials are ignored).
     pub constant_liar: bool,
+    /// GP: the objective has no noise (its noise variance is held at the minimum); default
+    /// false, as Optuna's `deterministic_objective`.
+    pub deterministic_objective: bool,
     /// Overrides `[study] seed` when set.
     pub seed: Option<u64>,
     /// NSGA-II: trials in a generation; default 50, at least 2.
@@ -339,6 +354,7 @@ impl Default for SamplerConfig {
             multivariate: None,
             group: false,
             constant_liar: true,
+            deterministic_objective: false,
             seed: None,
             population_size: 50,
             crossover_prob: 0.9,

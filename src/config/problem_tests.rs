@@ -52,6 +52,7 @@ const LOW_ABOVE_HIGH: &str = "[study]\nname = \"s\"\n[worker]\ncommand = [\"w\"]
 #[case::metric_names_for_one_direction(cfg("metric_names = [\"a\", \"b\"]", "", PX), "study.metric_names", &["`direction` (one objective) gives 1 objective:"])]
 #[case::metric_name_twice(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \"a\"]", "", PX), "study.metric_names[1]", &["named twice"])]
 #[case::empty_metric_name(cfg("directions = [\"minimize\", \"maximize\"]\nmetric_names = [\"a\", \" \"]", "", PX), "study.metric_names[1]", &["empty"])]
+#[case::gp_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]\nsampler = \"gp\"", "", PX), "study.sampler", &["GP sampler optimizes one objective", "the study has 2"])]
 #[case::pruner_with_several_objectives(cfg("directions = [\"minimize\", \"maximize\"]", "", &format!("{PX}[pruner]\ntype = \"median\"\n")), "pruner.type", &["not supported with several objectives", "the study has 2"])]
 // The search space.
 #[case::grid_without_params(cfg("sampler = \"grid\"", "", ""), "study.sampler", &["static space", "[params.NAME]"])]

@@ -119,6 +119,7 @@ pub(crate) struct RawSampler {
     pub(crate) multivariate: Option<Spanned<bool>>,
     pub(crate) group: Option<Spanned<bool>>,
     pub(crate) constant_liar: Option<Spanned<bool>>,
+    pub(crate) deterministic_objective: Option<Spanned<bool>>,
     pub(crate) seed: Option<Spanned<i64>>,
     pub(crate) population_size: Option<Spanned<i64>>,
     // Probabilities are a float or an integer (0, 1), so they are taken untyped.

@@ -112,6 +112,11 @@ pub const KEYS: &[Key] = &[
     field!("sampler.multivariate", Restart, sampler.multivariate),
     field!("sampler.group", Restart, sampler.group),
     field!("sampler.constant_liar", Restart, sampler.constant_liar),
+    field!(
+        "sampler.deterministic_objective",
+        Restart,
+        sampler.deterministic_objective
+    ),
     field!("sampler.seed", Restart, sampler.seed),
     field!("sampler.population_size", Restart, sampler.population_size),
     field!("sampler.crossover_prob", Restart, sampler.crossover_prob),
@@ -230,6 +235,7 @@ const _: fn(&Config) = |c| {
         multivariate: _,
         group: _,
         constant_liar: _,
+        deterministic_objective: _,
         seed: _,
         population_size: _,
         crossover_prob: _,
@@ -485,7 +491,8 @@ mod tests {
              breaker_backoff = \"30s\"\nbreaker_max_backoff = \"1h\"\noom_admission_factor = 0.5\n\
              oom_recovery = \"20m\"\nstop_after_same_error = 2\n\
              [sampler]\nn_startup_trials = 0\nn_ei_candidates = 48\nmultivariate = false\n\
-             constant_liar = false\nseed = 7\npopulation_size = 10\ncrossover_prob = 0.8\n\
+             constant_liar = false\ndeterministic_objective = true\nseed = 7\n\
+             population_size = 10\ncrossover_prob = 0.8\n\
              swapping_prob = 0.4\nmutation_prob = 0.2\n\
              [pruner]\ntype = \"median\"\n\
              [metrics]\nlisten = \"127.0.0.1:9000\"\nallow_remote = true\n",

@@ -1035,6 +1035,18 @@ fn several_objectives_with_names_and_nsga2_settings() {
     assert_eq!(c.sampler.crossover_prob, 1.0);
     assert_eq!(c.sampler.swapping_prob, 0.25);
     assert_eq!(c.sampler.mutation_prob, Some(0.1));
+    // The GP sampler and its key.
+    let gp = parse_in(
+        dir.path(),
+        &cfg(
+            "sampler = \"gp\"",
+            "",
+            &format!("{PX}[sampler]\ndeterministic_objective = true\n"),
+        ),
+    )
+    .unwrap();
+    assert_eq!(gp.study.sampler, SamplerKind::Gp);
+    assert!(gp.sampler.deterministic_objective);
     // One direction may be named too, as Optuna's set_metric_names allows.
     let one = parse_in(dir.path(), &cfg("metric_names = [\"loss\"]", "", PX)).unwrap();
     assert_eq!(one.study.directions, [Direction::Minimize]);

@@ -73,6 +73,13 @@ pub enum Message {
         /// As in `Suggest`.
         inexact: Option<String>,
     },
+    /// Optuna 5's `trial.set_constraint(key, value)` (a protocol number; NaN is refused by
+    /// whoever records it).
+    Constraint {
+        trial_id: i64,
+        key: String,
+        value: f64,
+    },
     /// A well-formed message of a type this version does not know: ignored.
     Other(String),
 }
@@ -89,6 +96,7 @@ impl Message {
             Message::Heartbeat => "heartbeat",
             Message::Suggest { .. } => "suggest",
             Message::UserAttr { .. } => "user_attr",
+            Message::Constraint { .. } => "constraint",
             Message::Other(ty) => ty,
         }
     }
@@ -287,6 +295,14 @@ pub fn parse_line(line: &str) -> Event {
             }),
             _ => Event::Garbage(format!("malformed user_attr: {}", clip(line, 200))),
         },
+        "constraint" => match (trial_id, v["key"].as_str(), number(&v["value"])) {
+            (Some(trial_id), Some(key), Ok(value)) => Event::Msg(Message::Constraint {
+                trial_id,
+                key: key.to_owned(),
+                value,
+            }),
+            _ => Event::Garbage(format!("malformed constraint: {}", clip(line, 200))),
+        },
         "" => Event::Garbage(format!("message without a type: {}", clip(line, 200))),
         other => Event::Msg(Message::Other(other.to_owned())),
     }
@@ -484,6 +500,29 @@ mod tests {
             ),
             e => panic!("{e:?}"),
         }
+        for (line, want) in [
+            (
+                r#"{"type":"constraint","trial_id":7,"key":"mem","value":-0.5}"#,
+                -0.5,
+            ),
+            (
+                r#"{"type":"constraint","trial_id":7,"key":"mem","value":"inf"}"#,
+                f64::INFINITY,
+            ),
+        ] {
+            match parse_line(line) {
+                Event::Msg(m) => assert_eq!(
+                    m,
+                    Message::Constraint {
+                        trial_id: 7,
+                        key: "mem".into(),
+                        value: want
+                    },
+                    "{line}"
+                ),
+                e => panic!("{line}: {e:?}"),
+            }
+        }
     }
 
     #[test]
@@ -503,6 +542,9 @@ mod tests {
             r#"{"type":"suggest","trial_id":1,"name":3,"distribution":{}}"#,
             r#"{"type":"suggest","name":"x","distribution":{}}"#,
             r#"{"type":"user_attr","trial_id":1,"key":"k"}"#,
+            r#"{"type":"constraint","trial_id":1,"key":"k"}"#,
+            r#"{"type":"constraint","trial_id":1,"key":"k","value":"high"}"#,
+            r#"{"type":"constraint","key":"k","value":1.0}"#,
         ] {
             assert!(matches!(parse_line(bad), Event::Garbage(_)), "{bad}");
         }

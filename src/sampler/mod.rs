@@ -20,8 +20,8 @@
 //!   a restart (or a manual `enqueue_trial`) it does not propose a point twice.
 //!
 //! Each sampler has its own file: [`random`] (Optuna's `RandomSampler`), [`grid`] (its
-//! `GridSampler`, which searches the static `[params]` space only) and [`tpe`] (its
-//! `TPESampler`); this one holds what they share: the [`Sampler`] trait the supervisor drives
+//! `GridSampler`, which searches the static `[params]` space only), [`tpe`] (its
+//! `TPESampler`), [`nsga2`] (its `NSGAIISampler`) and [`gp`] (its `GPSampler`); this one holds what they share: the [`Sampler`] trait the supervisor drives
 //! them through, [`build`], and the keyed random streams.
 
 use crate::config::{SamplerConfig, SamplerKind};
@@ -30,6 +30,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 
+pub mod gp;
 pub mod grid;
 pub mod nsga2;
 pub mod random;
@@ -136,6 +137,10 @@ pub fn build(
         SamplerKind::Grid => Box::new(GridSampler::new(space, seed)?),
         SamplerKind::Tpe => Box::new(tpe::TpeSampler::with_directions(directions, settings)),
         SamplerKind::Nsga2 => Box::new(nsga2::Nsga2Sampler::new(directions, settings)),
+        SamplerKind::Gp => match directions {
+            [direction] => Box::new(gp::GpSampler::new(*direction, settings)),
+            _ => return Err(crate::config::gp_objectives(directions.len())),
+        },
     })
 }
 
@@ -175,6 +180,7 @@ mod tests {
             SamplerKind::Grid,
             SamplerKind::Tpe,
             SamplerKind::Nsga2,
+            SamplerKind::Gp,
         ] {
             let make = |space| {
                 build(

@@ -23,8 +23,10 @@ use super::daemon::DaemonId;
 use super::engine::{sql, Conn};
 use super::outage::retrying;
 use super::{placeholders, read_value, Result, SqlContext, Store, Study};
-use crate::study::attrs::{CONSTRAINTS_ATTR, NEGATIVE_ZERO_ATTR, OWNER_ATTR, PEAK_MEMORY_ATTR};
-use crate::study::{Distribution, Params, TrialRecord, TrialState};
+use crate::study::attrs::{
+    CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, NEGATIVE_ZERO_ATTR, OWNER_ATTR, PEAK_MEMORY_ATTR,
+};
+use crate::study::{ConstraintAttrs, Distribution, Params, TrialRecord, TrialState};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -79,6 +81,10 @@ pub struct Changed {
     pub curve: Vec<(i64, f64)>,
     /// A COMPLETE or PRUNED trial's measured memory peak in bytes (`sweepd:peak_memory_mib`).
     pub peak: Option<u64>,
+    /// A value above 0 in its `constraints` list: the mark sweepd puts on a trial that ran out
+    /// of memory alone on its device (or an Optuna script's `constraints_func`), not the
+    /// constraints an objective sets (`constraints:<key>`).
+    pub listed_infeasible: bool,
 }
 
 /// What one read found.
@@ -305,10 +311,11 @@ impl Store {
         let sql = format!(
             "SELECT CAST(trial_id AS BIGINT), key, value_json FROM trial_system_attributes \
              WHERE trial_id IN ({marks}) \
-             AND key IN (${}, ${}, ${})",
+             AND (key IN (${}, ${}, ${}) OR key LIKE ${})",
             n + 1,
             n + 2,
-            n + 3
+            n + 3,
+            n + 4
         );
         let attrs: Vec<(i64, String, String)> = sql!(conn, |c| {
             let mut q = sqlx::query_as(&sql);
@@ -318,19 +325,19 @@ impl Store {
             q.bind(CONSTRAINTS_ATTR)
                 .bind(PEAK_MEMORY_ATTR)
                 .bind(NEGATIVE_ZERO_ATTR)
+                .bind(format!("{CONSTRAINT_KEY_PREFIX}%"))
                 .fetch_all(c)
                 .await
         })
         .at(&self.path)?;
         batch.rows += attrs.len();
+        let mut constraints: HashMap<i64, ConstraintAttrs> = HashMap::new();
         for (trial_id, key, json) in attrs {
+            if constraints.entry(trial_id).or_default().take(&key, &json) {
+                continue;
+            }
             let changed = batch.get(trial_id);
             match key.as_str() {
-                CONSTRAINTS_ATTR => {
-                    if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
-                        changed.record.constraints = cs.iter().filter_map(Value::as_f64).collect();
-                    }
-                }
                 PEAK_MEMORY_ATTR => {
                     let mib = serde_json::from_str::<Value>(&json)
                         .ok()
@@ -348,6 +355,11 @@ impl Store {
                     zeros.params(&mut record.params);
                 }
             }
+        }
+        for (trial_id, c) in constraints {
+            let changed = batch.get(trial_id);
+            changed.listed_infeasible = c.listed.iter().any(|v| *v > 0.0);
+            changed.record.constraints = c.values();
         }
         Ok(())
     }
@@ -406,6 +418,7 @@ impl Batch {
                 },
                 curve: Vec::new(),
                 peak: None,
+                listed_infeasible: false,
             })
             .collect();
         let index = out

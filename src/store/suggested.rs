@@ -1,10 +1,12 @@
 //! What a running trial's objective adds to it as it runs (define-by-run, protocol 2): a param
 //! the moment it is suggested, checked against the study's earlier use of the name as Optuna's
-//! storage checks it, and user attributes, both written as Optuna writes them.
+//! storage checks it, user attributes and constraints (Optuna 5's `set_constraint`), all
+//! written as Optuna writes them.
 
 use super::engine::sql;
 use super::outage::retrying;
 use super::{Result, SqlContext, Store, Study};
+use crate::study::attrs::CONSTRAINT_KEY_PREFIX;
 use crate::study::{pyjson, Distribution, ParamValue};
 use serde_json::Value;
 
@@ -153,6 +155,45 @@ impl Store {
         .map(|r| r.rows_affected()))
         .at(&self.path)?;
         Ok(())
+    }
+}
+
+impl Store {
+    /// Optuna 5's `trial.set_constraint(key, value)`: the system attribute
+    /// `constraints:<key>`, the value as `json.dumps` writes a float. Only while the trial is
+    /// RUNNING; a key set before keeps its first value (Optuna warns and ignores the second).
+    /// Returns whether it was written.
+    pub async fn set_constraint(&self, trial_id: i64, key: &str, value: f64) -> Result<bool> {
+        retrying!(self, {
+            self.set_constraint_attempt(trial_id, key, value).await
+        })
+    }
+
+    async fn set_constraint_attempt(&self, trial_id: i64, key: &str, value: f64) -> Result<bool> {
+        let written = sql!(self.acquire().await?.conn(), |c| sqlx::query(
+            "INSERT INTO trial_system_attributes (trial_id, key, value_json) \
+             SELECT $1, $2, $3 WHERE EXISTS \
+               (SELECT 1 FROM trials WHERE trial_id = $1 AND state = 'RUNNING') \
+             ON CONFLICT (trial_id, key) DO NOTHING",
+        )
+        .bind(trial_id)
+        .bind(format!("{CONSTRAINT_KEY_PREFIX}{key}"))
+        .bind(float_json(value))
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))
+        .at(&self.path)?;
+        Ok(written > 0)
+    }
+}
+
+/// A float as Python's `json.dumps` writes it, infinities included (`Infinity`, which
+/// `json.loads` reads back; JSON itself has none).
+fn float_json(value: f64) -> String {
+    match value {
+        f64::INFINITY => "Infinity".into(),
+        f64::NEG_INFINITY => "-Infinity".into(),
+        v => pyjson::dumps(&serde_json::json!(v)),
     }
 }
 

@@ -7,12 +7,12 @@ use super::engine::{sql, Label};
 use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::attrs::{
-    CONSTRAINTS_ATTR, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR,
-    RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
+    CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR,
+    PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
 };
-use crate::study::{pareto, Counts, Direction, Distribution, Params, TrialState};
+use crate::study::{pareto, ConstraintAttrs, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The columns of a [`TrialRow`].
 const TRIAL_COLUMNS: &str = "SELECT CAST(t.trial_id AS BIGINT) AS trial_id, \
@@ -170,8 +170,9 @@ impl Store {
         Ok(out)
     }
 
-    /// The best COMPLETE trial for a single-objective study's direction (the first objective's,
-    /// for a study with several: see `front_candidates` for those).
+    /// The best feasible COMPLETE trial for a single-objective study's direction (the first
+    /// objective's, for a study with several: see `front_candidates` for those), as Optuna 5's
+    /// `study.best_trial`: a trial with a constraint above 0 is passed over.
     pub async fn best(&self, study: &Study) -> Result<Option<TrialView>> {
         retrying!(self, { self.best_attempt(study).await })
     }
@@ -189,17 +190,44 @@ impl Store {
         let sql = format!(
             "SELECT CAST(t.trial_id AS BIGINT) FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id \
              AND v.objective = 0 WHERE t.study_id = $1 AND t.state = 'COMPLETE' \
-             ORDER BY {order}, t.number LIMIT 1"
+             ORDER BY {order}, t.number"
         );
-        let id: Option<i64> = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(&sql)
+        let ids: Vec<i64> = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(&sql)
             .bind(study.id)
-            .fetch_optional(c)
+            .fetch_all(c)
             .await)
         .at(&self.path)?;
-        match id {
+        let infeasible = self.infeasible_of(study).await?;
+        match ids.into_iter().find(|id| !infeasible.contains(id)) {
             Some(id) => self.trial_attempt(study, id).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The trials of `study` with a constraint above 0, in either of Optuna 5's forms.
+    async fn infeasible_of(&self, study: &Study) -> Result<HashSet<i64>> {
+        let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+                "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \
+                 FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+                 WHERE t.study_id = $1 AND (a.key = $2 OR a.key LIKE $3)",
+            )
+            .bind(study.id)
+            .bind(CONSTRAINTS_ATTR)
+            .bind(format!("{CONSTRAINT_KEY_PREFIX}%"))
+            .fetch_all(c)
+            .await
+        })
+        .at(&self.path)?;
+        let mut constraints: HashMap<i64, ConstraintAttrs> = HashMap::new();
+        for (trial_id, key, json) in attrs {
+            constraints.entry(trial_id).or_default().take(&key, &json);
+        }
+        Ok(constraints
+            .into_iter()
+            .filter(|(_, c)| c.values().iter().any(|v| *v > 0.0))
+            .map(|(id, _)| id)
+            .collect())
     }
 
     /// What the Pareto front is chosen from, as Optuna's `study.best_trials` chooses: every
@@ -223,18 +251,21 @@ impl Store {
             sqlx::query_as(
                 "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \
                  FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
-                 WHERE t.study_id = $1 AND a.key IN ($2, $3)",
+                 WHERE t.study_id = $1 AND (a.key IN ($2, $3) OR a.key LIKE $4)",
             )
             .bind(study.id)
             .bind(CONSTRAINTS_ATTR)
             .bind(NEGATIVE_ZERO_ATTR)
+            .bind(format!("{CONSTRAINT_KEY_PREFIX}%"))
             .fetch_all(c)
             .await
         })
         .at(&self.path)?;
-        let mut constraints: HashMap<i64, Vec<f64>> = HashMap::new();
-        let mut constrained = false;
+        let mut constraints: HashMap<i64, ConstraintAttrs> = HashMap::new();
         for (trial_id, key, json) in attrs {
+            if constraints.entry(trial_id).or_default().take(&key, &json) {
+                continue;
+            }
             if key == NEGATIVE_ZERO_ATTR {
                 let zeros = NegativeZeros::parse(Some(&json));
                 if let Some(vs) = values.get_mut(&trial_id) {
@@ -242,11 +273,13 @@ impl Store {
                         *v = zeros.value(objective as i64, *v);
                     }
                 }
-            } else if let Ok(Value::Array(cs)) = serde_json::from_str::<Value>(&json) {
-                constrained |= !cs.is_empty();
-                constraints.insert(trial_id, cs.iter().filter_map(Value::as_f64).collect());
             }
         }
+        let mut constraints: HashMap<i64, Vec<f64>> = constraints
+            .into_iter()
+            .map(|(id, c)| (id, c.values()))
+            .collect();
+        let constrained = constraints.values().any(|c| !c.is_empty());
         let candidates = rows
             .into_iter()
             .map(|(trial_id, number)| Candidate {

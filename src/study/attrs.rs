@@ -50,8 +50,12 @@ pub const FAILED_TRIAL_ATTR: &str = "failed_trial";
 pub const RETRY_HISTORY_ATTR: &str = "retry_history";
 /// The params `study.enqueue_trial` fixed, in external form.
 pub const FIXED_PARAMS_ATTR: &str = "fixed_params";
-/// A trial's constraint values (Optuna's `constraints_func`; feasible when all are <= 0).
+/// A trial's constraint values (Optuna's `constraints_func`; feasible when all are <= 0), a
+/// list: the form Optuna 5 still reads, and the one sweepd writes for an out-of-memory trial.
 pub const CONSTRAINTS_ATTR: &str = "constraints";
+/// What Optuna 5's `trial.set_constraint(key, value)` writes a constraint's name after: one
+/// attribute per constraint, `constraints:<key>`, its value a float.
+pub const CONSTRAINT_KEY_PREFIX: &str = "constraints:";
 /// The study system attribute `study.set_metric_names` writes.
 pub const METRIC_NAMES_ATTR: &str = "study:metric_names";
 

@@ -25,6 +25,6 @@ pub use control::{ControlState, Steer, StudyControl};
 pub use space::{Distribution, Dists, ParamSpec, ParamValue, Params, SearchSpace, MAX_GRID_POINTS};
 pub use tally::Tally;
 pub use trial::{
-    Attempts, Claimed, Counts, DaemonCommand, DaemonState, Direction, Failure, FailureKind, Finish,
-    TrialRecord, TrialState, UnknownName, WorkerState,
+    constraint_values, Attempts, Claimed, ConstraintAttrs, Counts, DaemonCommand, DaemonState,
+    Direction, Failure, FailureKind, Finish, TrialRecord, TrialState, UnknownName, WorkerState,
 };

@@ -75,6 +75,22 @@ pub fn user_attr_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A constraint Optuna 5's `trial.set_constraint(key, value)` records: its attribute's name,
+/// `constraints:<key>`, stored as any other (no NUL, at most [`MAX_NAME_CHARS`]), and a value
+/// that is not NaN (Optuna's refusal; infinities are kept, as Optuna keeps them).
+pub fn constraint(key: &str, value: f64) -> Result<(), String> {
+    stored_name(
+        "a constraint's attribute name (`constraints:` and its key)",
+        &format!("{}{key}", super::attrs::CONSTRAINT_KEY_PREFIX),
+    )?;
+    if value.is_nan() {
+        return Err(format!(
+            "Attempted to set a constraint for {key:?}, but NaN is not allowed."
+        ));
+    }
+    Ok(())
+}
+
 fn stored_name(what: &str, name: &str) -> Result<(), String> {
     if name.contains('\0') {
         return Err(format!(
@@ -448,6 +464,20 @@ mod tests {
     #[case::reserved("sweepd:fail_reason", Some("reserved"))]
     fn user_attr_keys(#[case] key: &str, #[case] refused: Option<&str>) {
         match (user_attr_key(key), refused) {
+            (Ok(()), None) => {}
+            (Err(why), Some(part)) => assert!(why.contains(part), "{why}"),
+            (got, _) => panic!("{key:?}: {got:?}"),
+        }
+    }
+
+    #[rstest]
+    #[case::fine("mem", 0.5, None)]
+    #[case::infinite("mem", f64::INFINITY, None)]
+    #[case::nan("mem", f64::NAN, Some("NaN is not allowed"))]
+    #[case::nul("a\0b", 1.0, Some("NUL"))]
+    #[case::too_long_with_the_prefix(&"k".repeat(510), 1.0, Some("522"))]
+    fn constraints(#[case] key: &str, #[case] value: f64, #[case] refused: Option<&str>) {
+        match (constraint(key, value), refused) {
             (Ok(()), None) => {}
             (Err(why), Some(part)) => assert!(why.contains(part), "{why}"),
             (got, _) => panic!("{key:?}: {got:?}"),

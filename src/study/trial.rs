@@ -251,8 +251,9 @@ pub struct TrialRecord {
     /// One value per objective for a COMPLETE trial; for a PRUNED one (single objective only)
     /// its last intermediate value, if it has one; empty otherwise.
     pub values: Vec<f64>,
-    /// Optuna's `constraints` system attribute: a value > 0 means infeasible (e.g. the trial
-    /// ran out of GPU memory even alone on the device). Empty when not set.
+    /// Optuna's constraints (`trial.constraints`), as [`constraint_values`] orders them: a
+    /// value > 0 means infeasible (e.g. the trial ran out of GPU memory even alone on the
+    /// device). Empty when not set.
     pub constraints: Vec<f64>,
     /// The distribution of each of its params, as recorded with the trial: in a define-by-run
     /// study they differ from trial to trial (Optuna's `trial.distributions`).
@@ -263,6 +264,59 @@ impl TrialRecord {
     /// The first objective's value (a single-objective study's only one).
     pub fn value(&self) -> Option<f64> {
         self.values.first().copied()
+    }
+}
+
+/// A trial's constraint values from its two forms in Optuna 5: the `constraints:<key>`
+/// attributes of `trial.set_constraint` (`keyed`, by key) and the older `constraints` list
+/// (`listed`: `constraints_func`'s, and sweepd's own mark on an out-of-memory trial). Optuna's
+/// `trial.constraints` is the union, a dict; its samplers read only the values. Here the keyed
+/// values come first, by key, then the listed ones: every trial of a study that sets the same
+/// keys has them at the same places (the GP fits one model per place), whether or not sweepd
+/// marked it out of memory. A keyed value replaces nothing: Optuna names a listed value by its
+/// index ("0", "1", ...), and a user key of that name stays beside it.
+pub fn constraint_values(keyed: &BTreeMap<String, f64>, listed: &[f64]) -> Vec<f64> {
+    keyed.values().chain(listed).copied().collect()
+}
+
+/// A trial's constraint attributes as the store reads them, row by row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConstraintAttrs {
+    pub keyed: BTreeMap<String, f64>,
+    pub listed: Vec<f64>,
+}
+
+impl ConstraintAttrs {
+    /// Takes one system attribute (`key`, its `value_json`) if it is a constraint's, and says
+    /// whether it was. A value that is not a number (or a list of them) is left out, as the
+    /// samplers cannot use it.
+    pub fn take(&mut self, key: &str, json: &str) -> bool {
+        use super::attrs::{CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX};
+        let value = serde_json::from_str::<serde_json::Value>(json).ok();
+        if key == CONSTRAINTS_ATTR {
+            if let Some(serde_json::Value::Array(cs)) = value {
+                self.listed = cs.iter().filter_map(serde_json::Value::as_f64).collect();
+            }
+            return true;
+        }
+        let Some(name) = key.strip_prefix(CONSTRAINT_KEY_PREFIX) else {
+            return false;
+        };
+        // Python's json writes infinities so (Optuna keeps them); JSON has none.
+        let v = match json.trim() {
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => value.as_ref().and_then(serde_json::Value::as_f64),
+        };
+        if let Some(v) = v {
+            self.keyed.insert(name.to_owned(), v);
+        }
+        true
+    }
+
+    /// The values, ordered by [`constraint_values`].
+    pub fn values(&self) -> Vec<f64> {
+        constraint_values(&self.keyed, &self.listed)
     }
 }
 
@@ -289,6 +343,36 @@ impl Counts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::none(&[], &[], &[])]
+    #[case::listed_only(&[], &[("constraints", "[1.0]")], &[1.0])]
+    #[case::keyed_by_key_whatever_the_row_order(
+        &[], &[("constraints:mem", "2.5"), ("constraints:lat", "-1.0")], &[-1.0, 2.5])]
+    #[case::keyed_before_listed(
+        &[], &[("constraints", "[1.0]"), ("constraints:mem", "-3")], &[-3.0, 1.0])]
+    #[case::a_key_named_like_an_index_stays_beside_the_list(
+        &[], &[("constraints", "[0.5]"), ("constraints:0", "-2.0")], &[-2.0, 0.5])]
+    #[case::infinities_as_python_writes_them(
+        &[], &[("constraints:a", "Infinity"), ("constraints:b", "-Infinity")],
+        &[f64::INFINITY, f64::NEG_INFINITY])]
+    #[case::not_a_number_is_left_out(&[], &[("constraints:x", "\"high\"")], &[])]
+    #[case::other_attributes_are_not_taken(&["fail_reason", "constraintsx"], &[], &[])]
+    fn constraint_attributes_read_as_optuna_5_writes_them(
+        #[case] ignored: &[&str],
+        #[case] rows: &[(&str, &str)],
+        #[case] want: &[f64],
+    ) {
+        let mut c = ConstraintAttrs::default();
+        for key in ignored {
+            assert!(!c.take(key, "1.0"), "{key}");
+        }
+        for (key, json) in rows {
+            assert!(c.take(key, json), "{key}");
+        }
+        assert_eq!(c.values(), want);
+    }
 
     #[test]
     fn every_spelling_reads_back_and_nothing_else_does() {

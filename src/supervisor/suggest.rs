@@ -10,7 +10,7 @@
 use crate::sampler::Relative;
 use crate::study::{Distribution, Dists, ParamValue, Params};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A running trial's params as they grow.
 #[derive(Debug, Clone, Default)]
@@ -29,6 +29,8 @@ pub(super) struct Live {
     relative: Relative,
     /// Enqueued values (Optuna's `fixed_params`) for names not in `params`, in external form.
     enqueued: serde_json::Map<String, Value>,
+    /// The constraints its objective set (`trial.set_constraint`), by key, as recorded.
+    pub(super) constraints: BTreeMap<String, f64>,
 }
 
 /// What a `suggest` gets.
@@ -60,6 +62,7 @@ impl Live {
             asked: BTreeSet::new(),
             relative,
             enqueued,
+            constraints: BTreeMap::new(),
         }
     }
 

@@ -238,7 +238,8 @@ impl Conversation<'_> {
             Event::Msg(
                 m @ (Message::Report { trial_id, .. }
                 | Message::Suggest { trial_id, .. }
-                | Message::UserAttr { trial_id, .. }),
+                | Message::UserAttr { trial_id, .. }
+                | Message::Constraint { trial_id, .. }),
             ) if trial_id == c.trial_id && self.outcome.is_none() => {
                 asked(self.sh, w, c, n_objectives, m).await;
                 Heard::On
@@ -311,7 +312,8 @@ impl Conversation<'_> {
                 | Message::Pruned { trial_id, .. }
                 | Message::Error { trial_id, .. }
                 | Message::Suggest { trial_id, .. }
-                | Message::UserAttr { trial_id, .. }),
+                | Message::UserAttr { trial_id, .. }
+                | Message::Constraint { trial_id, .. }),
             ) => {
                 // For a trial that already ended (this one once a oneshot worker gave its
                 // outcome, or one this worker ran before): dropped, charged to no trial.
@@ -405,10 +407,11 @@ impl Conversation<'_> {
 }
 
 /// A message of the running trial that asks for something: a report (answered with the
-/// pruner's decision), a suggest (the param's value), a user attribute (recorded). What
-/// `study::rules` refuses, and what cannot be kept exactly, is not recorded: the reason goes
-/// back to the worker (in the answer; a user attribute has none, so `user_attr_refused`) and
-/// to the log. The trial goes on: the objective raises it as Optuna would.
+/// pruner's decision), a suggest (the param's value), a user attribute or a constraint
+/// (recorded). What `study::rules` refuses, and what cannot be kept exactly, is not recorded:
+/// the reason goes back to the worker (in the answer; a user attribute or a constraint has
+/// none, so `user_attr_refused` or `constraint_refused`) and to the log. The trial goes on:
+/// the objective raises it as Optuna would.
 async fn asked(sh: &Shared, w: &mut Worker, c: &Claimed, n_objectives: usize, m: Message) {
     let refused = |what: String, why: &str| {
         warn!(trial = c.number, "refused {what}: {why}");
@@ -482,6 +485,17 @@ async fn asked(sh: &Shared, w: &mut Worker, c: &Claimed, n_objectives: usize, m:
                 &why,
             );
             json!({"type": "user_attr_refused", "trial_id": trial_id, "key": key, "error": why})
+        }
+        Message::Constraint {
+            trial_id,
+            key,
+            value,
+        } => {
+            let Err(why) = sh.core.lock().await.constraint(c, &key, value).await else {
+                return;
+            };
+            refused(format!("constraint {:?}", process::clip(&key, 100)), &why);
+            json!({"type": "constraint_refused", "trial_id": trial_id, "key": key, "error": why})
         }
         _ => return,
     };

@@ -7,6 +7,7 @@ usage: python tests/py/optuna_dump.py DB_PATH STUDY_NAME
   "optuna_version": "5.0.0",
   "direction": "MINIMIZE" | "MAXIMIZE",       # objective 0
   "directions": ["MINIMIZE", ...],            # all objectives
+  "best_trial": 7 | null,                     # study.best_trial's number (one objective)
   "trials": [                                 # ordered by number
     {"number": 0, "trial_id": 1, "state": "COMPLETE",
      "value": 1.5 | null | "inf" | "-inf",    # objective 0
@@ -15,6 +16,7 @@ usage: python tests/py/optuna_dump.py DB_PATH STUDY_NAME
      "distributions": {"x": {"name": "FloatDistribution", "attributes": {...}}},
      "intermediate_values": {"0": 0.3, "1": 0.2},
      "system_attrs": {...}, "user_attrs": {...},
+     "constraints": {"mem": 0.5},             # Optuna 5's trial.constraints
      "datetime_start": "2026-01-01T12:00:00.123456" | null,
      "datetime_complete": ... | null}
   ]
@@ -59,10 +61,19 @@ def dump_trial(t: optuna.trial.FrozenTrial) -> dict:
             str(step): jsonable(v) for step, v in sorted(t.intermediate_values.items())
         },
         "system_attrs": jsonable(t.system_attrs),
+        "constraints": jsonable(t.constraints),
         "user_attrs": jsonable(t.user_attrs),
         "datetime_start": iso(t.datetime_start),
         "datetime_complete": iso(t.datetime_complete),
     }
+
+
+def best_number(study) -> int | None:
+    """Optuna's `study.best_trial` (the best feasible one), or None where it has none."""
+    try:
+        return study.best_trial.number
+    except (RuntimeError, ValueError):
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -79,6 +90,7 @@ def main(argv: list[str]) -> int:
         "direction": directions[0],
         "directions": directions,
         "trials": [dump_trial(t) for t in trials],
+        "best_trial": best_number(study),
     }
     json.dump(doc, sys.stdout, allow_nan=False)
     sys.stdout.write("\n")

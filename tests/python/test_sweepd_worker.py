@@ -1231,6 +1231,27 @@ class SuggestWireTests(Base):
         self.assertIn("sweepd refused user attribute 'k': no room", w.stderr())
         self.assertIn("sweepd refused user attribute 'late': ended", w.stderr())
 
+    def test_a_refused_constraint_is_said_on_stderr_and_the_trial_goes_on(self):
+        script = self.write_script("""
+            import sweepd_worker
+
+            def objective(trial):
+                trial.set_constraint("mem", 0.5)
+                return trial.suggest_int("n", 1, 3)
+
+            sweepd_worker.serve(objective)
+        """)
+        w = FakeSweepd(self, script)
+        w.expect_ready()
+        w.send({"type": "trial", "trial_id": 4, "number": 0, "params": {}})
+        self.assertEqual(w.recv(), {"type": "constraint", "trial_id": 4, "key": "mem",
+                                    "value": 0.5})
+        w.send({"type": "constraint_refused", "trial_id": 4, "key": "mem", "error": "no room"})
+        self.assertEqual(w.recv()["type"], "suggest")
+        w.send({"type": "param", "trial_id": 4, "name": "n", "value": 2})
+        self.assertEqual(w.recv(), {"type": "result", "trial_id": 4, "value": 2.0})
+        self.assertIn("sweepd refused constraint 'mem': no room", w.stderr())
+
     def test_datetime_start(self):
         script = self.write_script("""
             import sweepd_worker
@@ -1459,6 +1480,41 @@ class SuggestLocalTests(unittest.TestCase):
         self.assertEqual(trial.user_attrs, {"k": (1, 2)})
         self.assertEqual(chan.sent, [{"type": "user_attr", "trial_id": 1, "key": "k",
                                       "value": (1, 2)}])
+
+    @needs_optuna
+    def test_set_constraint_behaves_as_optuna_5s(self):
+        trial, chan = self.trial()
+        ot = optuna_trial()
+        calls = [("mem", 2.5), ("lat", -1), ("mem", -3.0), ("x", float("nan")), ("y", "abc"),
+                 ("z", None), ("big", float("inf")), ("s", "0.25")]
+        for key, value in calls:
+            ours = outcome(lambda: trial.set_constraint(key, value))
+            theirs = outcome(lambda: ot.set_constraint(key, value))
+            self.assertEqual(ours[0], theirs[0], (key, value))
+            self.assertEqual([c for c, _ in ours[1]], [c for c, _ in theirs[1]], (key, value))
+            self.assertEqual([t for _, t in ours[1]], [t for _, t in theirs[1]], (key, value))
+        self.assertEqual(trial.constraints, ot.constraints)
+        self.assertEqual(trial.constraints, {"mem": 2.5, "lat": -1.0, "big": float("inf"),
+                                             "s": 0.25})
+        self.assertEqual(chan.sent, [
+            {"type": "constraint", "trial_id": 1, "key": "mem", "value": 2.5},
+            {"type": "constraint", "trial_id": 1, "key": "lat", "value": -1.0},
+            {"type": "constraint", "trial_id": 1, "key": "big", "value": "inf"},
+            {"type": "constraint", "trial_id": 1, "key": "s", "value": 0.25},
+        ])
+
+    def test_set_constraint_refuses_what_sweepd_would(self):
+        trial, chan = self.trial()
+        self.assertRaisesRegex(ValueError, "NUL", trial.set_constraint, "a\0b", 1.0)
+        self.assertRaisesRegex(ValueError, "at most 512 characters",
+                               trial.set_constraint, "k" * 501, 1.0)
+        self.assertRaises(TypeError, trial.set_constraint, 3, 1.0)
+        self.assertEqual(chan.sent, [])
+        trial.set_constraint("k" * 500, 1.0)
+        self.assertEqual(len(chan.sent), 1)
+        trial._finished = True
+        self.assertRaisesRegex(RuntimeError, "after the trial finished",
+                               trial.set_constraint, "late", 1.0)
 
     def test_set_user_attr_refuses_what_sweepd_would(self):
         # What PostgreSQL cannot store is refused on SQLite too, and as sweepd reads JSON.

@@ -28,7 +28,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 pub(crate) const DIRECTIONS: &str = "\"minimize\", \"maximize\"";
-pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\", \"nsga2\"";
+pub(crate) const SAMPLERS: &str = "\"random\", \"grid\", \"tpe\", \"nsga2\", \"gp\"";
 pub(crate) const MODES: &str = "\"persistent\", \"oneshot\"";
 pub(crate) const PARAM_TYPES: &str = "\"float\", \"int\", \"categorical\"";
 /// The most trials `[worker] max_par` (or `sweepd run --par`) and `[gpu] max_par_per_device`
@@ -227,10 +227,18 @@ impl Validator<'_> {
                     "grid" => Some(SamplerKind::Grid),
                     "tpe" => Some(SamplerKind::Tpe),
                     "nsga2" => Some(SamplerKind::Nsga2),
+                    "gp" => Some(SamplerKind::Gp),
                     _ => None,
                 },
             )
             .unwrap_or(SamplerKind::Random);
+        if let (SamplerKind::Gp, Some(span), 2..) = (sampler, &raw.sampler, directions.len()) {
+            self.at(
+                span,
+                "study.sampler",
+                super::gp_objectives(directions.len()),
+            );
+        }
         let n_trials = raw.n_trials.as_ref().and_then(|n| {
             let v = *n.get_ref();
             if v < 1 {
@@ -476,6 +484,10 @@ impl Validator<'_> {
                 .constant_liar
                 .as_ref()
                 .map_or(d.constant_liar, |b| *b.get_ref()),
+            deterministic_objective: raw
+                .deterministic_objective
+                .as_ref()
+                .map_or(d.deterministic_objective, |b| *b.get_ref()),
             seed: raw
                 .seed
                 .as_ref()

@@ -346,6 +346,56 @@ mod tests {
     use crate::sampler::{RandomSampler, Sampler};
     use crate::study::{Direction, Params, TrialRecord, TrialState};
 
+    /// Optuna 5.0's `_split_trials` on studies whose trials set constraints
+    /// (`optuna_constrained_golden.py` writes it): feasible trials first, infeasible ones by
+    /// total violation, and sweepd puts the same trials below.
+    #[test]
+    fn the_constrained_split_is_optunas() {
+        let golden: serde_json::Value =
+            serde_json::from_str(include_str!("optuna_constrained_golden.json")).unwrap();
+        let x_of = |n: i64| n as f64 * 0.1 - 9.0;
+        for (i, case) in golden["cases"].as_array().unwrap().iter().enumerate() {
+            let direction = match case["direction"].as_str().unwrap() {
+                "minimize" => Direction::Minimize,
+                _ => Direction::Maximize,
+            };
+            let mut s = TpeSampler::new(direction, seeded(0));
+            for t in case["trials"].as_array().unwrap() {
+                let number = t["number"].as_i64().unwrap();
+                let keyed = t["constraints"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+                    .collect();
+                let mut r = record(
+                    number,
+                    &xp(x_of(number)),
+                    t["value"].as_f64().unwrap(),
+                    vec![],
+                );
+                r.constraints = crate::study::constraint_values(&keyed, &[]);
+                if t["state"] == "PRUNED" {
+                    r.state = TrialState::Pruned;
+                }
+                s.tell(&r);
+            }
+            let below: Vec<i64> = s
+                .split_coords(&x_space(), None)
+                .0
+                .iter()
+                .map(|r| ((r[0] + 9.0) / 0.1).round() as i64)
+                .collect();
+            let want: Vec<i64> = case["below"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_i64().unwrap())
+                .collect();
+            assert_eq!(below, want, "case {i}");
+        }
+    }
+
     #[test]
     fn gamma_is_optunas() {
         let g: Vec<usize> = [0, 1, 10, 11, 30, 249, 250, 1000]

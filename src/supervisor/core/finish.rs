@@ -5,7 +5,7 @@
 use super::{Core, Finished, Finishing, Handback, Planned};
 use crate::store::{Runner, StartCtx};
 use crate::study::space::external_json;
-use crate::study::{attrs, Finish, TrialRecord, TrialState};
+use crate::study::{attrs, constraint_values, Finish, TrialRecord, TrialState};
 use crate::supervisor::decide::{self, BreakerEffect, FinishFacts, OnDevice, RunState, Then};
 use crate::supervisor::error::RunError;
 use crate::supervisor::events::WorkerEvent;
@@ -130,10 +130,10 @@ impl Core {
         let cfg = self.settings.get();
         self.running = self.running.saturating_sub(1);
         // Every param the trial had: what it started with and what its objective suggested.
-        let (params, dists, shown) = match self.live.remove(&c.trial_id) {
+        let (params, dists, shown, keyed) = match self.live.remove(&c.trial_id) {
             Some(l) => {
                 let shown = l.external();
-                (l.params, l.dists, shown)
+                (l.params, l.dists, shown, l.constraints)
             }
             None => {
                 let dists = c
@@ -142,7 +142,7 @@ impl Core {
                     .filter_map(|n| Some((n.clone(), cfg.space.get(n)?.dist.clone())))
                     .collect();
                 let shown = external_json(&c.params, &dists);
-                (c.params.clone(), dists, shown)
+                (c.params.clone(), dists, shown, Default::default())
             }
         };
         // Alone: no other trial of ours on the device, nor of another daemon on this host.
@@ -197,12 +197,15 @@ impl Core {
                 g.model.record_oom(&params, reached, total);
             }
         }
-        let mut constraints = Vec::new();
+        // What its objective set, then sweepd's out-of-memory mark (in Optuna's list form):
+        // the order the store reads them back in.
+        let mut listed = Vec::new();
         if verdict.infeasible {
-            constraints.push(1.0);
+            listed.push(1.0);
             self.infeasible.push((params.clone(), dists.clone()));
             attrs.push((attrs::CONSTRAINTS_ATTR, json!([1.0])));
         }
+        let constraints = constraint_values(&keyed, &listed);
         let halts = verdict.halt.is_some();
         if let Some(why) = verdict.halt {
             self.state = RunState::Halted { error: Some(why) };
@@ -251,8 +254,11 @@ impl Core {
                 }
             }
         }
+        // Only a feasible trial can be the best (Optuna's `best_trial`), as in `learn`.
+        let feasible = !f.constraints.iter().any(|c| *c > 0.0);
         match &f.how {
-            Finish::Complete(v) => self.progress.completed(number, v),
+            Finish::Complete(v) if feasible => self.progress.completed(number, v),
+            Finish::Complete(_) => {}
             Finish::Fail(f) => self.progress.failed(f.kind.as_str()),
             Finish::Pruned => {}
         }

@@ -120,7 +120,10 @@ impl Core {
             }
             // Infeasible: a constraint > 0 (a NaN one is not, as TPE and the start always read it).
             let feasible = !record.constraints.iter().any(|c| *c > 0.0);
-            if !feasible {
+            // Proposals that resemble it are drawn again only when it ran out of memory (the
+            // listed mark), as for this daemon's own trials: an objective's constraints are the
+            // samplers' to learn, near their boundary too.
+            if changed.listed_infeasible {
                 self.infeasible
                     .push((record.params.clone(), record.distributions.clone()));
             }

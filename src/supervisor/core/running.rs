@@ -1,5 +1,6 @@
 //! A running trial's questions: a `suggest` answered by Optuna's rules and the sampler and
-//! written the moment it is new, a `report` recorded and answered with the pruner's decision.
+//! written the moment it is new, a `report` recorded and answered with the pruner's decision,
+//! a constraint recorded and kept for the samplers.
 
 use super::Core;
 use crate::store::ParamRefused;
@@ -70,6 +71,37 @@ impl Core {
             self.sampler.observe(c.number, &observed);
         }
         Ok(ext)
+    }
+
+    /// A constraint its objective set (Optuna 5's `trial.set_constraint`): recorded the first
+    /// time its key is set (Optuna ignores a second), and kept for the samplers, who learn it
+    /// with the trial's outcome. Why not, when refused.
+    pub(in crate::supervisor) async fn constraint(
+        &mut self,
+        c: &Claimed,
+        key: &str,
+        value: f64,
+    ) -> Result<(), String> {
+        rules::constraint(key, value)?;
+        let Some(live) = self.live.get(&c.trial_id) else {
+            return Err("the trial is not running".into());
+        };
+        if live.constraints.contains_key(key) {
+            return Ok(());
+        }
+        match self.store.set_constraint(c.trial_id, key, value).await {
+            Ok(true) => {
+                if let Some(l) = self.live.get_mut(&c.trial_id) {
+                    l.constraints.insert(key.to_owned(), value);
+                }
+                Ok(())
+            }
+            Ok(false) => Err("the trial is no longer running, or set this key before".into()),
+            Err(e) => {
+                warn!(trial = c.number, "could not record constraint `{key}`: {e}");
+                Err(format!("sweepd could not record the constraint: {e}"))
+            }
+        }
     }
 
     /// An intermediate value: recorded, and answered with the pruner's decision.
