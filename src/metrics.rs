@@ -66,6 +66,8 @@ pub struct Metrics {
     best: Family<ObjectiveLabel, Gauge<f64, AtomicU64>>,
     front: Gauge,
     database_up: Gauge,
+    paused: Gauge,
+    killed_by_hand: Counter,
 }
 
 impl Metrics {
@@ -94,6 +96,8 @@ impl Metrics {
             best: Family::default(),
             front: Gauge::default(),
             database_up: Gauge::default(),
+            paused: Gauge::default(),
+            killed_by_hand: Counter::default(),
             registry: Registry::default(),
         };
         m.database_up.set(1);
@@ -152,6 +156,16 @@ impl Metrics {
             "database_up",
             "1 while the study's database answers, 0 while it cannot be reached",
             m.database_up.clone(),
+        );
+        registry.register(
+            "paused",
+            "1 while the study is paused by `sweepd pause`, else 0",
+            m.paused.clone(),
+        );
+        registry.register(
+            "trials_killed_by_hand",
+            "Running trials of this daemon ended by `sweepd kill`, their workers stopped",
+            m.killed_by_hand.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -223,6 +237,14 @@ impl Metrics {
 
     pub fn worker_restarted(&self) {
         self.restarts.inc();
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.set(i64::from(paused));
+    }
+
+    pub fn killed_by_hand(&self) {
+        self.killed_by_hand.inc();
     }
 
     pub fn set_database_up(&self, up: bool) {

@@ -34,19 +34,24 @@
 //! 4. `settings`: the one `Arc<Config>` in force, swapped whole by a reload.
 //! 5. `events`: what happens to workers, and why one is retired.
 //! 6. `suggest`: a running trial's params as its objective defines them.
-//! 7. `decide`: every decision, pure, given a snapshot (the start gate, the admission line, a
-//!    finish's verdict, a slot's choices).
+//! 7. `decide`: every decision, pure, given a snapshot (the start gate, with the owner's pause,
+//!    stop and cancel; the admission line, a finish's verdict, a slot's choices).
 //! 8. `pool`: idle persistent workers on GPUs between trials.
-//! 9. `admit`: the GPU side of the core (the admission round's readings and ledger, our claims).
-//! 10. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
+//! 9. `stops`: our running trials, each stoppable from outside its conversation (a trial
+//!    another process ended, a cancelled study).
+//! 10. `admit`: the GPU side of the core (the admission round's readings and ledger, our claims).
+//! 11. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
 //!     questions, other processes' trials learnt).
-//! 11. `shared`: what the tasks share.
-//! 12. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
-//! 13. `workers`: starting and retiring worker processes.
-//! 14. `trial`: one trial's protocol conversation and limits.
-//! 15. `slot`: one slot's loop.
-//! 16. `housekeeping`: the once-a-poll task and the watches beside it.
-//! 17. `reload`: SIGHUP.
+//! 12. `shared`: what the tasks share.
+//! 13. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
+//! 14. `workers`: starting and retiring worker processes.
+//! 15. `trial`: one trial's protocol conversation and limits.
+//! 16. `slot`: one slot's loop.
+//! 17. `steer`: the study's control state (`sweepd pause`, `stop`, `cancel`) read at start
+//!     and at each housekeeping pass and acted on (a cancelled study's trials stopped), and
+//!     our trials another process ended stopped.
+//! 18. `housekeeping`: the once-a-poll task and the watches beside it.
+//! 19. `reload`: SIGHUP.
 //!
 //! This file is the top: it starts and ends a run (the lock, the tasks, the first error, the
 //! idle workers left at the end).
@@ -68,6 +73,8 @@ mod reload;
 mod settings;
 mod shared;
 mod slot;
+mod steer;
+mod stops;
 mod suggest;
 mod trial;
 mod workers;
@@ -94,6 +101,8 @@ use tracing::{debug, error, info, warn};
 pub struct RunSummary {
     pub counts: Counts,
     pub interrupted: bool,
+    /// The study's owner stopped or cancelled it (`sweepd stop`, `sweepd cancel`): who, when.
+    pub steered: Option<crate::study::StudyControl>,
 }
 
 /// What the outside world can tell a running daemon.
@@ -231,8 +240,18 @@ async fn run_locked(
     control: Control,
 ) -> Result<RunSummary, RunError> {
     open::reconcile(&store, &study, &me, reap).await?;
+    // Stopped or cancelled by its owner: exit 0 at once, until `sweepd resume`.
+    let (at_start, exit) = steer::at_start(&store, &study).await?;
+    if exit {
+        return Ok(RunSummary {
+            counts: store.counts(&study).await?,
+            interrupted: false,
+            steered: Some(at_start),
+        });
+    }
     let settings = Settings::new(config.clone());
-    let opened = open::open(&settings, &store, &study, &me, control.progress.clone()).await?;
+    let progress = control.progress.clone();
+    let opened = open::open(&settings, &store, &study, &me, progress, at_start.state).await?;
     let shared = Arc::new(Shared {
         core: Mutex::new(opened.core),
         settings,
@@ -249,6 +268,7 @@ async fn run_locked(
         instance,
         ended_by: Default::default(),
         metrics: opened.metrics,
+        stops: Default::default(),
         par_override: control.par_override,
     });
     let slots_done = CancellationToken::new();
@@ -276,6 +296,10 @@ async fn run_locked(
     }
     let counts = store.counts(&study).await?;
     let interrupted = shared.shutdown.is_cancelled();
+    let steered = match shared.core.lock().await.ended_by_owner() {
+        true => Some(store.control(&study).await?),
+        false => None,
+    };
     info!(
         complete = counts.complete,
         pruned = counts.pruned,
@@ -287,6 +311,7 @@ async fn run_locked(
     Ok(RunSummary {
         counts,
         interrupted,
+        steered,
     })
 }
 

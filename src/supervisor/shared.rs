@@ -7,6 +7,7 @@ use super::error::RunError;
 use super::events::WorkerEvent;
 use super::host::{self, Here};
 use super::settings::Settings;
+use super::stops::Stops;
 use crate::config::Config;
 use crate::gpu::Monitor;
 use crate::metrics::Metrics;
@@ -46,6 +47,8 @@ pub(super) struct Shared {
     /// elsewhere): it wins over what the slots then fail with.
     pub(super) ended_by: std::sync::Mutex<Option<RunError>>,
     pub(super) metrics: Arc<Metrics>,
+    /// Our running trials, each stoppable from housekeeping (ended elsewhere, cancelled).
+    pub(super) stops: Stops,
     /// `--par` from the command line, which reloads keep.
     pub(super) par_override: Option<usize>,
 }

@@ -11,7 +11,7 @@ use super::{NoStart, RunState, Stop, Why};
 use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::Request;
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Reclaim};
-use crate::study::{Params, Tally};
+use crate::study::{ControlState, Params, Tally};
 use crate::supervisor::policy;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
@@ -32,6 +32,9 @@ pub(in crate::supervisor) struct GateFacts<'a> {
     pub(in crate::supervisor) refreshed: bool,
     /// Every device is quarantined by the breaker.
     pub(in crate::supervisor) paused: bool,
+    /// What the study's owner asked of its daemons (`sweepd pause`, `stop`, `cancel`,
+    /// `resume`), as read for this decision.
+    pub(in crate::supervisor) control: ControlState,
 }
 
 /// What [`gate`] says.
@@ -48,15 +51,19 @@ pub(in crate::supervisor) enum Gate {
     },
 }
 
-/// Whether a start is considered at all: not once the study stops (shutdown, halted, its
-/// timeout, its budget spent by whoever spent it), not while the running trials hold every
-/// start left or every device is quarantined.
+/// Whether a start is considered at all: not once the study stops (shutdown, halted, stopped
+/// or cancelled by its owner, its timeout, its budget spent by whoever spent it), not while
+/// the running trials hold every start left, every device is quarantined or its owner paused
+/// it (a paused study still stops at its timeout or a spent budget, as the breaker's pause).
 pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     if f.stopping {
         return Gate::No(NoStart::Stop(Stop::Shutdown));
     }
     if matches!(f.state, RunState::Halted { .. }) {
         return Gate::No(NoStart::Stop(Stop::Halted));
+    }
+    if f.control.ends_daemons() {
+        return Gate::No(NoStart::Stop(Stop::ByOwner));
     }
     if f.timeout.is_some_and(|t| f.elapsed >= t) {
         return Gate::No(NoStart::Stop(Stop::Timeout));
@@ -83,6 +90,9 @@ pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     }
     if f.paused {
         return Gate::No(NoStart::Wait(Why::Paused));
+    }
+    if !f.control.starts_trials() {
+        return Gate::No(NoStart::Wait(Why::PausedByOwner));
     }
     Gate::Line { new }
 }
@@ -386,6 +396,7 @@ mod tests {
             tally: &tally(&trials),
             refreshed,
             paused: false,
+            control: ControlState::Running,
         })
     }
 
@@ -469,6 +480,7 @@ mod tests {
             tally: &t,
             refreshed: false,
             paused,
+            control: ControlState::Running,
         });
         assert_eq!(got, expected);
     }
@@ -485,8 +497,114 @@ mod tests {
             tally: &t,
             refreshed: true,
             paused: true,
+            control: ControlState::Running,
         });
         assert_eq!(got, stop(Stop::BudgetSpent));
+    }
+
+    use ControlState::{Cancelling, Paused, Running as Resumed, Stopping};
+
+    /// `sweepd pause`, `stop`, `cancel` and `resume` at the gate: (shutdown, run state,
+    /// seconds since start, `[study] timeout`, trials done of 10, the owner's control state).
+    #[rstest]
+    #[case::resumed(false, RunState::Sampling, 0, None, 1, Resumed, NEW)]
+    #[case::paused_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Paused,
+        wait(Why::PausedByOwner)
+    )]
+    #[case::stopped_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    #[case::cancelled_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Cancelling,
+        stop(Stop::ByOwner)
+    )]
+    // A stop or cancel ends even a study whose WAITING trials are still to run.
+    #[case::stopped_while_trials_wait(
+        false,
+        RunState::Exhausted,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    #[case::shutdown_wins_over_the_owners_stop(
+        true,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::Shutdown)
+    )]
+    #[case::a_halt_wins_over_the_owners_stop(false, RunState::Halted { error: None }, 0, None, 1, Cancelling, stop(Stop::Halted))]
+    #[case::the_owners_stop_wins_over_a_timeout(
+        false,
+        RunState::Sampling,
+        61,
+        Some(60),
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    // Paused by hand as by the breaker: the study still ends when it has nothing left to do.
+    #[case::a_timeout_stops_a_study_its_owner_paused(
+        false,
+        RunState::Sampling,
+        61,
+        Some(60),
+        1,
+        Paused,
+        stop(Stop::Timeout)
+    )]
+    #[case::a_spent_budget_stops_a_study_its_owner_paused(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        10,
+        Paused,
+        stop(Stop::BudgetSpent)
+    )]
+    fn the_owners_pause_stop_and_cancel_hold_or_end_the_study(
+        #[case] stopping: bool,
+        #[case] state: RunState,
+        #[case] elapsed_s: u64,
+        #[case] timeout_s: Option<u64>,
+        #[case] done_trials: i64,
+        #[case] control: ControlState,
+        #[case] expected: Gate,
+    ) {
+        let t = tally(&done(done_trials));
+        let got = gate(&GateFacts {
+            stopping,
+            state: &state,
+            elapsed: Duration::from_secs(elapsed_s),
+            timeout: timeout_s.map(Duration::from_secs),
+            n_trials: Some(10),
+            tally: &t,
+            refreshed: true,
+            paused: false,
+            control,
+        });
+        assert_eq!(got, expected);
     }
 
     #[rstest]
