@@ -267,6 +267,7 @@ class _Memory(object):
         self.torch_set = None      # (device, fraction) torch was last told, or None
         self.torch_warned = False
         self.tf_done = False
+        self.tf_cap = None         # the memory_limit TensorFlow took, or None
         self.context = None        # bytes held outside the allocator, once measured
         self.context_tried = False
         self.total = None          # the device's total as the framework sees it
@@ -338,6 +339,7 @@ class _Memory(object):
                 tf.config.set_logical_device_configuration(
                     gpus[0], [tf.config.LogicalDeviceConfiguration(
                         memory_limit=max(self.cap // _MIB, 1))])
+                self.tf_cap = self.cap
         except Exception as exc:  # TensorFlow had initialised the GPU already
             _warn("could not give TensorFlow a memory_limit of %d MiB: %s"
                   % (self.cap // _MIB, exc))
@@ -415,11 +417,23 @@ class _Memory(object):
             channel.send(msg)
             self.last_sent, self.last_time = figures, now
 
-    def error_figures(self, exc, memory):
-        """``memory`` (the error message's, or None) with the cap the trial ran under and,
-        from a framework's out-of-memory text, the allocation that failed."""
+    def enforced_cap(self):
+        """The cap a framework holds the running trial to: PyTorch's fraction as last set for
+        it, or the memory_limit TensorFlow took; None where the cap was only told (a torch that
+        cannot take a fraction, JAX, no framework): an out-of-memory error there is the
+        device's, not the trial's cap."""
         with self.lock:
-            cap = self.cap
+            if self.cap is None:
+                return None
+            if self.torch_set is not None and self.total:
+                if self.torch_set[1] == cap_fraction(self.cap, self.total):
+                    return self.cap
+            return self.tf_cap
+
+    def error_figures(self, exc, memory):
+        """``memory`` (the error message's, or None) with the cap a framework held the trial
+        to and, from a framework's out-of-memory text, the allocation that failed."""
+        cap = self.enforced_cap()
         requested = requested_bytes(str(exc)) if is_framework_oom(exc) else None
         if cap is None and requested is None:
             return memory

@@ -75,6 +75,8 @@ pub struct Metrics {
     notifications_sent: Family<EventLabel, Counter>,
     notifications_failed: Family<EventLabel, Counter>,
     notifications_dropped: Counter,
+    paused: Gauge,
+    killed_by_hand: Counter,
 }
 
 impl Metrics {
@@ -106,6 +108,8 @@ impl Metrics {
             notifications_sent: Family::default(),
             notifications_failed: Family::default(),
             notifications_dropped: Counter::default(),
+            paused: Gauge::default(),
+            killed_by_hand: Counter::default(),
             registry: Registry::default(),
         };
         m.database_up.set(1);
@@ -179,6 +183,16 @@ impl Metrics {
             "notifications_dropped",
             "Events dropped unsent because the notification queue was full",
             m.notifications_dropped.clone(),
+        );
+        registry.register(
+            "paused",
+            "1 while the study is paused by `sweepd pause`, else 0",
+            m.paused.clone(),
+        );
+        registry.register(
+            "trials_killed_by_hand",
+            "Running trials of this daemon ended by `sweepd kill`, their workers stopped",
+            m.killed_by_hand.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -269,6 +283,14 @@ impl Metrics {
     /// An event was dropped from the full notification queue.
     pub fn notification_dropped(&self) {
         self.notifications_dropped.inc();
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.set(i64::from(paused));
+    }
+
+    pub fn killed_by_hand(&self) {
+        self.killed_by_hand.inc();
     }
 
     pub fn set_database_up(&self, up: bool) {

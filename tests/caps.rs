@@ -258,3 +258,57 @@ fn trials_without_memory_per_process_in_nvml_are_measured_by_their_frameworks() 
         "memory from the workers' frameworks: NVML gives no memory per process",
     );
 }
+
+/// The two halves together: the helper (`python/sweepd_worker.py`) holds a PyTorch trial to the
+/// cap sweepd sent with `torch.cuda.set_per_process_memory_fraction` (the stand-in PyTorch of
+/// `tests/standin`, its caching allocator and its OOM text), reports the cap it enforced, and
+/// sweepd takes the OOM for a cap hit and re-runs the trial larger. Three trials start at the
+/// same 2.3 GiB guess on an 8 GiB card; one grows to 6 GiB: it alone fails, as `cap`, and
+/// completes re-run; its two 1 GiB neighbours never fail.
+#[test]
+fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
+    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 6144]\n\
+                  [params.hold]\ntype = \"categorical\"\nchoices = [2.0]\n";
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 3,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/torch_sim_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: params.into(),
+        ..Cfg::default()
+    }
+    .env("FAKE_TORCH_CONTEXT", "256M");
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
+               poll_interval = \"100ms\"\n";
+    let (mut sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
+    let calls = sweep.path("torch-calls.log").to_string_lossy().into_owned();
+    sweep.env.push(("FAKE_TORCH_CALLS".into(), calls));
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let enqueue =
+        [1024, 1024, 6144].map(|m| serde_json::json!({"mem": m, "hold": 2.0}).to_string());
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
+    let trials = sweep.trials();
+    let failed: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
+    assert!(
+        !failed.is_empty(),
+        "the large trial never reached its cap: {err}"
+    );
+    for t in &failed {
+        assert_eq!(t["fail_kind"], "cap", "{t}\n{err}");
+        assert_eq!(t["params"]["mem"], 6144, "a neighbour failed: {t}");
+    }
+    // The helper called PyTorch's own API to hold each trial to its cap.
+    let log = std::fs::read_to_string(sweep.path("torch-calls.log")).unwrap_or_default();
+    assert!(log.contains("set_per_process_memory_fraction"), "{log}");
+}

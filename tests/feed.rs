@@ -278,6 +278,7 @@ async fn constraints_are_recorded_and_read_back_by_key(target: Target) {
         reason: "out of memory alone on its device".into(),
         stderr_tail: None,
         retry: false,
+        counts: true,
     };
     store
         .finish(&study, failed, &Finish::Fail(failure), &oom)

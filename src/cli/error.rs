@@ -12,6 +12,10 @@ pub enum CliError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Usage(String),
+    /// A steering command the study's state refuses: a trial that is final already, a study
+    /// whose budget is spent, a log that is on another host.
+    #[error("{0}")]
+    Refused(String),
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -28,7 +32,7 @@ impl CliError {
             CliError::Run(RunError::StudyDeleted { .. }) => 5,
             CliError::Run(RunError::SameError(_)) => 6,
             CliError::Run(RunError::HostIdInUse(_)) => 7,
-            CliError::Run(_) => 1,
+            CliError::Run(_) | CliError::Refused(_) => 1,
         }
     }
 }
@@ -43,6 +47,7 @@ mod tests {
         let s = || "why".to_owned();
         let cases = [
             (CliError::Usage(s()), 2),
+            (CliError::Refused(s()), 1),
             (CliError::Config(ConfigError { problems: vec![] }), 2),
             (CliError::Run(RunError::HostId(s())), 2),
             (

@@ -1,6 +1,7 @@
-//! The study a reading command (`status`, `trials`, `best`, `gpus`, `resume`) names: the
-//! config's, or one in the database a `--storage` URL names, as Optuna's own tools are pointed
-//! at a study.
+//! The study a command other than `run` and `check` names (`status`, `trials`, `best`, `gpus`,
+//! and the steering commands `pause`, `resume`, `stop`, `cancel`, `kill`, `enqueue`, `logs`):
+//! the config's, or one in the database a `--storage` URL names, as Optuna's own tools are
+//! pointed at a study.
 
 use super::args::StudyArg;
 use super::error::CliError;
@@ -32,6 +33,17 @@ impl Opened {
 /// The study a reading command names: the config's (or `--study` in the config's database),
 /// or `--study` in the database of `--storage` (the only study there when not named).
 pub(super) async fn open_study(arg: &StudyArg) -> Result<Opened, CliError> {
+    open(arg, false).await
+}
+
+/// [`open_study`] for a command that writes sweepd's tables (the steering commands): sweepd's
+/// migrations applied first, as `sweepd run` applies them, so that a database an older
+/// sweepd made gains the tables they write.
+pub(super) async fn open_study_to_steer(arg: &StudyArg) -> Result<Opened, CliError> {
+    open(arg, true).await
+}
+
+async fn open(arg: &StudyArg, migrate: bool) -> Result<Opened, CliError> {
     let (config, target) = match &arg.storage {
         Some(url) => {
             let cwd = std::env::current_dir()
@@ -49,7 +61,11 @@ pub(super) async fn open_study(arg: &StudyArg) -> Result<Opened, CliError> {
         }
     };
     let path = target.label();
-    let store = Store::open_existing_target(&target).await?;
+    let store = if migrate {
+        Store::open_existing_migrated(&target).await?
+    } else {
+        Store::open_existing_target(&target).await?
+    };
     let name = match (&arg.study, &config) {
         (Some(name), _) => name.clone(),
         (None, Some(c)) => c.study.name.clone(),

@@ -47,11 +47,13 @@ pub(super) async fn run(
         std::io::stderr(),
         "sweepd: study {}: {} COMPLETE, {} PRUNED, {} FAIL, {} WAITING",
         if control.kill_now.is_cancelled() {
-            "stopped at once by a second signal"
+            "stopped at once by a second signal".to_owned()
         } else if summary.interrupted {
-            "stopped by signal"
+            "stopped by signal".to_owned()
+        } else if let Some(by) = &summary.steered {
+            format!("{by}, `sweepd resume` to run it again")
         } else {
-            "done"
+            "done".to_owned()
         },
         c.complete,
         c.pruned,

@@ -102,6 +102,7 @@ fn forget_study(id: &str) -> String {
     DELETE FROM sweepd_daemon WHERE study_id = {id};
     DELETE FROM sweepd_gpus WHERE study_id = {id};
     DELETE FROM sweepd_commands WHERE study_id = {id};
+    DELETE FROM sweepd_control WHERE study_id = {id};
     DELETE FROM sweepd_studies WHERE study_id = {id};"
     )
 }
@@ -368,11 +369,12 @@ SELECT s.study_name, t.trial_id, t.number, t.state, v.value, v.value_type, {},
 }
 
 /// Deletes sweepd's rows of studies and trials that no longer exist.
-const PURGE: [&str; 6] = [
+const PURGE: [&str; 7] = [
     "DELETE FROM sweepd_workers WHERE study_id NOT IN (SELECT study_id FROM studies)",
     "DELETE FROM sweepd_daemon WHERE study_id NOT IN (SELECT study_id FROM studies)",
     "DELETE FROM sweepd_gpus WHERE study_id NOT IN (SELECT study_id FROM studies)",
     "DELETE FROM sweepd_commands WHERE study_id NOT IN (SELECT study_id FROM studies)",
+    "DELETE FROM sweepd_control WHERE study_id NOT IN (SELECT study_id FROM studies)",
     "DELETE FROM sweepd_worker_events \
      WHERE worker_id NOT IN (SELECT worker_id FROM sweepd_workers) \
         OR trial_id NOT IN (SELECT trial_id FROM trials)",
@@ -678,6 +680,7 @@ mod tests {
             "sweepd_trial_memory",
             "sweepd_daemon",
             "sweepd_commands",
+            "sweepd_control",
         ] {
             let fks: Vec<String> = sqlx::query_scalar(&format!(
                 "SELECT \"table\" FROM pragma_foreign_key_list('{table}')"

@@ -29,7 +29,10 @@
 //! memory model), `tally` (the budget's count), `spent` (the finished trials' values and GPU
 //! time, for the budgets beside `n_trials`), `reasons` (each daemon's published line of waiting
 //! candidates and why they wait), `workers`, `daemon` (the lock row, its state,
-//! the CLI's commands), `hosts` (heartbeats, failover), `step` (PostgreSQL: a finish, the next
+//! the CLI's commands), `control` (what the study's owner asked of every daemon: paused,
+//! stopping, cancelling), `steer` (a trial killed by hand, trials enqueued with chosen params,
+//! where a trial's log is, which of a daemon's trials another process ended), `hosts`
+//! (heartbeats, failover), `step` (PostgreSQL: a finish, the next
 //! start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU
 //! rows, memory samples), `time` (the one timestamp codec), `columns` (enums and unsigned
 //! numbers in columns), and the engines' files below.
@@ -40,11 +43,11 @@
 //! 2. `engine`;
 //! 3. `outage`, `attrs`;
 //! 4. `once`;
-//! 5. `daemon`, `tally`, `workers`, `telemetry`, `views`, `spent`, `reasons`, `mirror`;
+//! 5. `daemon`, `control`, `tally`, `workers`, `telemetry`, `views`, `spent`, `reasons`, `mirror`;
 //! 6. `rows`, `feed`;
 //! 7. `step`;
 //! 8. `trials`;
-//! 9. `suggested`, `hosts`, `schema`.
+//! 9. `suggested`, `hosts`, `steer`, `schema`.
 //!
 //! This file is the folder itself: the `Store` handle that every file extends (`impl Store`),
 //! its error, the `Study` row and the connection and transaction helpers every file uses, and
@@ -62,6 +65,7 @@
 
 mod attrs;
 mod columns;
+mod control;
 mod daemon;
 mod engine;
 mod feed;
@@ -75,6 +79,7 @@ mod rows;
 mod schema;
 mod spent;
 mod sqlite;
+mod steer;
 mod step;
 mod suggested;
 mod sync;
@@ -93,6 +98,7 @@ pub use outage::{Ended, Outage};
 pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use spent::{spent, FinalTrial};
+pub use steer::{EndedElsewhere, Enqueued, KillRefused, Killed, Repeats, TrialLog, KILLED_BY_HAND};
 pub use suggested::ParamRefused;
 pub use telemetry::{GpuRow, MemorySample};
 pub use views::{Candidate, TrialView};

@@ -53,16 +53,32 @@ impl Store {
     pub async fn open_target(target: &Target) -> Result<Store> {
         let store = Store::connect(target, true).await?;
         store.check_schema().await?;
-        let migrated = match &store.pool {
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens an existing database for a command that writes sweepd's tables (`pause`, `stop`,
+    /// `kill`, `enqueue`, …): as [`Store::open_existing_target`], then sweepd's migrations
+    /// applied, as `sweepd run` applies them (a database an older sweepd made has no
+    /// `sweepd_control` yet).
+    pub async fn open_existing_migrated(target: &Target) -> Result<Store> {
+        let store = Store::open_existing_target(target).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// sweepd's migrations, and its triggers on Optuna's tables (SQLite).
+    async fn migrate(&self) -> Result<()> {
+        let migrated = match &self.pool {
             Pool::Sqlite(p) => sqlite::migrate(p).await,
             Pool::Postgres(p) => postgres::migrate(p).await,
         };
         migrated.map_err(|source| StoreError::Migrate {
-            path: store.path.clone(),
+            path: self.path.clone(),
             source,
         })?;
-        store.ensure_mirror().await?;
-        Ok(store)
+        self.ensure_mirror().await?;
+        Ok(())
     }
 
     /// Opens an existing database without changing it, for `status`, `trials` and `best`.

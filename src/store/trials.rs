@@ -14,8 +14,8 @@ use super::rows::{
 use super::{encode_value, placeholders, read_value, Result, SqlContext, Store, Study};
 use crate::study::attrs::{
     ATTEMPTS_ATTR, FAILED_TRIAL_ATTR, FAIL_KIND_ATTR, FAIL_REASON_ATTR, FAIL_REASON_USER_ATTR,
-    FIXED_PARAMS_ATTR, NEGATIVE_ZERO_ATTR, OWNER_ATTR, RETRIED_AS_ATTR, RETRY_HISTORY_ATTR,
-    STDERR_TAIL_ATTR, WORKER_ID_ATTR,
+    FIXED_PARAMS_ATTR, KILLED_BY_HAND_ATTR, NEGATIVE_ZERO_ATTR, OWNER_ATTR, RETRIED_AS_ATTR,
+    RETRY_HISTORY_ATTR, STDERR_TAIL_ATTR, WORKER_ID_ATTR,
 };
 use crate::study::{
     Attempts, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
@@ -77,7 +77,7 @@ impl Store {
 
     /// Re-enqueues a trial already recorded as a final FAIL (a WAITING copy, as a retry is),
     /// so that it no longer spends the budget. Returns the copy's number, or `None` when the
-    /// trial is not a FAIL without a copy.
+    /// trial is not a FAIL without a copy, or was killed by hand (`sweepd kill`: final).
     pub async fn requeue_failed(&self, study: &Study, trial_id: i64) -> Result<Option<i64>> {
         once!(self, study.id, |tx| {
             self.requeue_failed_in(tx, study, trial_id).await
@@ -97,11 +97,12 @@ impl Store {
                WHERE a.trial_id = t.trial_id AND a.key = $2) \
              FROM trials t WHERE t.trial_id = $1 AND t.state = 'FAIL' AND NOT EXISTS \
                (SELECT 1 FROM trial_system_attributes a WHERE a.trial_id = t.trial_id \
-                 AND a.key = $3)",
+                 AND a.key IN ($3, $4))",
         )
         .bind(trial_id)
         .bind(FAIL_KIND_ATTR)
         .bind(RETRIED_AS_ATTR)
+        .bind(KILLED_BY_HAND_ATTR)
         .fetch_optional(c)
         .await
         })
@@ -431,7 +432,7 @@ impl Store {
 
     /// Inserts a trial row and gives it Optuna's number (the count of the study's earlier
     /// trials), computed inside the write transaction so concurrent writers never share one.
-    async fn insert_trial(
+    pub(super) async fn insert_trial(
         &self,
         tx: &mut Tx,
         study: &Study,
@@ -602,44 +603,14 @@ impl Store {
         let values = match how {
             Finish::Complete(values) => values.clone(),
             // Optuna records a pruned trial's last intermediate value as its value.
-            Finish::Pruned => sql!(tx.conn(), |c| sqlx::query_as::<_, (Option<f64>, String)>(
-                "SELECT intermediate_value, CAST(intermediate_value_type AS TEXT) \
-                 FROM trial_intermediate_values \
-                 WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
-            )
-            .bind(trial_id)
-            .fetch_optional(c)
-            .await)
-            .at(&self.path)?
-            .and_then(|(value, value_type)| read_value(value, Some(&value_type)))
-            .into_iter()
-            .collect(),
+            Finish::Pruned => self
+                .last_intermediate(tx, trial_id)
+                .await?
+                .into_iter()
+                .collect(),
             Finish::Fail(_) => Vec::new(),
         };
-        // One row per objective, infinities as Optuna stores them (NULL and INF_POS/INF_NEG).
-        let mut negative_zeros = Vec::new();
-        for (objective, v) in values.iter().enumerate() {
-            let (stored, value_type) = encode_value(*v);
-            sql!(tx.conn(), |c| sqlx::query(
-                "INSERT INTO trial_values (trial_id, objective, value, value_type) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .bind(trial_id)
-            .bind(objective as i64)
-            .bind(stored)
-            .bind(Label::value_type(value_type))
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))
-            .at(&self.path)?;
-            if is_negative_zero(*v) {
-                negative_zeros.push(objective as i64);
-            }
-        }
-        if !negative_zeros.is_empty() {
-            self.note_negative_zeros(tx, trial_id, |z| z.values = negative_zeros)
-                .await?;
-        }
+        self.write_values(tx, trial_id, &values).await?;
         for (key, value) in &texts {
             self.set_attr_text(tx, trial_id, key, value).await?;
         }
@@ -680,6 +651,61 @@ impl Store {
             }
         }
         Ok(Some(number))
+    }
+
+    /// A trial's last intermediate value (the highest step's), which Optuna records as a
+    /// pruned trial's value; `None` without one, or for NaN.
+    pub(super) async fn last_intermediate(
+        &self,
+        tx: &mut Tx,
+        trial_id: i64,
+    ) -> Result<Option<f64>> {
+        Ok(
+            sql!(tx.conn(), |c| sqlx::query_as::<_, (Option<f64>, String)>(
+                "SELECT intermediate_value, CAST(intermediate_value_type AS TEXT) \
+             FROM trial_intermediate_values \
+             WHERE trial_id = $1 ORDER BY step DESC LIMIT 1",
+            )
+            .bind(trial_id)
+            .fetch_optional(c)
+            .await)
+            .at(&self.path)?
+            .and_then(|(value, value_type)| read_value(value, Some(&value_type))),
+        )
+    }
+
+    /// A final trial's `trial_values`, one row per objective, infinities as Optuna stores them
+    /// (NULL and INF_POS/INF_NEG), negative zeros noted.
+    pub(super) async fn write_values(
+        &self,
+        tx: &mut Tx,
+        trial_id: i64,
+        values: &[f64],
+    ) -> Result<()> {
+        let mut negative_zeros = Vec::new();
+        for (objective, v) in values.iter().enumerate() {
+            let (stored, value_type) = encode_value(*v);
+            sql!(tx.conn(), |c| sqlx::query(
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(trial_id)
+            .bind(objective as i64)
+            .bind(stored)
+            .bind(Label::value_type(value_type))
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
+            .at(&self.path)?;
+            if is_negative_zero(*v) {
+                negative_zeros.push(objective as i64);
+            }
+        }
+        if !negative_zeros.is_empty() {
+            self.note_negative_zeros(tx, trial_id, |z| z.values = negative_zeros)
+                .await?;
+        }
+        Ok(())
     }
 
     /// A WAITING copy of a failed trial, with the system attributes Optuna's

@@ -40,6 +40,10 @@ pub const MEMORY_CAP_ATTR: &str = "sweepd:memory_cap_mib";
 /// Which of a trial's stored zeros are -0.0 (SQLite's REAL columns lose the sign).
 pub const NEGATIVE_ZERO_ATTR: &str = "sweepd:negative_zero";
 
+/// A trial a person ended by hand (`sweepd kill`): who, when, as which state. Such a FAIL is
+/// final: never retried, never re-enqueued (the same-error stop's re-enqueue leaves it too).
+pub const KILLED_BY_HAND_ATTR: &str = "sweepd:killed_by_hand";
+
 /// The trial *user* attribute that carries a failed trial's reason where optuna-dashboard
 /// shows it (it shows user attributes, not the [`FAIL_REASON_ATTR`] system attribute).
 pub const FAIL_REASON_USER_ATTR: &str = "sweepd:fail_reason";
@@ -76,6 +80,7 @@ pub const TRIAL_SYSTEM_ATTRS: &[&str] = &[
     PEAK_MEMORY_ATTR,
     MEMORY_CAP_ATTR,
     NEGATIVE_ZERO_ATTR,
+    KILLED_BY_HAND_ATTR,
     FAIL_REASON_ATTR,
     FAILED_TRIAL_ATTR,
     RETRY_HISTORY_ATTR,

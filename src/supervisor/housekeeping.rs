@@ -1,5 +1,6 @@
 //! The housekeeping task: once a second (or GPU poll interval) it reads the GPUs, retires idle
-//! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`),
+//! workers past `idle_worker_timeout` (or dead), takes the CLI's requests (`sweepd resume`)
+//! and the study's control state (`steer`: paused, stopped, cancelled, trials ended elsewhere),
 //! learns other processes' trials (`Core::catch_up`), keeps the daemon's row, its entry in the
 //! host's GPU ledger, the `systemctl status` line and the watchdog current, puts back sweepd's
 //! triggers when an Optuna migration dropped them, and notices a study deleted from the
@@ -23,6 +24,7 @@ use super::host;
 use super::notices::Watch;
 use super::pool::Current;
 use super::shared::Shared;
+use super::steer;
 use super::workers;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
@@ -52,6 +54,8 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     let mut news = Watch::new(&sh, Instant::now());
     // The line of waiting candidates last published (`supervisor::reasons`).
     let mut published: Option<Line> = None;
+    // The study's control state as last read (`sweepd pause`, `stop`, `cancel`).
+    let mut steered = None;
     loop {
         match sh.store.study_deleted(&sh.study).await {
             Ok(true) => {
@@ -94,6 +98,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             Err(e) => warn!("could not read commands: {e}"),
         }
+        let paused_by_owner = steer::pass(&sh, &mut steered).await;
         let (paused, status, line) = {
             let mut core = sh.core.lock().await;
             // Other processes' trials, also while no trial starts here (every slot busy with a
@@ -106,7 +111,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 sh.metrics.set_running(None, core.running() as usize);
             }
             core.publish();
-            let paused = core.paused(Instant::now());
+            let paused = paused_by_owner.or_else(|| core.paused(Instant::now()));
             news.tick(&sh, core.summary(), &rows, paused.as_deref());
             let line = core.waiting_line(&rows);
             (paused, core.status_line(), line)

@@ -34,22 +34,28 @@
 //! 4. `settings`: the one `Arc<Config>` in force, swapped whole by a reload.
 //! 5. `events`: what happens to workers, and why one is retired.
 //! 6. `suggest`: a running trial's params as its objective defines them.
-//! 7. `decide`: every decision, pure, given a snapshot (the start gate and which budget ends
-//!    the study, the admission line, a finish's verdict, a slot's choices).
+//! 7. `decide`: every decision, pure, given a snapshot (the start gate, with the owner's pause,
+//!    stop and cancel and which budget ends the study; the admission line, a finish's verdict,
+//!    a slot's choices).
 //! 8. `reasons`: why each candidate in line waits, as the daemon publishes it (pure).
 //! 9. `pool`: idle persistent workers on GPUs between trials.
-//! 10. `admit`: the GPU side of the core (the admission round's readings and ledger, our
+//! 10. `stops`: our running trials, each stoppable from outside its conversation (a trial
+//!     another process ended, a cancelled study).
+//! 11. `admit`: the GPU side of the core (the admission round's readings and ledger, our
 //!     claims).
-//! 11. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
+//! 12. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
 //!     questions, other processes' trials learnt, what the budgets spent).
-//! 12. `shared`: what the tasks share.
-//! 13. `notices`: what the daemon tells a person through `[notify]`.
-//! 14. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
-//! 15. `workers`: starting and retiring worker processes.
-//! 16. `trial`: one trial's protocol conversation and limits.
-//! 17. `slot`: one slot's loop.
-//! 18. `housekeeping`: the once-a-poll task and the watches beside it.
-//! 19. `reload`: SIGHUP.
+//! 13. `shared`: what the tasks share.
+//! 14. `notices`: what the daemon tells a person through `[notify]`.
+//! 15. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
+//! 16. `workers`: starting and retiring worker processes.
+//! 17. `trial`: one trial's protocol conversation and limits.
+//! 18. `slot`: one slot's loop.
+//! 19. `steer`: the study's control state (`sweepd pause`, `stop`, `cancel`) read at start
+//!     and at each housekeeping pass and acted on (a cancelled study's trials stopped), and
+//!     our trials another process ended stopped.
+//! 20. `housekeeping`: the once-a-poll task and the watches beside it.
+//! 21. `reload`: SIGHUP.
 //!
 //! This file is the top: it starts and ends a run (the lock, the tasks, the first error, the
 //! idle workers left at the end).
@@ -73,6 +79,8 @@ mod reload;
 mod settings;
 mod shared;
 mod slot;
+mod steer;
+mod stops;
 mod suggest;
 mod trial;
 mod workers;
@@ -99,6 +107,8 @@ use tracing::{debug, error, info, warn};
 pub struct RunSummary {
     pub counts: Counts,
     pub interrupted: bool,
+    /// The study's owner stopped or cancelled it (`sweepd stop`, `sweepd cancel`): who, when.
+    pub steered: Option<crate::study::StudyControl>,
 }
 
 /// What the outside world can tell a running daemon.
@@ -236,8 +246,18 @@ async fn run_locked(
     control: Control,
 ) -> Result<RunSummary, RunError> {
     open::reconcile(&store, &study, &me, reap).await?;
+    // Stopped or cancelled by its owner: exit 0 at once, until `sweepd resume`.
+    let (at_start, exit) = steer::at_start(&store, &study).await?;
+    if exit {
+        return Ok(RunSummary {
+            counts: store.counts(&study).await?,
+            interrupted: false,
+            steered: Some(at_start),
+        });
+    }
     let settings = Settings::new(config.clone());
-    let opened = open::open(&settings, &store, &study, &me, control.progress.clone()).await?;
+    let progress = control.progress.clone();
+    let opened = open::open(&settings, &store, &study, &me, progress, at_start.state).await?;
     let notifier = crate::notify::Notifier::start(
         &config.notify,
         &study.name,
@@ -261,6 +281,7 @@ async fn run_locked(
         ended_by: Default::default(),
         metrics: opened.metrics,
         notifier,
+        stops: Default::default(),
         par_override: control.par_override,
     });
     let slots_done = CancellationToken::new();
@@ -285,11 +306,17 @@ async fn run_locked(
         .take();
     let error = ended_by.or(first_error);
     let interrupted = shared.shutdown.is_cancelled();
-    notices::at_end(&shared, error.as_ref(), interrupted).await;
+    let by_owner = shared.core.lock().await.ended_by_owner();
+    // A study its owner stopped or cancelled is no news to them, as a signal is not.
+    notices::at_end(&shared, error.as_ref(), interrupted || by_owner).await;
     if let Some(e) = error {
         return Err(e);
     }
     let counts = store.counts(&study).await?;
+    let steered = match by_owner {
+        true => Some(store.control(&study).await?),
+        false => None,
+    };
     info!(
         complete = counts.complete,
         pruned = counts.pruned,
@@ -301,6 +328,7 @@ async fn run_locked(
     Ok(RunSummary {
         counts,
         interrupted,
+        steered,
     })
 }
 

@@ -17,7 +17,7 @@ use crate::pruner::Pruner;
 use crate::sampler;
 use crate::store::{self, DaemonId, Feed, Store, StoreError};
 use crate::study::pareto::{self, Front};
-use crate::study::Tally;
+use crate::study::{ControlState, Tally};
 use std::sync::Arc;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -63,13 +63,15 @@ pub(super) struct Opened {
 }
 
 /// Reads the GPUs, builds the sampler, the pruner and the memory model from the study's
-/// history, opens the host's ledger and the memory group's peak file, and builds the core.
+/// history, opens the host's ledger and the memory group's peak file, and builds the core
+/// (under `steer`, the study's control state as read at start).
 pub(super) async fn open(
     settings: &Settings,
     store: &Store,
     study: &crate::store::Study,
     me: &DaemonId,
     progress: watch::Sender<Progress>,
+    steer: ControlState,
 ) -> Result<Opened, RunError> {
     let config = settings.get();
     let monitor = open_gpus(&config).await?;
@@ -123,6 +125,7 @@ pub(super) async fn open(
         sampler,
         pruner,
         tally,
+        steer,
         gpu,
         next_key: store.next_number(study).await? as u64,
         key_offset: host_key_offset(me, several_hosts),

@@ -8,6 +8,7 @@ use super::error::RunError;
 use super::events::WorkerEvent;
 use super::host::{self, Here};
 use super::settings::Settings;
+use super::stops::Stops;
 use crate::config::Config;
 use crate::gpu::Monitor;
 use crate::metrics::Metrics;
@@ -49,6 +50,8 @@ pub(super) struct Shared {
     pub(super) metrics: Arc<Metrics>,
     /// `[notify]`: sending queues, never waits.
     pub(super) notifier: crate::notify::Notifier,
+    /// Our running trials, each stoppable from housekeeping (ended elsewhere, cancelled).
+    pub(super) stops: Stops,
     /// `--par` from the command line, which reloads keep.
     pub(super) par_override: Option<usize>,
 }

@@ -1,7 +1,8 @@
 //! One trial on one worker: the protocol conversation (the trial sent, reports answered with
 //! the pruner's decision, protocol 2's suggests answered with the param's value and its user
 //! attributes recorded, the result, the error report), the limits (`trial_timeout`,
-//! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study) and, when the
+//! `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study, a stop from
+//! housekeeping: the trial ended by another process or the study cancelled) and, when the
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
 
@@ -9,6 +10,7 @@ use super::decide::Outcome;
 use super::events::WorkerEvent;
 use super::policy::Fate;
 use super::shared::Shared;
+use super::stops::Stop;
 use super::workers::{kill_group, took_memory, KILL_GRACE};
 use crate::classify;
 use crate::clock;
@@ -43,6 +45,8 @@ struct Conversation<'a> {
     last_report: Option<(String, String, String)>,
     /// What the framework said of the trial's memory, with its final message.
     framework: Option<FrameworkMemory>,
+    /// Housekeeping's stop: the trial ended by another process, or the study cancelled.
+    stop: Stop,
 }
 
 /// What a message from the worker comes to.
@@ -85,8 +89,9 @@ async fn killed(w: &mut Worker, kind: FailureKind, why: String) -> (Outcome, Fat
 /// Runs one claimed trial on `w` and decides how it ended, with what the worker's framework
 /// said of its memory (persistent workers whose helper reports it). `result_file` is set in
 /// oneshot mode, where the process exiting is the normal end of the trial. The limits:
-/// `trial_timeout`, `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study.
-/// `cap`: the memory cap a persistent worker is told with the trial (`memory_cap`).
+/// `trial_timeout`, `heartbeat_timeout`, `shutdown_grace`, a second Ctrl-C, a deleted study,
+/// a stop from housekeeping (`stops`). `cap`: the memory cap a persistent worker is told with
+/// the trial (`memory_cap`).
 pub(super) async fn run_trial(
     sh: &Shared,
     w: &mut Worker,
@@ -123,8 +128,10 @@ pub(super) async fn run_trial(
         outcome: None,
         last_report: None,
         framework: None,
+        stop: sh.stops.watch(c.trial_id),
     };
     let (result, fate) = talk.until_it_ends(w).await;
+    sh.stops.forget(c.trial_id);
     w.trial_ended(c.trial_id);
     let end = match &result {
         Outcome::Complete(v) => format!("COMPLETE {}", values_text(v)),
@@ -160,6 +167,7 @@ impl Conversation<'_> {
         let grace = tokio::time::sleep(far);
         tokio::pin!(grace);
         let mut stopping = false;
+        let stop = self.stop.clone();
         loop {
             tokio::select! {
                 ev = w.next_event() => {
@@ -198,6 +206,12 @@ impl Conversation<'_> {
                 _ = sh.abandon.cancelled() => {
                     let why = "interrupted: the study was deleted from the database".to_owned();
                     return killed(w, FailureKind::Interrupted, why).await;
+                }
+                why = stop.stopped() => {
+                    warn!(trial = self.c.number, "{why}");
+                    kill_group(sh, w).await;
+                    let reason = format!("interrupted: {why}");
+                    return (failed(FailureKind::Interrupted, reason, Some(w.stderr_tail())), Fate::Replace(why));
                 }
                 _ = &mut grace => {
                     let why = "interrupted: sweepd was stopped and the trial did not finish within shutdown_grace".to_owned();

@@ -429,6 +429,35 @@ class UncappableTorch(CapsBase):
         self.assertIn("the trials run uncapped", said[0])
 
 
+class EnforcedCap(unittest.TestCase):
+    """Regression (the merge of issue 41's halves): the helper put the cap it was *told* on an
+    OOM's error, so a worker whose torch could not take a fraction, or a JAX one, had every
+    device OOM taken by sweepd for a cap hit: re-run for free, never infeasible."""
+
+    OOM = ("CUDA out of memory. Tried to allocate 400.00 MiB. GPU 0 has a total capacity of "
+           "8.00 GiB of which 38.00 MiB is free.")
+
+    def setUp(self):
+        saved = {n: sys.modules.pop(n) for n in ("torch", "tensorflow") if n in sys.modules}
+        self.addCleanup(sys.modules.update, saved)
+
+    def test_an_oom_under_a_cap_no_framework_took_carries_no_cap(self):
+        memory = sweepd_memory._Memory()
+        memory.apply(GIB)  # no framework imported: told, not enforced
+        figures = memory.error_figures(RuntimeError(self.OOM), None)
+        self.assertNotIn("cap", figures or {})
+        self.assertEqual(figures["requested"], 400 * MIB)
+
+    def test_an_oom_under_the_fraction_torch_took_carries_that_cap(self):
+        memory = sweepd_memory._Memory()
+        memory.apply(GIB)
+        memory.total = 8 * GIB
+        memory.torch_set = (0, sweepd_memory.cap_fraction(GIB, 8 * GIB))
+        self.assertEqual(memory.error_figures(RuntimeError(self.OOM), None)["cap"], GIB)
+        memory.apply(2 * GIB)  # a later trial's cap torch has not taken (yet)
+        self.assertIsNone(memory.enforced_cap())
+
+
 class Decisions(unittest.TestCase):
     def test_read_cap(self):
         for value, expected in ((None, None), ("", None), (" null ", None), ("1024", 1024),

@@ -35,7 +35,7 @@ use crate::pruner::Pruner;
 use crate::sampler::Sampler;
 use crate::store::{Changes, DaemonId, Feed, Store};
 use crate::study::budget::{Ended, Spending};
-use crate::study::{Claimed, Dists, Finish, Params, Tally};
+use crate::study::{Claimed, ControlState, Dists, Finish, Params, Tally};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,9 @@ pub(super) struct Core {
     running_on: HashMap<u32, usize>,
     /// Sampling, exhausted, or halted for an error.
     state: RunState,
+    /// What the study's owner asked of its daemons (`sweepd pause`, `stop`, `cancel`), as last
+    /// read: by housekeeping each pass, and by each start (`Core::plan`).
+    steer: ControlState,
     started: Instant,
     /// The number the next new trial will most likely get: the seed key of a new proposal,
     /// kept here rather than asked of the database for every trial.
@@ -100,6 +103,8 @@ pub(super) struct Setup {
     pub(super) sampler: Box<dyn Sampler>,
     pub(super) pruner: Pruner,
     pub(super) tally: Tally,
+    /// The study's control state as read at start (`steer::at_start`).
+    pub(super) steer: ControlState,
     pub(super) gpu: Option<GpuCtl>,
     pub(super) progress: Tracker,
     /// The study's next trial number, and this host's seed-key offset.
@@ -216,6 +221,7 @@ impl Core {
             running: 0,
             running_on: HashMap::new(),
             state: RunState::Sampling,
+            steer: s.steer,
             started: Instant::now(),
             next_key: s.next_key,
             key_offset: s.key_offset,
@@ -296,6 +302,16 @@ impl Core {
             RunState::Halted { error } => error.take().map(RunError::SameError),
             _ => None,
         }
+    }
+
+    /// The study's control state as housekeeping read it now.
+    pub(super) fn set_steer(&mut self, state: ControlState) {
+        self.steer = state;
+    }
+
+    /// The study's owner stopped or cancelled it: the run ends for that (`RunSummary.steered`).
+    pub(super) fn ended_by_owner(&self) -> bool {
+        self.steer.ends_daemons()
     }
 
     /// Trials this daemon runs now.

@@ -56,6 +56,7 @@ impl Core {
         hint: Option<u32>,
         stopping: bool,
     ) -> Result<Planned, RunError> {
+        self.read_steer(stopping).await?;
         loop {
             let cfg = self.settings.get();
             let new = match self.gate(stopping, &cfg).await? {
@@ -107,6 +108,15 @@ impl Core {
         }
     }
 
+    /// The study's control state read again for a start, not only at housekeeping's pace:
+    /// after `sweepd stop` returns, no trial of ours starts. Not once the study stops anyway.
+    async fn read_steer(&mut self, stopping: bool) -> Result<(), RunError> {
+        if !stopping && !matches!(self.state, RunState::Halted { .. }) {
+            self.steer = self.store.control(&self.study).await?.state;
+        }
+        Ok(())
+    }
+
     /// `decide::gate`, with what the study spent of its limits (`core::budget`) and the tally
     /// read again where it asks: `Ok(new)`, whether a new sample may start (new samples in line
     /// are dropped when not), or why none starts; a budget that ends the study is kept and
@@ -128,6 +138,7 @@ impl Core {
                 tally: &self.tally,
                 refreshed,
                 paused: self.paused(Instant::now()).is_some(),
+                control: self.steer,
             });
             match gate {
                 Gate::Refresh => {

@@ -7,9 +7,10 @@
 //! rules the decisions apply are `policy`'s (retry, breaker, the admission line) and
 //! `gpu::admission`'s (a device's room); the decisions are table-tested here.
 //!
-//! `line`: the candidates waiting for admission. `start`: whether a trial may start now and
-//! which, where (`gate`, which also says which budget ends the study, `after_empty_draw`,
-//! `admit_line`). `finish`: what an outcome is
+//! `line`: the candidates waiting for admission. `start`: whether a trial may start now (the stop
+//! conditions, what the study's owner asked: `sweepd pause`, `stop`, `cancel`; which budget
+//! ends the study) and which, where (`gate`, `after_empty_draw`, `admit_line`). `finish`: what
+//! an outcome is
 //! recorded as (`finish`). `slot`: a slot's own choices (its worker's fate after a trial, a
 //! worker that failed to start, whether its next trial starts in the finish's commit) and an
 //! idle worker's end.
@@ -52,6 +53,8 @@ pub(super) enum Stop {
     Shutdown,
     /// The study halted for an error ([`RunState::Halted`]).
     Halted,
+    /// The study's owner stopped or cancelled it (`sweepd stop`, `sweepd cancel`).
+    ByOwner,
     /// A budget is spent (`study::budget::Ended`): `n_trials` trials have a final outcome,
     /// whoever recorded them; `[study] timeout` has passed since the daemon started; the
     /// study's GPU-hours are spent; its best value stalled for `patience` finished trials.
@@ -68,6 +71,8 @@ pub(super) enum Why {
     BudgetHeld,
     /// Every device is quarantined by the circuit breaker.
     Paused,
+    /// The study's owner paused it (`sweepd pause`), until `sweepd resume`.
+    PausedByOwner,
     /// Only a WAITING trial may start, and none was found (another process claimed it): the
     /// next refresh of the tally says whether a new trial may start after all.
     WaitingGone,

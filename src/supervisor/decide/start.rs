@@ -12,7 +12,7 @@ use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::Request;
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Reclaim};
 use crate::study::budget::{self, Ended, Limits, Spent};
-use crate::study::{Params, Tally};
+use crate::study::{ControlState, Params, Tally};
 use crate::supervisor::policy;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
@@ -37,6 +37,9 @@ pub(in crate::supervisor) struct GateFacts<'a> {
     pub(in crate::supervisor) refreshed: bool,
     /// Every device is quarantined by the breaker.
     pub(in crate::supervisor) paused: bool,
+    /// What the study's owner asked of its daemons (`sweepd pause`, `stop`, `cancel`,
+    /// `resume`), as read for this decision.
+    pub(in crate::supervisor) control: ControlState,
 }
 
 /// What [`gate`] says.
@@ -53,16 +56,20 @@ pub(in crate::supervisor) enum Gate {
     },
 }
 
-/// Whether a start is considered at all: not once the study stops (shutdown, halted, a budget
-/// spent by whoever spent it: its timeout, GPU-hours, the stall rule, then `n_trials` on a
-/// fresh tally, each said as `study::budget::Ended`), not while the running trials hold every
-/// start left or every device is quarantined.
+/// Whether a start is considered at all: not once the study stops (shutdown, halted, stopped
+/// or cancelled by its owner, a budget spent by whoever spent it: its timeout, GPU-hours, the
+/// stall rule, then `n_trials` on a fresh tally, each said as `study::budget::Ended`), not
+/// while the running trials hold every start left, every device is quarantined or its owner
+/// paused it (a paused study still stops at a spent budget, as the breaker's pause).
 pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     if f.stopping {
         return Gate::No(NoStart::Stop(Stop::Shutdown));
     }
     if matches!(f.state, RunState::Halted { .. }) {
         return Gate::No(NoStart::Stop(Stop::Halted));
+    }
+    if f.control.ends_daemons() {
+        return Gate::No(NoStart::Stop(Stop::ByOwner));
     }
     if let Some(e) = f.ended {
         return Gate::No(NoStart::Stop(Stop::Ended(e)));
@@ -102,6 +109,9 @@ pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     }
     if f.paused {
         return Gate::No(NoStart::Wait(Why::Paused));
+    }
+    if !f.control.starts_trials() {
+        return Gate::No(NoStart::Wait(Why::PausedByOwner));
     }
     Gate::Line { new }
 }
@@ -411,6 +421,7 @@ mod tests {
             tally: &t,
             refreshed,
             paused: false,
+            control: ControlState::Running,
         })
     }
 
@@ -521,6 +532,7 @@ mod tests {
             tally: &t,
             refreshed: false,
             paused,
+            control: ControlState::Running,
         });
         assert_eq!(got, expected);
     }
@@ -540,6 +552,7 @@ mod tests {
             tally: &t,
             refreshed: true,
             paused: true,
+            control: ControlState::Running,
         });
         assert_eq!(got, trials_spent(3, 3));
     }
@@ -587,6 +600,116 @@ mod tests {
             tally: &t,
             refreshed: false,
             paused: false,
+            control: ControlState::Running,
+        });
+        assert_eq!(got, expected);
+    }
+
+    use ControlState::{Cancelling, Paused, Running as Resumed, Stopping};
+
+    /// `sweepd pause`, `stop`, `cancel` and `resume` at the gate: (shutdown, run state,
+    /// seconds since start, `[study] timeout`, trials done of 10, the owner's control state).
+    #[rstest]
+    #[case::resumed(false, RunState::Sampling, 0, None, 1, Resumed, NEW)]
+    #[case::paused_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Paused,
+        wait(Why::PausedByOwner)
+    )]
+    #[case::stopped_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    #[case::cancelled_by_its_owner(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Cancelling,
+        stop(Stop::ByOwner)
+    )]
+    // A stop or cancel ends even a study whose WAITING trials are still to run.
+    #[case::stopped_while_trials_wait(
+        false,
+        RunState::Exhausted,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    #[case::shutdown_wins_over_the_owners_stop(
+        true,
+        RunState::Sampling,
+        0,
+        None,
+        1,
+        Stopping,
+        stop(Stop::Shutdown)
+    )]
+    #[case::a_halt_wins_over_the_owners_stop(false, RunState::Halted { error: None }, 0, None, 1, Cancelling, stop(Stop::Halted))]
+    #[case::the_owners_stop_wins_over_a_timeout(
+        false,
+        RunState::Sampling,
+        61,
+        Some(60),
+        1,
+        Stopping,
+        stop(Stop::ByOwner)
+    )]
+    // Paused by hand as by the breaker: the study still ends when it has nothing left to do.
+    #[case::a_timeout_stops_a_study_its_owner_paused(
+        false,
+        RunState::Sampling,
+        61,
+        Some(60),
+        1,
+        Paused,
+        timed_out(60, 61)
+    )]
+    #[case::a_spent_budget_stops_a_study_its_owner_paused(
+        false,
+        RunState::Sampling,
+        0,
+        None,
+        10,
+        Paused,
+        trials_spent(10, 10)
+    )]
+    fn the_owners_pause_stop_and_cancel_hold_or_end_the_study(
+        #[case] stopping: bool,
+        #[case] state: RunState,
+        #[case] elapsed_s: u64,
+        #[case] timeout_s: Option<u64>,
+        #[case] done_trials: i64,
+        #[case] control: ControlState,
+        #[case] expected: Gate,
+    ) {
+        let t = tally(&done(done_trials));
+        let got = gate(&GateFacts {
+            stopping,
+            state: &state,
+            limits: Limits {
+                n_trials: Some(10),
+                timeout: timeout_s.map(Duration::from_secs),
+                ..Limits::default()
+            },
+            spent: &spent(t.finished, elapsed_s),
+            ended: None,
+            tally: &t,
+            refreshed: true,
+            paused: false,
+            control,
         });
         assert_eq!(got, expected);
     }
