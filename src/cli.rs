@@ -19,7 +19,9 @@
 //! 1. `args` (the shared clap arguments), `error` (`CliError`, the exit codes), `csv`
 //!    (`--csv`), `internals` (`internals --json`): they import nothing of this folder;
 //! 2. `open` (the study a command names), `render` (text shared by commands: `--json`, the
-//!    trials and GPU tables), `logging` (`run`'s log lines);
+//!    trials and GPU tables), `logging` (`run`'s log lines), `budgets` (`status`'s limits
+//!    beside `n_trials` and what was spent of them), `reasons` (why each trial waits or what it
+//!    does, as the live daemons published it);
 //! 3. `steering` (who asks, which daemons run the study: shared by the steering commands);
 //! 4. one file per command: `run`, `check`, `status`, `trials`, `best`, `gpus`, `control`
 //!    (`pause`, `resume`, `stop`, `cancel`), `kill`, `enqueue`, `logs`;
@@ -27,6 +29,7 @@
 
 mod args;
 mod best;
+mod budgets;
 mod check;
 mod control;
 mod csv;
@@ -38,6 +41,7 @@ mod kill;
 mod logging;
 mod logs;
 mod open;
+mod reasons;
 mod render;
 mod run;
 mod status;

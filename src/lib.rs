@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod gpu;
 pub mod metrics;
+pub mod notify;
 pub mod process;
 pub mod progress;
 pub mod pruner;

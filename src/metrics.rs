@@ -5,7 +5,8 @@
 //! Whoever can reach the port must not be able to stop the daemon through it: connections are
 //! served a few at a time (the rest wait in the kernel's queue, costing no descriptor), each
 //! within a time limit, and a failed accept (no descriptor left) is waited out, not fatal.
-//! Values are pushed here by the supervisor as things happen (failures, trial ends), on each
+//! Values are pushed here by the supervisor as things happen (failures, trial ends; the
+//! notifier counts its own runs, `notify`), on each
 //! housekeeping tick (running trials, GPU readings) or every tenth tick (counts by state, a
 //! query over the study), so a scrape never touches the database.
 //!
@@ -46,6 +47,11 @@ struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabel {
+    event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectiveLabel {
     objective: String,
     name: String,
@@ -66,6 +72,9 @@ pub struct Metrics {
     best: Family<ObjectiveLabel, Gauge<f64, AtomicU64>>,
     front: Gauge,
     database_up: Gauge,
+    notifications_sent: Family<EventLabel, Counter>,
+    notifications_failed: Family<EventLabel, Counter>,
+    notifications_dropped: Counter,
     paused: Gauge,
     killed_by_hand: Counter,
 }
@@ -96,6 +105,9 @@ impl Metrics {
             best: Family::default(),
             front: Gauge::default(),
             database_up: Gauge::default(),
+            notifications_sent: Family::default(),
+            notifications_failed: Family::default(),
+            notifications_dropped: Counter::default(),
             paused: Gauge::default(),
             killed_by_hand: Counter::default(),
             registry: Registry::default(),
@@ -156,6 +168,21 @@ impl Metrics {
             "database_up",
             "1 while the study's database answers, 0 while it cannot be reached",
             m.database_up.clone(),
+        );
+        registry.register(
+            "notifications_sent",
+            "Runs of the [notify] command that succeeded, by event",
+            m.notifications_sent.clone(),
+        );
+        registry.register(
+            "notifications_failed",
+            "Runs of the [notify] command that failed (exit status, timeout, no program), by event",
+            m.notifications_failed.clone(),
+        );
+        registry.register(
+            "notifications_dropped",
+            "Events dropped unsent because the notification queue was full",
+            m.notifications_dropped.clone(),
         );
         registry.register(
             "paused",
@@ -237,6 +264,25 @@ impl Metrics {
 
     pub fn worker_restarted(&self) {
         self.restarts.inc();
+    }
+
+    /// A run of the `[notify]` command for `event` ended: sent, or failed.
+    pub fn notification(&self, event: &str, sent: bool) {
+        let family = if sent {
+            &self.notifications_sent
+        } else {
+            &self.notifications_failed
+        };
+        family
+            .get_or_create(&EventLabel {
+                event: event.into(),
+            })
+            .inc();
+    }
+
+    /// An event was dropped from the full notification queue.
+    pub fn notification_dropped(&self) {
+        self.notifications_dropped.inc();
     }
 
     pub fn set_paused(&self, paused: bool) {
@@ -549,5 +595,22 @@ mod tests {
             text.contains(r#"sweepd_pareto_front_trials{host="h"} 7"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn notifications_are_counted_by_event_sent_failed_and_dropped() {
+        let m = Metrics::new("h");
+        m.notification("finished", true);
+        m.notification("fatal", false);
+        m.notification("fatal", false);
+        m.notification_dropped();
+        let text = m.encode();
+        for line in [
+            r#"sweepd_notifications_sent_total{host="h",event="finished"} 1"#,
+            r#"sweepd_notifications_failed_total{host="h",event="fatal"} 2"#,
+            r#"sweepd_notifications_dropped_total{host="h"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 }

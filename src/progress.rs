@@ -135,6 +135,11 @@ impl Tracker {
         })
     }
 
+    /// One objective: the best trial so far (number, value).
+    pub fn best(&self) -> Option<(i64, f64)> {
+        self.best
+    }
+
     /// Per objective, its name and best value so far (the front's, with several objectives).
     pub fn bests(&self) -> Vec<(String, Option<f64>)> {
         match self.front() {

@@ -15,7 +15,8 @@
 //! - **stored** ([`to_mib`], [`from_mib`]): a trial's peak memory as the `sweepd:peak_memory_mib`
 //!   attribute, a whole number of MiB.
 //! - **durations**: humantime's syntax both ways ("90s", "1h 30m", "1year"); [`parse_duration`]
-//!   adds the message config shows, [`format_duration`] is humantime's.
+//!   adds the message config shows, [`format_duration`] is humantime's; [`format_elapsed`] is
+//!   `status`'s compact "3m12s".
 
 use std::time::Duration;
 
@@ -230,6 +231,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+/// A span of time run or waited, compact and to the second, as `status` shows it: `45s`,
+/// `3m12s`, `2h05m` (seconds left out past an hour), `3d04h` (minutes left out past a day).
+pub fn format_elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +425,17 @@ mod tests {
             e.ends_with("(write e.g. \"90s\", \"2h\", \"1h 30m\")"),
             "{e}"
         );
+    }
+
+    #[rstest]
+    #[case::seconds(45, "45s")]
+    #[case::zero(0, "0s")]
+    #[case::minutes(192, "3m12s")]
+    #[case::a_minute_exactly(60, "1m00s")]
+    #[case::hours_drop_seconds(7_505, "2h05m")]
+    #[case::days_drop_minutes(273_600, "3d04h")]
+    fn elapsed_is_compact(#[case] secs: u64, #[case] shown: &str) {
+        assert_eq!(format_elapsed(Duration::from_secs(secs)), shown);
     }
 
     #[test]

@@ -1333,3 +1333,50 @@ fn a_trial_admitted_at_the_prior_counts_at_what_it_uses_once_the_model_predicts_
     );
     assert_eq!(max_overlap_by_gpu(&sweep)[&0], 3, "{err}");
 }
+
+#[test]
+fn a_trial_waiting_for_gpu_memory_says_on_which_device_and_by_how_much() {
+    let env = [
+        ("SIM_MEM", "3G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_HOLD_S", "3"),
+    ];
+    // Another program (this test, alive) holds 3 of the card's 8 GiB: one trial fits, and
+    // the second waits while the first holds its memory.
+    let (sweep, gpus) = gpu_sweep(&["8G Fake Small"], 3, 2, "trial_memory = \"3GiB\"", &env);
+    gpus.append(&format!("proc 0 {} 3G", std::process::id()));
+    let child = sweep.spawn_run();
+    let status = || -> Value {
+        let out = sweep.sweepd(&["status", "--json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let gib = |v: &Value| {
+        format!(
+            "{:.1} GiB",
+            v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64
+        )
+    };
+    // The phrase names the device and the figures `gpus` shows for it (read until both are
+    // of one reading: the line is written when its phrase changes, the rows every poll).
+    let mut seen = Value::Null;
+    wait_until(LIMIT, "status to say why the next trial waits", || {
+        seen = status();
+        let row = &seen["gpus"][0];
+        seen["waiting"][0]["reason"]
+            == format!(
+                "waiting: expects {}, {} free on GPU 0",
+                gib(&row["expected_peak"]),
+                gib(&row["free"])
+            )
+    });
+    assert_eq!(
+        seen["waiting"][0]["number"],
+        Value::Null,
+        "a new sample, not numbered yet"
+    );
+    let out = wait_output(child, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+    assert_eq!(sweep.count("COMPLETE"), 3);
+    // Once the daemon stopped, nothing is shown waiting.
+    assert_eq!(status()["waiting"], serde_json::json!([]));
+}

@@ -469,3 +469,95 @@ fn under_journald_each_log_line_carries_its_syslog_priority() {
     let out = sweep.run(&[], LIMIT);
     assert!(!stderr(&out).lines().any(|l| l.starts_with("<6>")));
 }
+
+/// A study whose trial N returns `values[N]` (the exact worker), one at a time, so that trials
+/// finish in the order of their numbers; `study_extra`: more `[study]` lines.
+fn valued_study(
+    values: &[f64],
+    n_trials: u64,
+    study_extra: &str,
+) -> (Sweep, tempfile::NamedTempFile) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    // The worker reads 21 numbers per trial (20 reports, then the value), as IEEE bits.
+    let text: String = values
+        .iter()
+        .flat_map(|v| std::iter::repeat_n(format!("{:016x}\n", v.to_bits()), 21))
+        .collect();
+    std::fs::write(file.path(), text).unwrap();
+    let cfg = Cfg {
+        n_trials: Some(n_trials),
+        max_par: 1,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/exact_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        study_extra: study_extra.into(),
+        params: "[params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n".into(),
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_VALUES", file.path().to_str().unwrap());
+    (Sweep::new(&cfg), file)
+}
+
+#[test]
+fn a_study_whose_best_value_stalls_for_patience_trials_stops_and_says_why() {
+    // Trial 0 sets the best (5); none after it beats it.
+    let values: Vec<f64> = (0..20).map(|i| 5.0 + i as f64).collect();
+    let (sweep, _values) = valued_study(&values, 20, "patience = 3\nmin_delta = 0.01\n");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sweep.count("COMPLETE"),
+        4,
+        "the best, then three trials without an improvement"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "study ended: the best value (5) has not improved by more than 1% in the last 3 \
+             finished trials ([study] patience, min_delta); no new trial starts"
+        ),
+        "{err}"
+    );
+    // `status` shows the stall it stopped on.
+    let out = sweep.sweepd(&["status"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("budgets   patience 3 of 3 finished trials without beating 5 (stalled)\n"),
+        "{text}"
+    );
+    let out = sweep.sweepd(&["status", "--json"]).output().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["budgets"]["stall"]["stalled"], true, "{json}");
+    assert_eq!(json["budgets"]["patience"], 3);
+}
+
+#[test]
+fn a_study_that_keeps_improving_runs_to_its_n_trials_despite_patience() {
+    // Each trial beats the one before by 5%, more than min_delta's 1%.
+    let values: Vec<f64> = (0..8).map(|i| 100.0 * 0.95f64.powi(i)).collect();
+    let (sweep, _values) = valued_study(&values, 8, "patience = 2\nmin_delta = 0.01\n");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sweep.count("COMPLETE"), 8);
+    let err = stderr(&out);
+    assert!(
+        err.contains("study done: 8/8 trials finished ([study] n_trials)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_study_that_reaches_its_timeout_says_so_not_just_study_done() {
+    let (sweep, _values) = valued_study(&[1.0], 1000, "timeout = \"2s\"\n");
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("study ended: its time limit is reached ([study] timeout = \"2s\""),
+        "{err}"
+    );
+}

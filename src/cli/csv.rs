@@ -257,6 +257,9 @@ mod tests {
             worker_pid: None,
             fail_kind: None,
             fail_reason: None,
+            gpu: None,
+            step: None,
+            reason: None,
         }
     }
 

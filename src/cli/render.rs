@@ -65,6 +65,9 @@ pub(super) fn trials_table(trials: &[TrialView]) -> String {
             let kind = t.fail_kind.as_deref().unwrap_or("fail");
             let _ = writeln!(out, "        {kind} {reason}");
         }
+        if let Some(reason) = &t.reason {
+            let _ = writeln!(out, "        {reason}");
+        }
     }
     out
 }
@@ -141,6 +144,9 @@ mod tests {
             worker_pid: None,
             fail_kind: None,
             fail_reason: None,
+            gpu: None,
+            step: None,
+            reason: None,
         }
     }
 

@@ -4,9 +4,11 @@
 //! rendered as text, JSON or CSV.
 
 use super::args::{Output, StudyArg};
+use super::budgets::Budgets;
 use super::csv;
 use super::error::CliError;
 use super::open::{open_study, Opened};
+use super::reasons::Reasons;
 use super::render::{gpus_table, objectives_text, print_json};
 use crate::store::WorkerView;
 use crate::store::{time, Candidate, DaemonView, Engine, GpuRow, HostView, Study, TrialView};
@@ -56,7 +58,16 @@ struct Status {
     /// A daemon whose heartbeat is older than this is gone.
     gone_after: Duration,
     gpus: Vec<GpuRow>,
+    /// The limits beside `n_trials` the config sets, and what was spent of them.
+    budgets: Option<Budgets>,
+    /// WAITING trials a live daemon says why it holds (at most [`WAITING_SHOWN`]), with their
+    /// reasons, and its candidates not numbered yet.
+    waiting: Vec<TrialView>,
+    unnumbered: Vec<String>,
 }
+
+/// The most WAITING trials `status` lists.
+const WAITING_SHOWN: usize = 20;
 
 impl Status {
     async fn read(arg: &StudyArg) -> Result<Status, CliError> {
@@ -67,7 +78,7 @@ impl Status {
             path,
         } = open_study(arg).await?;
         let counts = store.counts(&study).await?;
-        let running = store
+        let mut running = store
             .trials(&study, Some(TrialState::Running), None)
             .await?;
         let best = store.best(&study).await?;
@@ -90,6 +101,17 @@ impl Status {
             supervisor::DAEMON_GONE_AFTER
         };
         let gpus = store.gpus(&study).await?;
+        let budgets = Budgets::read(&store, &study, config.as_ref()).await?;
+        let reasons = Reasons::read(&store, &study, &hosts, gone_after).await?;
+        reasons.fill(&mut running);
+        let mut waiting = Vec::new();
+        for id in reasons.trial_ids(WAITING_SHOWN) {
+            let t = store.trial(&study, id).await?;
+            if t.state == "WAITING" {
+                waiting.push(t);
+            }
+        }
+        reasons.fill(&mut waiting);
         Ok(Status {
             n_trials: config.as_ref().and_then(|c| c.study.n_trials),
             study,
@@ -103,7 +125,16 @@ impl Status {
             several_hosts,
             gone_after,
             gpus,
+            budgets,
+            waiting,
+            unnumbered: reasons.unnumbered(),
         })
+    }
+
+    /// How long the live daemon has run (the time its `timeout` counts), where one runs.
+    fn ran(&self) -> Option<Duration> {
+        let d = self.daemon().filter(|d| self.alive(d))?;
+        time::age(&d.started_at)
     }
 
     /// Whether a daemon runs: not stopped or gone, and its heartbeat fresh.
@@ -151,8 +182,11 @@ impl Status {
         let running: Vec<Value> = self
             .running
             .iter()
-            .map(|t| json!({"number": t.number, "trial_id": t.trial_id, "worker_id": t.worker_id,
-                            "worker_pid": t.worker_pid, "elapsed_s": elapsed(t), "params": t.params}))
+            .map(|t| {
+                json!({"number": t.number, "trial_id": t.trial_id, "worker_id": t.worker_id,
+                            "worker_pid": t.worker_pid, "elapsed_s": elapsed(t), "params": t.params,
+                            "gpu": t.gpu, "step": t.step, "reason": t.reason})
+            })
             .collect();
         let number_of: HashMap<i64, i64> = self
             .running
@@ -192,6 +226,11 @@ impl Status {
             "daemon_alive": daemon.is_some_and(|d| self.alive(d)),
             "hosts": hosts,
             "gpus": self.gpus,
+            "budgets": self.budgets.as_ref().map(|b| b.json(self.ran())),
+            "waiting": self.waiting.iter()
+                .map(|t| json!({"number": t.number, "trial_id": t.trial_id, "reason": t.reason}))
+                .chain(self.unnumbered.iter().map(|r| json!({"number": null, "trial_id": null, "reason": r})))
+                .collect::<Vec<_>>(),
         })
     }
 
@@ -223,8 +262,12 @@ impl Status {
             "progress  {progress}: COMPLETE {}, PRUNED {}, FAIL {} ({} re-enqueued), RUNNING {}, WAITING {}",
             c.complete, c.pruned, c.fail, c.fail_retried, c.running, c.waiting
         );
+        if let Some(b) = &self.budgets {
+            let _ = writeln!(out, "budgets   {}", b.text(self.ran()));
+        }
         self.best_text(&mut out);
         self.running_text(&mut out);
+        self.waiting_text(&mut out);
         self.workers_text(&mut out);
         if !self.gpus.is_empty() {
             out.push_str(&gpus_table(&self.gpus));
@@ -328,18 +371,30 @@ impl Status {
         }
         let _ = writeln!(
             out,
-            "running   {:>7} {:>7} {:>8} {:>9}",
+            "running   {:>7} {:>7} {:>8} {:>9}  reason",
             "trial", "worker", "pid", "elapsed"
         );
         for t in &self.running {
             let _ = writeln!(
                 out,
-                "          {:>7} {:>7} {:>8} {:>8.1}s",
+                "          {:>7} {:>7} {:>8} {:>8.1}s  {}",
                 t.number,
                 t.worker_id.map_or("-".into(), |v| v.to_string()),
                 t.worker_pid.map_or("-".into(), |v| v.to_string()),
-                elapsed(t).unwrap_or(0.0)
+                elapsed(t).unwrap_or(0.0),
+                t.reason.as_deref().unwrap_or("-")
             );
+        }
+    }
+
+    /// The WAITING trials and candidates a live daemon says why it holds.
+    fn waiting_text(&self, out: &mut String) {
+        for t in &self.waiting {
+            let reason = t.reason.as_deref().unwrap_or("-");
+            let _ = writeln!(out, "waiting   trial {}: {reason}", t.number);
+        }
+        for r in &self.unnumbered {
+            let _ = writeln!(out, "waiting   next new trial: {r}");
         }
     }
 
@@ -409,6 +464,9 @@ mod tests {
             worker_pid: None,
             fail_kind: None,
             fail_reason: None,
+            gpu: None,
+            step: None,
+            reason: None,
         }
     }
 
@@ -435,6 +493,9 @@ mod tests {
             several_hosts: false,
             gone_after: Duration::from_secs(60),
             gpus: vec![],
+            budgets: None,
+            waiting: vec![],
+            unnumbered: vec![],
         }
     }
 
@@ -481,7 +542,7 @@ mod tests {
                 "progress  3/20 finished: COMPLETE 3, PRUNED 0, FAIL 0 (0 re-enqueued), \
                  RUNNING 1, WAITING 0",
                 "best      (no COMPLETE trial yet)",
-                "running     trial  worker      pid   elapsed",
+                "running     trial  worker      pid   elapsed  reason",
             ]
         );
         assert!(text.contains("          worker 7 slot 0 pid 4242 READY (2 trials done)\n"));

@@ -4,6 +4,7 @@ use super::args::{Output, StudyArg};
 use super::csv;
 use super::error::CliError;
 use super::open::open_study;
+use super::reasons::{self, Reasons};
 use super::render::{print_json, trials_table};
 use crate::study::TrialState;
 
@@ -14,7 +15,12 @@ pub(super) async fn trials(
     output: Output,
 ) -> Result<(), CliError> {
     let opened = open_study(arg).await?;
-    let trials = opened.store.trials(&opened.study, state, limit).await?;
+    let mut trials = opened.store.trials(&opened.study, state, limit).await?;
+    let hosts = opened.store.hosts(&opened.study).await?;
+    let gone_after = reasons::gone_after(&opened.store, opened.config.as_ref());
+    Reasons::read(&opened.store, &opened.study, &hosts, gone_after)
+        .await?
+        .fill(&mut trials);
     match output {
         Output::Json => print_json(&trials),
         Output::Csv => csv::trials(&opened.study, &trials, opened.static_names()),

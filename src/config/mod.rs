@@ -11,7 +11,7 @@
 //! Besides the required `[study]` and `[worker]`, every table is optional with documented
 //! defaults: `[params.*]` (the static part of the search space: the objective may define the
 //! rest as it runs), `[storage]`, `[worker.env]`, `[worker.allocator]`, `[gpu]`, `[retry]`,
-//! `[sampler]`, `[pruner]`, `[metrics]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
+//! `[sampler]`, `[pruner]`, `[metrics]`, `[notify]`. Sizes (`gpu.headroom`, `worker.log_max_bytes`, ...) are
 //! a TOML integer of bytes or a string with a unit, see [`crate::units`].
 //!
 //! What `check` accepts, `run` must be able to run: every duration and size has a maximum (named
@@ -35,6 +35,7 @@ pub use storage::{
     parse_storage_url, postgres_url, redact, StorageUrl, DEFAULT_HOST_TIMEOUT, DEFAULT_STORAGE_URL,
 };
 
+use crate::study::budget::{Limits, Patience};
 use crate::study::{Direction, SearchSpace};
 use crate::units::GIB;
 use raw::RawConfig;
@@ -64,9 +65,10 @@ pub struct Config {
     pub sampler: SamplerConfig,
     pub pruner: PrunerConfig,
     pub metrics: MetricsConfig,
+    pub notify: NotifyConfig,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StudyConfig {
     pub name: String,
     /// One per objective, never empty: `[study] direction` gives one, `directions` several.
@@ -75,6 +77,13 @@ pub struct StudyConfig {
     pub metric_names: Option<Vec<String>>,
     pub n_trials: Option<u64>,
     pub timeout: Option<Duration>,
+    /// `[study] gpu_hours`: GPU time the study may spend, trial-seconds times the share of a
+    /// GPU each held, across restarts and hosts; needs GPUs. > 0.
+    pub gpu_hours: Option<f64>,
+    /// `[study] patience` and `min_delta`: stop once the best value has not improved by more
+    /// than `min_delta` of it (relative, default 0) in `patience` finished trials in a row; one
+    /// objective only.
+    pub patience: Option<Patience>,
     pub sampler: SamplerKind,
     pub seed: Option<u64>,
 }
@@ -104,6 +113,16 @@ impl StudyConfig {
     /// Whether the study has several objectives.
     pub fn is_multi_objective(&self) -> bool {
         self.directions.len() > 1
+    }
+
+    /// The study's limits, for `study::budget::ended` and `status`.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            n_trials: self.n_trials,
+            timeout: self.timeout,
+            gpu_hours: self.gpu_hours,
+            patience: self.patience,
+        }
     }
 }
 
@@ -421,6 +440,82 @@ pub struct MetricsConfig {
     pub allow_remote: bool,
 }
 
+/// `[notify]`: a command run on the events a person must hear of. Without the table (an
+/// empty `command`) nothing is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyConfig {
+    /// argv, no shell: the event is on its stdin as JSON and in its environment.
+    pub command: Vec<String>,
+    /// The events that run it, in [`NotifyEvent::ALL`] order; every one when not given (a
+    /// summary only with `summary_every`).
+    pub events: Vec<NotifyEvent>,
+    /// A summary of the study this often; default none.
+    pub summary_every: Option<Duration>,
+    /// One run of the command may take this long before its process group is killed; default
+    /// 30s, at most 10m.
+    pub timeout: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            command: Vec::new(),
+            events: Vec::new(),
+            summary_every: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl NotifyConfig {
+    /// Whether `event` runs the command.
+    pub fn wants(&self, event: NotifyEvent) -> bool {
+        !self.command.is_empty() && self.events.contains(&event)
+    }
+}
+
+/// An event `[notify] events` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NotifyEvent {
+    /// The study ended: its budget, time limit, GPU-hours or a stall.
+    Finished,
+    /// The circuit breaker stopped the study's trials (every device quarantined).
+    Breaker,
+    /// The daemon stops on an error a person must fix.
+    Fatal,
+    /// A GPU stopped answering (its readings fail).
+    DeviceLost,
+    /// The periodic summary (`summary_every`).
+    Summary,
+}
+
+impl NotifyEvent {
+    pub const ALL: [NotifyEvent; 5] = [
+        NotifyEvent::Finished,
+        NotifyEvent::Breaker,
+        NotifyEvent::Fatal,
+        NotifyEvent::DeviceLost,
+        NotifyEvent::Summary,
+    ];
+
+    /// The name in `events`, in the JSON's `event` and in `SWEEPD_EVENT`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NotifyEvent::Finished => "finished",
+            NotifyEvent::Breaker => "breaker",
+            NotifyEvent::Fatal => "fatal",
+            NotifyEvent::DeviceLost => "device_lost",
+            NotifyEvent::Summary => "summary",
+        }
+    }
+}
+
+impl fmt::Display for NotifyEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Everything wrong with a config file, one [`Problem`] per line when displayed.
 #[derive(Debug, thiserror::Error)]
 pub struct ConfigError {
@@ -558,6 +653,10 @@ impl Config {
             v.several_objectives(study, &pruner, raw.pruner.as_ref().map(|t| &t.0));
         }
         let metrics = v.metrics(raw.metrics.as_ref().map(|t| &t.0));
+        let notify = v.notify(raw.notify.as_ref().map(|t| &t.0));
+        if let Some(study) = &study {
+            v.budgets_fit(study, &gpu, raw_study);
+        }
         if let (Some(g), Some(space)) = (
             raw.gpu.as_ref().and_then(|t| t.0.memory_group.as_ref()),
             &space,
@@ -590,6 +689,7 @@ impl Config {
                     sampler,
                     pruner,
                     metrics,
+                    notify,
                 })
             }
             _ => Err(v.into_error()),

@@ -29,6 +29,7 @@ pub(crate) struct RawConfig {
     pub(crate) sampler: Option<Table<RawSampler>>,
     pub(crate) pruner: Option<Table<RawPruner>>,
     pub(crate) metrics: Option<Table<RawMetrics>>,
+    pub(crate) notify: Option<Table<RawNotify>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -42,6 +43,10 @@ pub(crate) struct RawStudy {
     // problems, collected with the rest, instead of serde errors that stop the parse.
     pub(crate) n_trials: Option<Spanned<i64>>,
     pub(crate) timeout: Option<Spanned<String>>,
+    // A number of hours, a float or an integer, so it is taken untyped.
+    pub(crate) gpu_hours: Option<Spanned<toml::Value>>,
+    pub(crate) patience: Option<Spanned<i64>>,
+    pub(crate) min_delta: Option<Spanned<toml::Value>>,
     pub(crate) sampler: Option<Spanned<String>>,
     pub(crate) seed: Option<Spanned<i64>>,
 }
@@ -151,6 +156,15 @@ pub(crate) struct RawPruner {
 pub(crate) struct RawMetrics {
     pub(crate) listen: Option<Spanned<String>>,
     pub(crate) allow_remote: Option<Spanned<bool>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNotify {
+    pub(crate) command: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) events: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) summary_every: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<String>>,
 }
 
 /// `devices`: a keyword or a list of indices, each index keeping its span. A hand-written

@@ -61,6 +61,9 @@ pub const KEYS: &[Key] = &[
     field!("study.metric_names", Restart, study.metric_names),
     field!("study.n_trials", Live, study.n_trials),
     field!("study.timeout", Live, study.timeout),
+    field!("study.gpu_hours", Live, study.gpu_hours),
+    // `patience` and its `min_delta`, one rule.
+    field!("study.patience", Live, study.patience),
     field!("study.sampler", Restart, study.sampler),
     field!("study.seed", Restart, study.seed),
     // The URL and what it names: the file, or the server to connect to.
@@ -132,6 +135,14 @@ pub const KEYS: &[Key] = &[
     },
     field!("metrics.listen", Restart, metrics.listen),
     field!("metrics.allow_remote", Restart, metrics.allow_remote),
+    // The notifier is started once, with its command and events.
+    Key {
+        name: "notify",
+        when: When::Restart,
+        differs: |old, new| old.notify != new.notify,
+        report: None,
+        copy: |running, new| running.notify = new.notify.clone(),
+    },
     Key {
         name: "params",
         when: When::Restart,
@@ -174,6 +185,7 @@ const _: fn(&Config) = |c| {
         sampler,
         pruner: _,
         metrics,
+        notify: _,
     } = c;
     let StudyConfig {
         name: _,
@@ -181,6 +193,8 @@ const _: fn(&Config) = |c| {
         metric_names: _,
         n_trials: _,
         timeout: _,
+        gpu_hours: _,
+        patience: _,
         sampler: _,
         seed: _,
     } = study;
@@ -479,7 +493,7 @@ mod tests {
         let a = parse_in(dir, &cfg("", "", PX)).unwrap();
         let text = cfg(
             "direction = \"maximize\"\nmetric_names = [\"m\"]\nn_trials = 9\ntimeout = \"1h\"\n\
-             sampler = \"tpe\"\nseed = 3",
+             sampler = \"tpe\"\nseed = 3\ngpu_hours = 2\npatience = 5\nmin_delta = 0.01",
             "mode = \"oneshot\"\nrecycle_after = 5\nmax_par = 3\ntrial_timeout = \"1h\"\n\
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
@@ -497,7 +511,8 @@ mod tests {
              population_size = 10\ncrossover_prob = 0.8\n\
              swapping_prob = 0.4\nmutation_prob = 0.2\n\
              [pruner]\ntype = \"median\"\n\
-             [metrics]\nlisten = \"127.0.0.1:9000\"\nallow_remote = true\n",
+             [metrics]\nlisten = \"127.0.0.1:9000\"\nallow_remote = true\n\
+             [notify]\ncommand = [\"true\"]\n",
         )
         .replace("[\"w\"]", "[\"w2\"]")
         .replace("name = \"s\"", "name = \"t\"");

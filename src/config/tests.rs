@@ -951,6 +951,74 @@ fn collects_problems_across_new_tables() {
     );
 }
 
+#[test]
+fn budgets_beside_n_trials_are_read_and_give_the_limits() {
+    let c = parsed(&cfg(
+        "n_trials = 50\ngpu_hours = 12.5\npatience = 20\nmin_delta = 0.01",
+        "",
+        &format!("{PX}[gpu]\n"),
+    ));
+    let limits = c.study.limits();
+    assert_eq!(limits.n_trials, Some(50));
+    assert_eq!(limits.gpu_hours, Some(12.5));
+    assert_eq!(
+        limits.patience,
+        Some(crate::study::budget::Patience {
+            patience: 20,
+            min_delta: 0.01
+        })
+    );
+    // min_delta defaults to 0: any strict improvement counts.
+    let c = parsed(&cfg(
+        "patience = 3\ngpu_hours = 1",
+        "",
+        &format!("{PX}[gpu]\n"),
+    ));
+    assert_eq!(c.study.patience.map(|p| p.min_delta), Some(0.0));
+    assert_eq!(c.study.gpu_hours, Some(1.0));
+    assert_eq!(parsed(&cfg("", "", PX)).study.limits(), Default::default());
+}
+
+#[test]
+fn notify_takes_every_event_but_the_summary_unless_told_and_a_30s_timeout() {
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"notify-me\", \"--quiet\"]\n",
+    ));
+    assert_eq!(c.notify.command, ["notify-me", "--quiet"]);
+    assert_eq!(
+        c.notify.events,
+        [
+            NotifyEvent::Finished,
+            NotifyEvent::Breaker,
+            NotifyEvent::Fatal,
+            NotifyEvent::DeviceLost
+        ]
+    );
+    assert_eq!(c.notify.timeout, Duration::from_secs(30));
+    assert!(c.notify.wants(NotifyEvent::Fatal));
+    assert!(!c.notify.wants(NotifyEvent::Summary));
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"n\"]\nevents = [\"summary\", \"finished\"]\n\
+         summary_every = \"6h\"\ntimeout = \"1m\"\n",
+    ));
+    assert_eq!(
+        c.notify.events,
+        [NotifyEvent::Finished, NotifyEvent::Summary]
+    );
+    assert_eq!(c.notify.summary_every, Some(Duration::from_secs(6 * 3600)));
+    assert_eq!(c.notify.timeout, Duration::from_secs(60));
+    let c = parsed(&with(
+        "",
+        "[notify]\ncommand = [\"n\"]\nsummary_every = \"1m\"\n",
+    ));
+    assert_eq!(c.notify.events.last(), Some(&NotifyEvent::Summary));
+    let none = parsed(&with("", ""));
+    assert!(none.notify.command.is_empty());
+    assert!(!none.notify.wants(NotifyEvent::Finished));
+}
+
 // ---- command-line overrides
 
 fn with_par(text: &str, par: usize) -> Result<Config, ConfigError> {

@@ -26,7 +26,9 @@
 //! upsert of one attribute), `views` (trials read back for the CLI, and the peaks a restarted
 //! daemon's memory model starts from), `feed` (what changed since a daemon last looked: every
 //! trial at its start, then other processes' trials as they come, for the sampler, pruner and
-//! memory model), `tally` (the budget's count), `workers`, `daemon` (the lock row, its state,
+//! memory model), `tally` (the budget's count), `spent` (the finished trials' values and GPU
+//! time, for the budgets beside `n_trials`), `reasons` (each daemon's published line of waiting
+//! candidates and why they wait), `workers`, `daemon` (the lock row, its state,
 //! the CLI's commands), `control` (what the study's owner asked of every daemon: paused,
 //! stopping, cancelling), `steer` (a trial killed by hand, trials enqueued with chosen params,
 //! where a trial's log is, which of a daemon's trials another process ended), `hosts`
@@ -41,7 +43,7 @@
 //! 2. `engine`;
 //! 3. `outage`, `attrs`;
 //! 4. `once`;
-//! 5. `daemon`, `control`, `tally`, `workers`, `telemetry`, `views`, `mirror`;
+//! 5. `daemon`, `control`, `tally`, `workers`, `telemetry`, `views`, `spent`, `reasons`, `mirror`;
 //! 6. `rows`, `feed`;
 //! 7. `step`;
 //! 8. `trials`;
@@ -72,8 +74,10 @@ mod mirror;
 mod once;
 mod outage;
 mod postgres;
+mod reasons;
 mod rows;
 mod schema;
+mod spent;
 mod sqlite;
 mod steer;
 mod step;
@@ -93,6 +97,7 @@ pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
 pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
+pub use spent::{spent, FinalTrial};
 pub use steer::{EndedElsewhere, Enqueued, KillRefused, Killed, Repeats, TrialLog, KILLED_BY_HAND};
 pub use suggested::ParamRefused;
 pub use telemetry::{GpuRow, MemorySample};

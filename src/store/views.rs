@@ -7,8 +7,8 @@ use super::engine::{sql, Label};
 use super::outage::retrying;
 use super::{decode_value, read_value, Result, SqlContext, Store, Study};
 use crate::study::attrs::{
-    CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, NEGATIVE_ZERO_ATTR,
-    PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
+    CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, GPU_ATTR,
+    NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
 };
 use crate::study::{pareto, ConstraintAttrs, Counts, Direction, Distribution, Params, TrialState};
 use serde_json::{json, Value};
@@ -54,6 +54,16 @@ pub struct TrialView {
     pub worker_pid: Option<i64>,
     pub fail_kind: Option<String>,
     pub fail_reason: Option<String>,
+    /// The GPU it runs or ran on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    /// A RUNNING trial's last reported step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// A WAITING or RUNNING trial: why it waits or what it does (`study::reason`), filled in by
+    /// the commands that show it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A COMPLETE trial as the Pareto front is chosen from (see `Store::front_candidates`).
@@ -343,6 +353,9 @@ impl Store {
             worker_pid: None,
             fail_kind: None,
             fail_reason: None,
+            gpu: None,
+            step: None,
+            reason: None,
         };
         if study.is_multi_objective() {
             view.value = Value::Null;
@@ -385,7 +398,7 @@ impl Store {
         let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
-             ($2, $3, $4, $5, $6)",
+             ($2, $3, $4, $5, $6, $7)",
         )
         .bind(view.trial_id)
         .bind(WORKER_ID_ATTR)
@@ -393,6 +406,7 @@ impl Store {
         .bind(FAIL_KIND_ATTR)
         .bind(FAIL_REASON_ATTR)
         .bind(NEGATIVE_ZERO_ATTR)
+        .bind(GPU_ATTR)
         .fetch_all(c)
         .await
         })
@@ -404,6 +418,7 @@ impl Store {
                 WORKER_PID_ATTR => view.worker_pid = value.as_i64(),
                 FAIL_KIND_ATTR => view.fail_kind = value.as_str().map(str::to_owned),
                 FAIL_REASON_ATTR => view.fail_reason = value.as_str().map(str::to_owned),
+                GPU_ATTR => view.gpu = value.as_u64().and_then(|d| u32::try_from(d).ok()),
                 _ => {
                     let zeros = NegativeZeros::parse(Some(&json));
                     if let Some(v) = view.value.as_f64() {
@@ -423,6 +438,15 @@ impl Store {
                     }
                 }
             }
+        }
+        if view.state == "RUNNING" {
+            view.step = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+                "SELECT CAST(MAX(step) AS BIGINT) FROM trial_intermediate_values WHERE trial_id = $1",
+            )
+            .bind(view.trial_id)
+            .fetch_one(c)
+            .await)
+            .at(&self.path)?;
         }
         Ok(())
     }

@@ -9,6 +9,11 @@
 /// What every name sweepd gives its own attributes starts with; param names may not (config).
 pub const SWEEPD_PREFIX: &str = "sweepd:";
 
+/// A study system attribute per host (`sweepd:waiting:HOST`): that host's daemon's line of
+/// waiting candidates and why each waits (`study::reason::Line` as JSON), written when a phrase
+/// changes, for `status` and `trials` to read.
+pub const WAITING_LINE_PREFIX: &str = "sweepd:waiting:";
+
 // sweepd's own trial system attributes.
 
 /// The sweepd daemon that runs a trial (`DaemonId::json`), written when the trial starts:

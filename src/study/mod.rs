@@ -4,19 +4,23 @@
 //! of the whole study and what a daemon does about it (`control`); the rules of a trial added
 //! with chosen params (`enqueue`).
 //!
-//! Pure types and rules, no I/O, and nothing else of sweepd's imported: every other module
-//! may use them (config, store, samplers, the supervisor), so the arrows between those never
-//! have to point back.
+//! Pure types and rules, no I/O, and nothing else of sweepd's imported but `units` (sizes and
+//! durations in `reason`'s phrases): every other module may use them (config, store, samplers,
+//! the supervisor), so the arrows between those never have to point back. `reason`: why a trial
+//! waits or what it does, the phrase `status` shows; `budget`: the time, GPU-hours and stall
+//! limits beside `n_trials`, the one decision of which ends the study, and its words.
 
 // First: its `spelled!` enums macro is used by the files below.
 #[macro_use]
 mod trial;
 pub mod attrs;
+pub mod budget;
 pub mod control;
 mod decimal;
 pub mod enqueue;
 pub mod pareto;
 pub mod pyjson;
+pub mod reason;
 pub mod rules;
 pub mod space;
 mod tally;

@@ -21,6 +21,7 @@
 use super::error::RunError;
 use super::events::Retirement;
 use super::host;
+use super::notices::Watch;
 use super::pool::Current;
 use super::shared::Shared;
 use super::steer;
@@ -28,6 +29,7 @@ use super::workers;
 use crate::gpu::ledger::{self, Ledger, Neighbours};
 use crate::gpu::Monitor;
 use crate::store::{DaemonLockError, Engine, GpuRow};
+use crate::study::reason::Line;
 use crate::study::{DaemonCommand, DaemonState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,6 +51,9 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
     // heartbeat looks old, so none fails another over until its own have been written again
     // for a whole `host_timeout`.
     let mut last_silence = Instant::now();
+    let mut news = Watch::new(&sh, Instant::now());
+    // The line of waiting candidates last published (`supervisor::reasons`).
+    let mut published: Option<Line> = None;
     // The study's control state as last read (`sweepd pause`, `stop`, `cancel`).
     let mut steered = None;
     loop {
@@ -68,10 +73,11 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Ok(false) => {}
             Err(e) => warn!("could not check sweepd's triggers on Optuna's tables: {e}"),
         }
+        let mut rows = Vec::new();
         if let Some(m) = &sh.monitor {
             sh.read_gpus().await;
             // After the rows: their admission round reads the other daemons' requests.
-            let rows = gpu_rows(&sh, m).await;
+            rows = gpu_rows(&sh, m).await;
             retire_idle(&sh);
             sh.metrics.set_gpus(&rows);
             if let Err(e) = sh.store.write_gpus(&sh.study, &sh.host, &rows).await {
@@ -93,7 +99,7 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             Err(e) => warn!("could not read commands: {e}"),
         }
         let paused_by_owner = steer::pass(&sh, &mut steered).await;
-        let (paused, status) = {
+        let (paused, status, line) = {
             let mut core = sh.core.lock().await;
             // Other processes' trials, also while no trial starts here (every slot busy with a
             // long trial): the pruner judges the next report against their curves.
@@ -106,8 +112,16 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
             }
             core.publish();
             let paused = paused_by_owner.or_else(|| core.paused(Instant::now()));
-            (paused, core.status_line())
+            news.tick(&sh, core.summary(), &rows, paused.as_deref());
+            let line = core.waiting_line(&rows);
+            (paused, core.status_line(), line)
         };
+        if line.differs(published.as_ref()) {
+            match sh.store.publish_line(&sh.study, &sh.host, &line).await {
+                Ok(()) => published = Some(line),
+                Err(e) => warn!("could not publish why trials wait: {e}"),
+            }
+        }
         let state = if paused.is_some() {
             DaemonState::Paused
         } else {

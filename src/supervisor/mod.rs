@@ -35,23 +35,27 @@
 //! 5. `events`: what happens to workers, and why one is retired.
 //! 6. `suggest`: a running trial's params as its objective defines them.
 //! 7. `decide`: every decision, pure, given a snapshot (the start gate, with the owner's pause,
-//!    stop and cancel; the admission line, a finish's verdict, a slot's choices).
-//! 8. `pool`: idle persistent workers on GPUs between trials.
-//! 9. `stops`: our running trials, each stoppable from outside its conversation (a trial
-//!    another process ended, a cancelled study).
-//! 10. `admit`: the GPU side of the core (the admission round's readings and ledger, our claims).
-//! 11. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
-//!     questions, other processes' trials learnt).
-//! 12. `shared`: what the tasks share.
-//! 13. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
-//! 14. `workers`: starting and retiring worker processes.
-//! 15. `trial`: one trial's protocol conversation and limits.
-//! 16. `slot`: one slot's loop.
-//! 17. `steer`: the study's control state (`sweepd pause`, `stop`, `cancel`) read at start
+//!    stop and cancel and which budget ends the study; the admission line, a finish's verdict,
+//!    a slot's choices).
+//! 8. `reasons`: why each candidate in line waits, as the daemon publishes it (pure).
+//! 9. `pool`: idle persistent workers on GPUs between trials.
+//! 10. `stops`: our running trials, each stoppable from outside its conversation (a trial
+//!     another process ended, a cancelled study).
+//! 11. `admit`: the GPU side of the core (the admission round's readings and ledger, our
+//!     claims).
+//! 12. `core`: the `Core`, which acts on `decide` (starts, finishes, a running trial's
+//!     questions, other processes' trials learnt, what the budgets spent).
+//! 13. `shared`: what the tasks share.
+//! 14. `notices`: what the daemon tells a person through `[notify]`.
+//! 15. `open`: a run's start (a previous instance reconciled, the GPUs, the `Core` built).
+//! 16. `workers`: starting and retiring worker processes.
+//! 17. `trial`: one trial's protocol conversation and limits.
+//! 18. `slot`: one slot's loop.
+//! 19. `steer`: the study's control state (`sweepd pause`, `stop`, `cancel`) read at start
 //!     and at each housekeeping pass and acted on (a cancelled study's trials stopped), and
 //!     our trials another process ended stopped.
-//! 18. `housekeeping`: the once-a-poll task and the watches beside it.
-//! 19. `reload`: SIGHUP.
+//! 20. `housekeeping`: the once-a-poll task and the watches beside it.
+//! 21. `reload`: SIGHUP.
 //!
 //! This file is the top: it starts and ends a run (the lock, the tasks, the first error, the
 //! idle workers left at the end).
@@ -66,9 +70,11 @@ mod error;
 mod events;
 mod host;
 mod housekeeping;
+mod notices;
 mod open;
 mod policy;
 mod pool;
+mod reasons;
 mod reload;
 mod settings;
 mod shared;
@@ -252,6 +258,12 @@ async fn run_locked(
     let settings = Settings::new(config.clone());
     let progress = control.progress.clone();
     let opened = open::open(&settings, &store, &study, &me, progress, at_start.state).await?;
+    let notifier = crate::notify::Notifier::start(
+        &config.notify,
+        &study.name,
+        &me.host,
+        opened.metrics.clone(),
+    );
     let shared = Arc::new(Shared {
         core: Mutex::new(opened.core),
         settings,
@@ -268,6 +280,7 @@ async fn run_locked(
         instance,
         ended_by: Default::default(),
         metrics: opened.metrics,
+        notifier,
         stops: Default::default(),
         par_override: control.par_override,
     });
@@ -291,12 +304,16 @@ async fn run_locked(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    if let Some(e) = ended_by.or(first_error) {
+    let error = ended_by.or(first_error);
+    let interrupted = shared.shutdown.is_cancelled();
+    let by_owner = shared.core.lock().await.ended_by_owner();
+    // A study its owner stopped or cancelled is no news to them, as a signal is not.
+    notices::at_end(&shared, error.as_ref(), interrupted || by_owner).await;
+    if let Some(e) = error {
         return Err(e);
     }
     let counts = store.counts(&study).await?;
-    let interrupted = shared.shutdown.is_cancelled();
-    let steered = match shared.core.lock().await.ended_by_owner() {
+    let steered = match by_owner {
         true => Some(store.control(&study).await?),
         false => None,
     };

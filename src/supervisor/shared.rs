@@ -1,5 +1,6 @@
 //! What the supervisor's tasks share (`Shared`): the config in force, the store and the study,
-//! the core behind its lock, the GPU monitor, the tokens that stop the run, the metrics; and the
+//! the core behind its lock, the GPU monitor, the tokens that stop the run, the metrics, the
+//! notifier; and the
 //! few things every task does with them (a GPU reading, the study deleted under us).
 
 use super::core::Core;
@@ -47,6 +48,8 @@ pub(super) struct Shared {
     /// elsewhere): it wins over what the slots then fail with.
     pub(super) ended_by: std::sync::Mutex<Option<RunError>>,
     pub(super) metrics: Arc<Metrics>,
+    /// `[notify]`: sending queues, never waits.
+    pub(super) notifier: crate::notify::Notifier,
     /// Our running trials, each stoppable from housekeeping (ended elsewhere, cancelled).
     pub(super) stops: Stops,
     /// `--par` from the command line, which reloads keep.

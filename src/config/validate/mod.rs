@@ -4,10 +4,13 @@
 //! Here: the [`Validator`] (how problems are reported and located), the readers every table
 //! shares (bounded integers, sizes, durations, keywords), the bounds themselves (one list, which
 //! docs/configuration.md mirrors), and the small tables `[study]`, `[storage]`, `[sampler]` and
-//! `[metrics]`. `[worker]`, `[gpu]`/`[retry]` and `[pruner]` have a file each below this one;
-//! the search space is `config::params`.
+//! `[metrics]`. `[worker]`, `[gpu]`/`[retry]`, `[pruner]`, `[notify]` and the study's budgets
+//! beside `n_trials` (`budget`) have a file each below this one; the search space is
+//! `config::params`.
 
+mod budget;
 mod gpu;
+mod notify;
 mod pruner;
 mod worker;
 
@@ -249,6 +252,7 @@ impl Validator<'_> {
             }
         });
         let timeout = self.duration(raw.timeout.as_ref(), "study.timeout", MAX_STUDY_TIMEOUT);
+        let (gpu_hours, patience) = self.budgets(raw);
         let seed = raw.seed.as_ref().and_then(|s| {
             let v = *s.get_ref();
             if v < 0 {
@@ -264,6 +268,8 @@ impl Validator<'_> {
             metric_names,
             n_trials,
             timeout,
+            gpu_hours,
+            patience,
             sampler,
             seed,
         })

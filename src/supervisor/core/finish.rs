@@ -235,6 +235,14 @@ impl Core {
         }
     }
 
+    /// A finish of ours that spends the budget, with its first value (COMPLETE): the stall
+    /// rule counts it from now, before the read that finds its row (`core::budget`).
+    fn spending_own(&mut self, trial_id: i64, value: Option<f64>) {
+        if self.settings.get().study.patience.is_some() {
+            self.spending.own(trial_id, value);
+        }
+    }
+
     /// The accounting of a finish once written (or about to be, in the same commit as the next
     /// start): budget, best value, breaker, memory model, pruner and sampler. (The metrics are
     /// the slot's to update, once the finish is durable.)
@@ -247,6 +255,9 @@ impl Core {
             Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
         let counted = self.tally.finished_own(trial_id, f.spends());
+        if f.spends() {
+            self.spending_own(trial_id, values.first().copied());
+        }
         if f.halts {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
             // them too, so that none of the streak spends the budget.

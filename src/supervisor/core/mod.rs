@@ -12,8 +12,11 @@
 //! outside `core` does): `start` (what starts next: the gate, the line, the admission round;
 //! the store's start, and what it books), `finish` (how a trial ended is recorded, and the
 //! next start in the same commit), `running` (a running trial's `suggest` and `report`),
-//! `learn` (other processes' trials, read as they change).
+//! `learn` (other processes' trials, read as they change), `budget` (what the study has spent
+//! of the limits beside `n_trials`, for the gate; the budget that ended it; the summary and
+//! the line of waiting candidates a person is told of).
 
+mod budget;
 mod finish;
 mod learn;
 mod running;
@@ -31,6 +34,7 @@ use crate::progress::{Progress, Snapshot, Tracker};
 use crate::pruner::Pruner;
 use crate::sampler::Sampler;
 use crate::store::{Changes, DaemonId, Feed, Store};
+use crate::study::budget::{Ended, Spending};
 use crate::study::{Claimed, ControlState, Dists, Finish, Params, Tally};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -84,6 +88,10 @@ pub(super) struct Core {
     feed: Feed,
     /// When it last read them.
     fed_at: Option<Instant>,
+    /// What the finished trials spent of the budgets beside `n_trials` (`budget`).
+    spending: Spending,
+    /// Which budget ended the study, once one has (`decide::gate`'s `Stop::Ended`).
+    ended: Option<Ended>,
 }
 
 /// What a core starts from: the study read at start (`supervisor::run`).
@@ -227,6 +235,8 @@ impl Core {
             pool: Pool::default(),
             feed: s.feed,
             fed_at: Some(Instant::now()),
+            spending: Spending::default(),
+            ended: None,
         };
         core.learn(s.history, true);
         core
@@ -374,6 +384,34 @@ impl Core {
         timeout: Duration,
     ) -> Vec<(Current, Retirement)> {
         self.pool.expired(now, timeout)
+    }
+
+    /// The line of waiting candidates as it stands, with the GPU rows of this tick, as the
+    /// daemon publishes it for `status` and `trials` (`reasons::line_of`).
+    pub(super) fn waiting_line(&self, rows: &[crate::store::GpuRow]) -> crate::study::reason::Line {
+        let ids: Vec<Option<i64>> = self
+            .line
+            .candidates()
+            .map(|c| match c {
+                super::decide::Candidate::Waiting(w, _) => Some(w.trial_id),
+                super::decide::Candidate::New(_) => None,
+            })
+            .collect();
+        let max_par = self.settings.get().worker.max_par;
+        let running = self.running as usize;
+        let busy = (running >= max_par).then_some((running, max_par));
+        let now = Instant::now();
+        let held = self.paused(now).and_then(|_| {
+            let until = self
+                .devices()
+                .iter()
+                .filter_map(|d| self.breaker.quarantined(*d, now))
+                .min()?;
+            let wall = chrono::Local::now().naive_local()
+                + chrono::Duration::from_std(until - now).ok()?;
+            Some(wall.format("%Y-%m-%d %H:%M:%S").to_string())
+        });
+        super::reasons::line_of(&ids, busy, rows, held)
     }
 
     /// The line `systemctl status` shows: "running 3/4 on gpu0, 812/5000 done, best 0.388".

@@ -8,7 +8,7 @@ use crate::store::{StartCtx, StartOp, Started};
 use crate::study::{Claimed, Dists, Failure, FailureKind, Finish, Params};
 use crate::supervisor::admit::Round;
 use crate::supervisor::decide::{
-    self, Admission, Candidate, Devices, Gate, GateFacts, LineFacts, NoStart, RunState, Why,
+    self, Admission, Candidate, Devices, Gate, GateFacts, LineFacts, NoStart, RunState, Stop, Why,
 };
 use crate::supervisor::error::RunError;
 use crate::supervisor::policy;
@@ -117,8 +117,10 @@ impl Core {
         Ok(())
     }
 
-    /// `decide::gate`, with the tally read again where it asks: `Ok(new)`, whether a new
-    /// sample may start (new samples in line are dropped when not), or why none starts.
+    /// `decide::gate`, with what the study spent of its limits (`core::budget`) and the tally
+    /// read again where it asks: `Ok(new)`, whether a new sample may start (new samples in line
+    /// are dropped when not), or why none starts; a budget that ends the study is kept and
+    /// logged.
     async fn gate(
         &mut self,
         stopping: bool,
@@ -126,12 +128,13 @@ impl Core {
     ) -> Result<Result<bool, NoStart>, RunError> {
         let mut refreshed = false;
         loop {
+            let spent = self.spent(cfg).await?;
             let gate = decide::gate(&GateFacts {
                 stopping,
                 state: &self.state,
-                elapsed: self.started.elapsed(),
-                timeout: cfg.study.timeout,
-                n_trials: cfg.study.n_trials,
+                limits: cfg.study.limits(),
+                spent: &spent,
+                ended: self.ended,
                 tally: &self.tally,
                 refreshed,
                 paused: self.paused(Instant::now()).is_some(),
@@ -145,6 +148,9 @@ impl Core {
                     refreshed = true;
                 }
                 Gate::No(no) => {
+                    if let NoStart::Stop(Stop::Ended(e)) = no {
+                        self.end(e);
+                    }
                     if no == NoStart::Wait(Why::BudgetHeld) {
                         self.line.drop_new();
                     }

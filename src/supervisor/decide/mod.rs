@@ -8,11 +8,14 @@
 //! `gpu::admission`'s (a device's room); the decisions are table-tested here.
 //!
 //! `line`: the candidates waiting for admission. `start`: whether a trial may start now (the stop
-//! conditions, what the study's owner asked: `sweepd pause`, `stop`, `cancel`) and which, where
-//! (`gate`, `after_empty_draw`, `admit_line`). `finish`: what an outcome is
+//! conditions, what the study's owner asked: `sweepd pause`, `stop`, `cancel`; which budget
+//! ends the study) and which, where (`gate`, `after_empty_draw`, `admit_line`). `finish`: what
+//! an outcome is
 //! recorded as (`finish`). `slot`: a slot's own choices (its worker's fate after a trial, a
 //! worker that failed to start, whether its next trial starts in the finish's commit) and an
 //! idle worker's end.
+
+use crate::study::budget::Ended;
 
 mod finish;
 mod line;
@@ -44,7 +47,7 @@ pub(super) enum RunState {
 }
 
 /// Why the study starts no more trials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Stop {
     /// SIGINT/SIGTERM, or another slot's fatal error.
     Shutdown,
@@ -52,10 +55,10 @@ pub(super) enum Stop {
     Halted,
     /// The study's owner stopped or cancelled it (`sweepd stop`, `sweepd cancel`).
     ByOwner,
-    /// `[study] timeout` has passed since the daemon started.
-    Timeout,
-    /// `n_trials` trials have a final outcome, whoever recorded them.
-    BudgetSpent,
+    /// A budget is spent (`study::budget::Ended`): `n_trials` trials have a final outcome,
+    /// whoever recorded them; `[study] timeout` has passed since the daemon started; the
+    /// study's GPU-hours are spent; its best value stalled for `patience` finished trials.
+    Ended(Ended),
     /// The sampler has nothing left, nothing waits and none of our trials runs.
     Exhausted,
 }
@@ -80,7 +83,7 @@ pub(super) enum Why {
 }
 
 /// No start now: wait for a change, or stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum NoStart {
     Wait(Why),
     Stop(Stop),

@@ -11,22 +11,27 @@ use super::{NoStart, RunState, Stop, Why};
 use crate::gpu::admission::{DeviceView, RunningTrial, Wait};
 use crate::gpu::ledger::Request;
 use crate::gpu::{Capacity, Decision, Estimate, IdleWorker, Reclaim};
+use crate::study::budget::{self, Ended, Limits, Spent};
 use crate::study::{ControlState, Params, Tally};
 use crate::supervisor::policy;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What [`gate`] decides from.
 pub(in crate::supervisor) struct GateFacts<'a> {
     /// Shutdown was asked (or another slot failed).
     pub(in crate::supervisor) stopping: bool,
     pub(in crate::supervisor) state: &'a RunState,
-    /// Since the daemon started, and `[study] timeout`.
-    pub(in crate::supervisor) elapsed: Duration,
-    pub(in crate::supervisor) timeout: Option<Duration>,
-    /// `[study] n_trials`, and the study's trials as last read.
-    pub(in crate::supervisor) n_trials: Option<u64>,
+    /// The study's limits in force (`n_trials`, `timeout`, `gpu_hours`, `patience`), and what
+    /// it has spent of those beside `n_trials` (since the daemon started, GPU-hours, the
+    /// stall rule's finding).
+    pub(in crate::supervisor) limits: Limits,
+    pub(in crate::supervisor) spent: &'a Spent,
+    /// The budget that already ended the study: it stays ended (a trial that finishes after
+    /// the stall stop does not revive it).
+    pub(in crate::supervisor) ended: Option<Ended>,
+    /// The study's trials as last read.
     pub(in crate::supervisor) tally: &'a Tally,
     /// The tally was read from the database for this decision.
     pub(in crate::supervisor) refreshed: bool,
@@ -38,7 +43,7 @@ pub(in crate::supervisor) struct GateFacts<'a> {
 }
 
 /// What [`gate`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(in crate::supervisor) enum Gate {
     No(NoStart),
     /// The tally as last read has no start left for a new trial, but others (Optuna scripts,
@@ -52,9 +57,10 @@ pub(in crate::supervisor) enum Gate {
 }
 
 /// Whether a start is considered at all: not once the study stops (shutdown, halted, stopped
-/// or cancelled by its owner, its timeout, its budget spent by whoever spent it), not while
-/// the running trials hold every start left, every device is quarantined or its owner paused
-/// it (a paused study still stops at its timeout or a spent budget, as the breaker's pause).
+/// or cancelled by its owner, a budget spent by whoever spent it: its timeout, GPU-hours, the
+/// stall rule, then `n_trials` on a fresh tally, each said as `study::budget::Ended`), not
+/// while the running trials hold every start left, every device is quarantined or its owner
+/// paused it (a paused study still stops at a spent budget, as the breaker's pause).
 pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     if f.stopping {
         return Gate::No(NoStart::Stop(Stop::Shutdown));
@@ -65,17 +71,30 @@ pub(in crate::supervisor) fn gate(f: &GateFacts) -> Gate {
     if f.control.ends_daemons() {
         return Gate::No(NoStart::Stop(Stop::ByOwner));
     }
-    if f.timeout.is_some_and(|t| f.elapsed >= t) {
-        return Gate::No(NoStart::Stop(Stop::Timeout));
+    if let Some(e) = f.ended {
+        return Gate::No(NoStart::Stop(Stop::Ended(e)));
+    }
+    // The limits beside `n_trials`; `n_trials` is decided on a fresh tally, below.
+    let beside = Limits {
+        n_trials: None,
+        ..f.limits
+    };
+    if let Some(e) = budget::ended(&beside, f.spent) {
+        return Gate::No(NoStart::Stop(Stop::Ended(e)));
     }
     let mut new = true;
-    if let Some(n) = f.n_trials {
+    if let Some(n) = f.limits.n_trials {
         if !f.tally.room_for_new(Some(n)) {
             if !f.refreshed {
                 return Gate::Refresh;
             }
             if f.tally.finished >= n {
-                return Gate::No(NoStart::Stop(Stop::BudgetSpent));
+                let finished = f.tally.finished;
+                let e = Ended::Trials {
+                    finished,
+                    n_trials: n,
+                };
+                return Gate::No(NoStart::Stop(Stop::Ended(e)));
             }
             if !f.tally.room_for_new(Some(n)) {
                 // A new sample would take a start that belongs to a WAITING trial (the copy of
@@ -348,10 +367,12 @@ fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::study::budget::{Patience, Stall};
     use crate::study::{ParamValue, TrialState};
     use crate::supervisor::decide::line::tests::{new, waiting};
     use crate::supervisor::decide::Candidate;
     use rstest::rstest;
+    use std::time::Duration;
 
     const G: u64 = 1 << 30;
 
@@ -387,17 +408,44 @@ mod tests {
         trials: Vec<(i64, TrialState, bool, bool)>,
         refreshed: bool,
     ) -> Gate {
+        let t = tally(&trials);
         gate(&GateFacts {
             stopping: false,
             state: &RunState::Sampling,
-            elapsed: Duration::from_secs(10),
-            timeout: None,
-            n_trials,
-            tally: &tally(&trials),
+            limits: Limits {
+                n_trials,
+                ..Limits::default()
+            },
+            spent: &spent(t.finished, 10),
+            ended: None,
+            tally: &t,
             refreshed,
             paused: false,
             control: ControlState::Running,
         })
+    }
+
+    /// What a study has spent: `finished` trials, `ran_s` seconds since the daemon started.
+    fn spent(finished: u64, ran_s: u64) -> Spent {
+        Spent {
+            finished,
+            ran: Duration::from_secs(ran_s),
+            ..Spent::default()
+        }
+    }
+
+    /// `n_trials` trials finished: the study ends, `finished` of them counted.
+    const fn trials_spent(finished: u64, n_trials: u64) -> Gate {
+        stop(Stop::Ended(Ended::Trials { finished, n_trials }))
+    }
+
+    /// The timeout of `timeout_s` reached after `ran_s`, one trial finished.
+    const fn timed_out(timeout_s: u64, ran_s: u64) -> Gate {
+        stop(Stop::Ended(Ended::Timeout {
+            timeout: Duration::from_secs(timeout_s),
+            ran: Duration::from_secs(ran_s),
+            finished: 1,
+        }))
     }
 
     const fn wait(why: Why) -> Gate {
@@ -417,8 +465,8 @@ mod tests {
     // Others (an Optuna script, another host) may have finished or claimed trials since the
     // tally was read: a start that looks impossible reads it again first.
     #[case::looks_spent_read_again(Some(3), done(3), false, Gate::Refresh)]
-    #[case::spent_by_other_writers(Some(3), done(3), true, stop(Stop::BudgetSpent))]
-    #[case::overspent_by_other_writers(Some(3), done(5), true, stop(Stop::BudgetSpent))]
+    #[case::spent_by_other_writers(Some(3), done(3), true, trials_spent(3, 3))]
+    #[case::overspent_by_other_writers(Some(3), done(5), true, trials_spent(5, 3))]
     // A sweepd daemon's RUNNING trial (here or on another host) holds a start of the budget.
     #[case::last_start_held_by_a_running_trial(Some(3), with(done(2), &[(Running, false, true)]), true, wait(Why::BudgetHeld))]
     // An Optuna script's RUNNING trial does not: sweepd cannot tell a live one from a dead one.
@@ -428,7 +476,7 @@ mod tests {
     #[case::enqueued_trials_beyond_the_budget(Some(3), with(done(2), &[(Enqueued, false, false), (Enqueued, false, false)]), true, ONLY_WAITING)]
     // A failure with a retry copy spends nothing; pruned and final failures do.
     #[case::a_retried_failure_spends_nothing(Some(3), with(done(1), &[(Fail, true, true), (Pruned, false, true)]), false, NEW)]
-    #[case::a_final_failure_spends(Some(3), with(done(1), &[(Fail, false, true), (Pruned, false, true)]), true, stop(Stop::BudgetSpent))]
+    #[case::a_final_failure_spends(Some(3), with(done(1), &[(Fail, false, true), (Pruned, false, true)]), true, trials_spent(3, 3))]
     fn the_budget_counts_every_writers_trials_exactly(
         #[case] n_trials: Option<u64>,
         #[case] trials: Vec<(i64, TrialState, bool, bool)>,
@@ -452,7 +500,7 @@ mod tests {
         NEW
     )]
     #[case::timeout_not_yet(false, RunState::Sampling, 59, Some(60), false, NEW)]
-    #[case::timeout(false, RunState::Sampling, 60, Some(60), false, stop(Stop::Timeout))]
+    #[case::timeout(false, RunState::Sampling, 60, Some(60), false, timed_out(60, 60))]
     #[case::paused(false, RunState::Sampling, 0, None, true, wait(Why::Paused))]
     #[case::a_timeout_stops_a_paused_study(
         false,
@@ -460,7 +508,7 @@ mod tests {
         61,
         Some(60),
         true,
-        stop(Stop::Timeout)
+        timed_out(60, 61)
     )]
     fn a_study_stops_on_shutdown_a_halt_or_its_timeout_and_waits_while_paused(
         #[case] stopping: bool,
@@ -474,9 +522,13 @@ mod tests {
         let got = gate(&GateFacts {
             stopping,
             state: &state,
-            elapsed: Duration::from_secs(elapsed_s),
-            timeout: timeout_s.map(Duration::from_secs),
-            n_trials: Some(10),
+            limits: Limits {
+                n_trials: Some(10),
+                timeout: timeout_s.map(Duration::from_secs),
+                ..Limits::default()
+            },
+            spent: &spent(t.finished, elapsed_s),
+            ended: None,
             tally: &t,
             refreshed: false,
             paused,
@@ -491,15 +543,66 @@ mod tests {
         let got = gate(&GateFacts {
             stopping: false,
             state: &RunState::Sampling,
-            elapsed: Duration::ZERO,
-            timeout: None,
-            n_trials: Some(3),
+            limits: Limits {
+                n_trials: Some(3),
+                ..Limits::default()
+            },
+            spent: &spent(t.finished, 0),
+            ended: None,
             tally: &t,
             refreshed: true,
             paused: true,
             control: ControlState::Running,
         });
-        assert_eq!(got, stop(Stop::BudgetSpent));
+        assert_eq!(got, trials_spent(3, 3));
+    }
+
+    const STALL: Patience = Patience {
+        patience: 5,
+        min_delta: 0.01,
+    };
+
+    /// The budgets beside `n_trials` end the study where `gate` looks first: GPU-hours spent,
+    /// the stall rule's finding, a budget that already ended it (which stays ended).
+    #[rstest]
+    #[case::gpu_hours_left(Some(2.0), 7199.0, None, None, NEW)]
+    #[case::gpu_hours_spent(Some(2.0), 7200.0, None, None, stop(Stop::Ended(Ended::GpuHours { spent: 2.0, budget: 2.0 })))]
+    #[case::improving(None, 0.0, Some(Stall { best: Some(0.5), since: 4, stalled: false }), None, NEW)]
+    #[case::stalled(None, 0.0, Some(Stall { best: Some(0.5), since: 5, stalled: true }), None, stop(Stop::Ended(Ended::Stalled { best: 0.5, rule: STALL })))]
+    // A stall before any COMPLETE trial has no best to name: it does not end the study.
+    #[case::no_best_yet(None, 0.0, Some(Stall { best: None, since: 0, stalled: true }), None, NEW)]
+    // A trial that finished after the stall stop improved the best: the study stays ended.
+    #[case::ended_stays_ended(None, 0.0, Some(Stall { best: Some(0.1), since: 0, stalled: false }), Some(Ended::Stalled { best: 0.5, rule: STALL }), stop(Stop::Ended(Ended::Stalled { best: 0.5, rule: STALL })))]
+    fn gpu_hours_and_the_stall_end_the_study_and_it_stays_ended(
+        #[case] gpu_hours: Option<f64>,
+        #[case] gpu_seconds: f64,
+        #[case] stall: Option<Stall>,
+        #[case] ended: Option<Ended>,
+        #[case] expected: Gate,
+    ) {
+        let t = tally(&done(1));
+        let spent = Spent {
+            gpu_seconds,
+            stall,
+            ..spent(t.finished, 0)
+        };
+        let got = gate(&GateFacts {
+            stopping: false,
+            state: &RunState::Sampling,
+            limits: Limits {
+                n_trials: Some(10),
+                gpu_hours,
+                patience: stall.map(|_| STALL),
+                ..Limits::default()
+            },
+            spent: &spent,
+            ended,
+            tally: &t,
+            refreshed: false,
+            paused: false,
+            control: ControlState::Running,
+        });
+        assert_eq!(got, expected);
     }
 
     use ControlState::{Cancelling, Paused, Running as Resumed, Stopping};
@@ -572,7 +675,7 @@ mod tests {
         Some(60),
         1,
         Paused,
-        stop(Stop::Timeout)
+        timed_out(60, 61)
     )]
     #[case::a_spent_budget_stops_a_study_its_owner_paused(
         false,
@@ -581,7 +684,7 @@ mod tests {
         None,
         10,
         Paused,
-        stop(Stop::BudgetSpent)
+        trials_spent(10, 10)
     )]
     fn the_owners_pause_stop_and_cancel_hold_or_end_the_study(
         #[case] stopping: bool,
@@ -596,9 +699,13 @@ mod tests {
         let got = gate(&GateFacts {
             stopping,
             state: &state,
-            elapsed: Duration::from_secs(elapsed_s),
-            timeout: timeout_s.map(Duration::from_secs),
-            n_trials: Some(10),
+            limits: Limits {
+                n_trials: Some(10),
+                timeout: timeout_s.map(Duration::from_secs),
+                ..Limits::default()
+            },
+            spent: &spent(t.finished, elapsed_s),
+            ended: None,
             tally: &t,
             refreshed: true,
             paused: false,
