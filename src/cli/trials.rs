@@ -16,11 +16,14 @@ pub(super) async fn trials(
 ) -> Result<(), CliError> {
     let opened = open_study(arg).await?;
     let mut trials = opened.store.trials(&opened.study, state, limit).await?;
-    let hosts = opened.store.hosts(&opened.study).await?;
-    let gone_after = reasons::gone_after(&opened.store, opened.config.as_ref());
-    Reasons::read(&opened.store, &opened.study, &hosts, gone_after)
-        .await?
-        .fill(&mut trials);
+    // A file only Optuna has written has no daemon, so no reasons.
+    if opened.store.has_sweepd_tables().await? {
+        let hosts = opened.store.hosts(&opened.study).await?;
+        let gone_after = reasons::gone_after(&opened.store, opened.config.as_ref());
+        Reasons::read(&opened.store, &opened.study, &hosts, gone_after)
+            .await?
+            .fill(&mut trials);
+    }
     match output {
         Output::Json => print_json(&trials),
         Output::Csv => csv::trials(&opened.study, &trials, opened.static_names()),

@@ -96,6 +96,13 @@ impl Store {
         Ok(store)
     }
 
+    /// Whether sweepd's own tables are in the database: a file only Optuna has written has
+    /// none until `sweepd run` (or a command that writes them) migrates it, and the commands
+    /// that only read show its trials without them.
+    pub async fn has_sweepd_tables(&self) -> Result<bool> {
+        self.has_table("sweepd_daemon").await
+    }
+
     async fn has_table(&self, table: &str) -> Result<bool> {
         match self.acquire().await?.conn() {
             engine::Conn::Sqlite(c) => sqlite::has_table(c, table).await,
