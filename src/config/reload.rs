@@ -97,6 +97,8 @@ pub const KEYS: &[Key] = &[
     field!("worker.log_max_bytes", Restart, worker.log_max_bytes),
     field!("worker.log_max_total", Restart, worker.log_max_total),
     field!("worker.allocator", Live, worker.allocator),
+    field!("worker.checkpoint_dir", Restart, worker.checkpoint_dir),
+    field!("worker.keep_checkpoints", Live, worker.keep_checkpoints),
     field!("gpu.devices", Restart, gpu.devices),
     field!("gpu.headroom", Live, gpu.headroom),
     field!("gpu.trial_memory", Restart, gpu.trial_memory),
@@ -221,6 +223,8 @@ const _: fn(&Config) = |c| {
         log_max_bytes: _,
         log_max_total: _,
         allocator: _,
+        checkpoint_dir: _,
+        keep_checkpoints: _,
     } = worker;
     let GpuConfig {
         devices: _,
