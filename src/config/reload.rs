@@ -501,7 +501,8 @@ mod tests {
             "mode = \"oneshot\"\nrecycle_after = 5\nmax_par = 3\ntrial_timeout = \"1h\"\n\
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
-             log_max_total = \"2GiB\"\n[worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
+             log_max_total = \"2GiB\"\ncheckpoint_dir = \"ck\"\nkeep_checkpoints = true\n\
+             [worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
             "[storage]\nurl = \"sqlite:///other.db\"\nhost_timeout = \"2m\"\n\
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\
