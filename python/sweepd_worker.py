@@ -26,7 +26,10 @@ The ``trial`` speaks Optuna's trial API: ``suggest_float``, ``suggest_int``,
 ``should_prune()``, ``set_user_attr()``, ``user_attrs``, Optuna 5's
 ``set_constraint(key, value)`` and ``constraints``, ``number``,
 ``params``, ``distributions`` and ``datetime_start``, plus sweepd's ``id``
-(Optuna's trial_id).  Any exception class named ``TrialPruned`` (for
+(Optuna's trial_id), and for resuming: a read-only ``system_attrs`` (a retry's
+``failed_trial`` and ``retry_history``, as Optuna's ``RetryFailedTrialCallback`` reads
+them), ``study`` (name and directions) and ``checkpoint_dir`` (one directory per
+trial, shared by its retries).  Any exception class named ``TrialPruned`` (for
 instance ``optuna.TrialPruned``) ends the trial as pruned.
 
 Where the values come from depends on the protocol the daemon speaks
@@ -103,7 +106,7 @@ from sweepd_memory import _warn, release_caches
 __version__ = "0.2.0"
 
 __all__ = [
-    "serve", "release_caches", "Trial", "TrialPruned",
+    "serve", "release_caches", "Trial", "StudyInfo", "TrialPruned",
     "FloatDistribution", "IntDistribution", "CategoricalDistribution", "distribution_to_json",
     "PROTOCOL_VERSION", "__version__",
 ]
@@ -914,6 +917,62 @@ def _watch_for_sweepd_gone(fd):
 # Trials
 
 
+class _ReadOnly(collections.abc.Mapping):
+    """A mapping the objective can read but not change (Optuna's ``system_attrs`` are a copy;
+    here a change would be lost, so it is refused)."""
+
+    def __init__(self, data):
+        self._data = copy.deepcopy(data)
+
+    def __getitem__(self, key):
+        return copy.deepcopy(self._data[key])
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+    def __repr__(self):
+        return repr(self._data)
+
+
+class StudyInfo(object):
+    """``trial.study``: what a worker knows of its study (read-only): ``study_name``,
+    ``directions`` and, for a single objective, ``direction`` (``"minimize"`` or
+    ``"maximize"``, as strings: Optuna is never imported)."""
+
+    __slots__ = ("_name", "_directions")
+
+    def __init__(self, info):
+        name = info.get("name")
+        directions = info.get("directions")
+        object.__setattr__(self, "_name", name if isinstance(name, str) else None)
+        object.__setattr__(self, "_directions",
+                           tuple(d for d in directions if isinstance(d, str))
+                           if isinstance(directions, list) else ())
+
+    def __setattr__(self, name, value):
+        raise AttributeError("trial.study is read-only in a sweepd worker")
+
+    @property
+    def study_name(self):
+        return self._name
+
+    @property
+    def directions(self):
+        return list(self._directions)
+
+    @property
+    def direction(self):
+        if len(self._directions) != 1:
+            raise RuntimeError("a multi-objective study has no single direction; use directions")
+        return self._directions[0]
+
+    def __repr__(self):
+        return "StudyInfo(study_name=%r, directions=%r)" % (self._name, list(self._directions))
+
+
 class Trial(object):
     """One trial handed to the objective, with Optuna's trial API.
 
@@ -925,6 +984,13 @@ class Trial(object):
         memory_cap: the bytes the trial's framework allocator may hold on its device (sweepd's
             cap: ``memory_cap`` of the trial message, or ``SWEEPD_MEMORY_CAP``), or None. The
             helper enforces it with PyTorch and TensorFlow; a worker without one reads it here.
+        checkpoint_dir: the trial's checkpoint directory (``checkpoint_dir`` of the trial
+            message, or ``SWEEPD_CHECKPOINT_DIR``), or None: one per original trial, shared
+            by its retries, so what an attempt saves there the next one finds.
+        system_attrs: read-only; on a retry, Optuna's ``failed_trial`` and ``retry_history``
+            (what ``optuna.storages.RetryFailedTrialCallback.retry_history(trial)`` reads).
+        study: read-only; the study as a worker knows it: ``study_name``, ``directions``
+            (``"minimize"``/``"maximize"``) and ``direction`` (a single-objective study's).
 
     Properties (copies, as in Optuna): ``params`` (name -> value: float, int, or the
     categorical choice itself; the values sweepd sampled up front plus those suggested so
@@ -933,9 +999,12 @@ class Trial(object):
     """
 
     memory_cap = None
+    checkpoint_dir = None
 
     def __init__(self, trial_id, number, params, channel, protocol=PROTOCOL_VERSION,
-                 datetime_start=None):
+                 datetime_start=None, system_attrs=None, study=None):
+        self._system_attrs = _ReadOnly(system_attrs if isinstance(system_attrs, dict) else {})
+        self._study = StudyInfo(study if isinstance(study, dict) else {})
         self.id = trial_id
         self.number = number
         self.datetime_start = (
@@ -966,6 +1035,14 @@ class Trial(object):
     @property
     def user_attrs(self):
         return copy.deepcopy(self._user_attrs)
+
+    @property
+    def system_attrs(self):
+        return self._system_attrs
+
+    @property
+    def study(self):
+        return self._study
 
     def _check_running(self, what):
         if self._finished:
@@ -1283,11 +1360,23 @@ def _parse_datetime(raw):
 # Modes
 
 
-def _persistent_trial(objective, chan, protocol, trial_id, number, params, started, cap):
+def _checkpoint_dir(raw):
+    """The trial's checkpoint directory, also put in ``SWEEPD_CHECKPOINT_DIR`` for code that
+    reads the environment (a persistent worker's changes from trial to trial)."""
+    if isinstance(raw, str) and raw:
+        os.environ["SWEEPD_CHECKPOINT_DIR"] = raw
+        return raw
+    os.environ.pop("SWEEPD_CHECKPOINT_DIR", None)
+    return None
+
+
+def _persistent_trial(objective, chan, protocol, trial_id, number, params, started, cap, msg):
     # A function of its own so that the trial, its value and any exception
     # (with the frames it holds) are released before waiting for the next one.
-    trial = Trial(trial_id, number, params, chan, protocol, started)
+    trial = Trial(trial_id, number, params, chan, protocol, started,
+                  system_attrs=msg.get("system_attrs"), study=msg.get("study"))
     trial.memory_cap = cap
+    trial.checkpoint_dir = _checkpoint_dir(msg.get("checkpoint_dir"))
     sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
     sweepd_memory.MEMORY.end_trial()
@@ -1344,7 +1433,7 @@ def _serve_persistent(objective, protocol):
                 params = {}
             _persistent_trial(objective, chan, protocol, trial_id, msg.get("number"), params,
                               _parse_datetime(msg.get("datetime_start")),
-                              sweepd_memory.cap_from_trial(msg))
+                              sweepd_memory.cap_from_trial(msg), msg)
         elif kind == "shutdown":
             _flush_std_streams()
             sys.exit(0)
@@ -1387,6 +1476,29 @@ def _env_int(name):
         raise RuntimeError("sweepd_worker: %s=%r is not an integer" % (name, raw))
 
 
+def _env_json(name):
+    """A JSON object from the environment; None (with a warning if set) otherwise."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        _warn("ignoring %s: not a JSON object" % (name,))
+        return None
+    return value
+
+
+def _env_study():
+    """The study as a oneshot worker's environment names it (``SWEEPD_STUDY``,
+    ``SWEEPD_DIRECTIONS``)."""
+    directions = os.environ.get("SWEEPD_DIRECTIONS")
+    return {"name": os.environ.get("SWEEPD_STUDY"),
+            "directions": directions.split(",") if directions else []}
+
+
 def _serve_oneshot(objective, protocol):
     trial_id = _env_int("SWEEPD_TRIAL_ID")
     number = _env_int("SWEEPD_TRIAL_NUMBER")
@@ -1407,8 +1519,10 @@ def _serve_oneshot(objective, protocol):
     if chan is not None:
         chan.send(_ready_with_memory(protocol))
 
-    trial = Trial(trial_id, number, params, chan, protocol)
+    trial = Trial(trial_id, number, params, chan, protocol,
+                  system_attrs=_env_json("SWEEPD_SYSTEM_ATTRS"), study=_env_study())
     trial.memory_cap = cap
+    trial.checkpoint_dir = os.environ.get("SWEEPD_CHECKPOINT_DIR") or None
     sweepd_memory.MEMORY.start_trial(chan, trial_id, cap)
     outcome, payload = _run_objective(objective, trial)
     sweepd_memory.MEMORY.end_trial()

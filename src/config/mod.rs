@@ -178,6 +178,11 @@ pub struct WorkerConfig {
     pub log_max_total: u64,
     /// `[worker.allocator]`.
     pub allocator: AllocatorConfig,
+    /// Absolute; the root of the per-trial checkpoint directories (`trial-<first attempt's
+    /// number>`), `log_dir/checkpoints` unless set. May not exist yet.
+    pub checkpoint_dir: PathBuf,
+    /// Leave a trial's checkpoint directory when it reaches a final state (default: removed).
+    pub keep_checkpoints: bool,
 }
 
 /// `[worker.allocator]`: allocator settings injected into every worker unless `[worker.env]`

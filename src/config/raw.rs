@@ -77,6 +77,8 @@ pub(crate) struct RawWorker {
     pub(crate) log_max_bytes: Option<Spanned<toml::Value>>,
     pub(crate) log_max_total: Option<Spanned<toml::Value>>,
     pub(crate) allocator: Option<Table<RawAllocator>>,
+    pub(crate) checkpoint_dir: Option<Spanned<String>>,
+    pub(crate) keep_checkpoints: Option<Spanned<bool>>,
 }
 
 #[derive(serde::Deserialize)]

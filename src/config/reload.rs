@@ -97,6 +97,8 @@ pub const KEYS: &[Key] = &[
     field!("worker.log_max_bytes", Restart, worker.log_max_bytes),
     field!("worker.log_max_total", Restart, worker.log_max_total),
     field!("worker.allocator", Live, worker.allocator),
+    field!("worker.checkpoint_dir", Restart, worker.checkpoint_dir),
+    field!("worker.keep_checkpoints", Live, worker.keep_checkpoints),
     field!("gpu.devices", Restart, gpu.devices),
     field!("gpu.headroom", Live, gpu.headroom),
     field!("gpu.trial_memory", Restart, gpu.trial_memory),
@@ -221,6 +223,8 @@ const _: fn(&Config) = |c| {
         log_max_bytes: _,
         log_max_total: _,
         allocator: _,
+        checkpoint_dir: _,
+        keep_checkpoints: _,
     } = worker;
     let GpuConfig {
         devices: _,
@@ -497,7 +501,8 @@ mod tests {
             "mode = \"oneshot\"\nrecycle_after = 5\nmax_par = 3\ntrial_timeout = \"1h\"\n\
              startup_timeout = \"1m\"\nshutdown_grace = \"5s\"\nlog_dir = \"logs2\"\ncwd = \"sub\"\n\
              heartbeat_timeout = \"1m\"\nrecycle_on_growth = \"1GiB\"\nlog_max_bytes = \"1MiB\"\n\
-             log_max_total = \"2GiB\"\n[worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
+             log_max_total = \"2GiB\"\ncheckpoint_dir = \"ck\"\nkeep_checkpoints = true\n\
+             [worker.env]\nA = \"b\"\n[worker.allocator]\npreset = \"none\"",
             "[storage]\nurl = \"sqlite:///other.db\"\nhost_timeout = \"2m\"\n\
              [params.y]\ntype = \"int\"\nlow = 0\nhigh = 2\n\
              [gpu]\ndevices = [0]\nheadroom = \"2GiB\"\ntrial_memory = \"1GiB\"\n\

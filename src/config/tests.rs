@@ -261,6 +261,27 @@ fn resolves_paths_against_the_config_directory() {
 }
 
 #[test]
+fn checkpoints_go_under_log_dir_unless_checkpoint_dir_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = parse_in(dir.path(), &cfg("", "log_dir = \"logs\"", PX)).unwrap();
+    assert_eq!(c.worker.checkpoint_dir, dir.path().join("logs/checkpoints"));
+    assert!(!c.worker.keep_checkpoints);
+    let text = cfg("", "checkpoint_dir = \"ck\"\nkeep_checkpoints = true", PX);
+    let c = parse_in(dir.path(), &text).unwrap();
+    assert_eq!(c.worker.checkpoint_dir, dir.path().join("ck"));
+    assert!(c.worker.keep_checkpoints);
+}
+
+#[test]
+fn a_checkpoint_dir_with_a_file_in_the_way_is_refused_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ck"), "").unwrap();
+    let text = cfg("", "checkpoint_dir = \"ck/sub\"", PX);
+    let e = parse_in(dir.path(), &text).unwrap_err().to_string();
+    assert!(e.contains("worker.checkpoint_dir"), "{e}");
+}
+
+#[test]
 fn the_old_two_slash_storage_url_still_works_with_a_deprecation_warning() {
     let dir = tempfile::tempdir().unwrap();
     let text = cfg("", "", &format!("[storage]\nurl = \"sqlite://s.db\"\n{PX}"));

@@ -7,7 +7,7 @@ use super::once::Commit;
 use super::Study;
 use crate::study::attrs::{GPU_ATTR, OWNER_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR};
 use crate::study::{
-    Attempts, Claimed, Distribution, Finish, ParamValue, Params, SearchSpace, Tally,
+    Attempts, Claimed, Distribution, Finish, ParamValue, Params, RetryOf, SearchSpace, Tally,
 };
 use serde_json::{json, Value};
 
@@ -51,15 +51,16 @@ pub enum StartOp<'a> {
 impl StartOp<'_> {
     /// The trial it starts, once the store has given it its row.
     fn claimed(self, trial_id: i64, number: i64) -> Claimed {
-        let (params, attempts) = match self {
-            StartOp::New(params) => (params.clone(), Attempts::new()),
-            StartOp::Claim(w, params) => (params.clone(), w.attempts.clone()),
+        let (params, attempts, retry_of) = match self {
+            StartOp::New(params) => (params.clone(), Attempts::new(), None),
+            StartOp::Claim(w, params) => (params.clone(), w.attempts.clone(), w.retry_of.clone()),
         };
         Claimed {
             trial_id,
             number,
             params,
             attempts,
+            retry_of,
         }
     }
 }
@@ -125,6 +126,8 @@ pub struct Waiting {
     pub problem: Option<String>,
     /// Earlier failed attempts of these params by failure kind (`sweepd:attempts`).
     pub attempts: Attempts,
+    /// The attempts it replaces (`failed_trial`, `retry_history`), where it is a retry copy.
+    pub retry_of: Option<RetryOf>,
 }
 
 /// Who runs a claimed trial; written as `sweepd:` system attributes.

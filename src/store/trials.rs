@@ -18,7 +18,7 @@ use crate::study::attrs::{
     RETRY_HISTORY_ATTR, STDERR_TAIL_ATTR, WORKER_ID_ATTR,
 };
 use crate::study::{
-    Attempts, Distribution, Failure, FailureKind, Finish, ParamValue, Params, SearchSpace,
+    Attempts, Distribution, Failure, FailureKind, Finish, ParamValue, Params, RetryOf, SearchSpace,
     TrialState,
 };
 use serde_json::{json, Value};
@@ -176,6 +176,7 @@ impl Store {
             present: Vec::new(),
             problem: None,
             attempts: Attempts::new(),
+            retry_of: None,
         };
         let rows: Vec<(String, f64, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = $1",
@@ -208,19 +209,24 @@ impl Store {
         }
         let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
             "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 \
-             AND key IN ($2, $3, $4)",
+             AND key IN ($2, $3, $4, $5, $6)",
         )
         .bind(trial_id)
         .bind(ATTEMPTS_ATTR)
         .bind(FIXED_PARAMS_ATTR)
         .bind(NEGATIVE_ZERO_ATTR)
+        .bind(FAILED_TRIAL_ATTR)
+        .bind(RETRY_HISTORY_ATTR)
         .fetch_all(c)
         .await)
         .at(&self.path)?;
         let mut fixed_attr = None;
+        let (mut failed, mut history) = (None, None);
         for (key, text) in attrs {
             match key.as_str() {
                 ATTEMPTS_ATTR => w.attempts = serde_json::from_str(&text).unwrap_or_default(),
+                FAILED_TRIAL_ATTR => failed = serde_json::from_str::<Value>(&text).ok(),
+                RETRY_HISTORY_ATTR => history = serde_json::from_str::<Value>(&text).ok(),
                 FIXED_PARAMS_ATTR => fixed_attr = Some(text),
                 _ => {
                     let zeros = NegativeZeros::parse(Some(&text));
@@ -235,6 +241,7 @@ impl Store {
                 }
             }
         }
+        w.retry_of = RetryOf::from_attrs(failed.as_ref(), history.as_ref());
         if let Some(Ok(Value::Object(map))) = fixed_attr.map(|t| serde_json::from_str::<Value>(&t))
         {
             for (name, ext) in map {

@@ -29,6 +29,7 @@ pub use control::{ControlState, Steer, StudyControl};
 pub use space::{Distribution, Dists, ParamSpec, ParamValue, Params, SearchSpace, MAX_GRID_POINTS};
 pub use tally::Tally;
 pub use trial::{
-    constraint_values, Attempts, Claimed, ConstraintAttrs, Counts, DaemonCommand, DaemonState,
-    Direction, Failure, FailureKind, Finish, TrialRecord, TrialState, UnknownName, WorkerState,
+    checkpoint_key, constraint_values, Attempts, Claimed, ConstraintAttrs, Counts, DaemonCommand,
+    DaemonState, Direction, Failure, FailureKind, Finish, RetryOf, TrialRecord, TrialState,
+    UnknownName, WorkerState,
 };

@@ -1,6 +1,7 @@
 //! Trials: their states, a study's direction, how a trial ended and why it failed.
 
 use super::space::{Dists, Params};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -250,6 +251,38 @@ pub struct Claimed {
     pub params: Params,
     /// Earlier failed attempts of the same params, by kind (empty for a new trial).
     pub attempts: Attempts,
+    /// The attempts this one replaces (`None`: a first attempt).
+    pub retry_of: Option<RetryOf>,
+}
+
+/// The attempts a retry copy replaces, as Optuna's `RetryFailedTrialCallback` records them on
+/// it: `failed_trial` (the first attempt's number) and `retry_history` (every earlier attempt's
+/// number, oldest first).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetryOf {
+    pub failed_trial: i64,
+    pub retry_history: Vec<i64>,
+}
+
+impl RetryOf {
+    /// From the two system attributes' JSON values; `None` unless `failed_trial` is a number.
+    pub fn from_attrs(failed_trial: Option<&Value>, retry_history: Option<&Value>) -> Option<Self> {
+        let failed_trial = failed_trial?.as_i64()?;
+        let retry_history = retry_history
+            .and_then(Value::as_array)
+            .map(|h| h.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        Some(RetryOf {
+            failed_trial,
+            retry_history,
+        })
+    }
+}
+
+/// The number a trial's checkpoint directory is keyed by: the first attempt's, so that every
+/// retry of it finds what the earlier attempts saved.
+pub fn checkpoint_key(number: i64, retry_of: Option<&RetryOf>) -> i64 {
+    retry_of.map_or(number, |r| r.failed_trial)
 }
 
 /// A trial as samplers learn from it.
@@ -450,5 +483,29 @@ mod tests {
                 FailureKind::WorkerDied
             ]
         );
+    }
+
+    #[rstest::rstest]
+    #[case::a_first_attempt_keys_by_its_own_number(7, None, None, 7)]
+    #[case::a_retry_keys_by_the_first_failed_attempt(9, Some(serde_json::json!(3)), Some(serde_json::json!([3, 5])), 3)]
+    #[case::a_retry_without_history_still_keys_by_failed_trial(9, Some(serde_json::json!(3)), None, 3)]
+    #[case::a_failed_trial_that_is_not_a_number_is_no_retry(9, Some(serde_json::json!("3")), None, 9)]
+    fn the_checkpoint_directory_is_keyed_by_the_first_attempt(
+        #[case] number: i64,
+        #[case] failed: Option<Value>,
+        #[case] history: Option<Value>,
+        #[case] key: i64,
+    ) {
+        let r = RetryOf::from_attrs(failed.as_ref(), history.as_ref());
+        assert_eq!(checkpoint_key(number, r.as_ref()), key);
+    }
+
+    #[test]
+    fn retry_history_is_read_oldest_first_and_skips_what_is_not_a_number() {
+        let r = RetryOf::from_attrs(
+            Some(&serde_json::json!(2)),
+            Some(&serde_json::json!([2, "x", 4])),
+        );
+        assert_eq!(r.unwrap().retry_history, vec![2, 4]);
     }
 }

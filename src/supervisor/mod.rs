@@ -64,6 +64,7 @@
 //! [`Progress`]: crate::progress::Progress
 
 mod admit;
+mod checkpoint;
 mod core;
 mod decide;
 mod error;

@@ -11,6 +11,7 @@
 //!
 //! What a slot holds between two turns of its loop is one [`Hand`].
 
+use super::checkpoint;
 use super::core::{Finished, Handback, Next};
 use super::decide::{self, Outcome, Retry, Then, TrialEnd};
 use super::error::RunError;
@@ -687,6 +688,9 @@ async fn finish_and_next(
         _ => None,
     };
     sh.metrics.trial_ended(took, peak, failure);
+    if !sh.abandon.is_cancelled() {
+        checkpoint::release(&sh.cfg(), claimed, &how);
+    }
     let front = report.front_len();
     let bests = std::mem::take(&mut report.bests);
     if report.send() {

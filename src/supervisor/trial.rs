@@ -6,6 +6,7 @@
 //! worker dies, the classification of how. Oneshot workers end a trial by exiting, with their
 //! result in a file.
 
+use super::checkpoint;
 use super::decide::Outcome;
 use super::events::WorkerEvent;
 use super::policy::Fate;
@@ -108,8 +109,12 @@ pub(super) async fn run_trial(
     ))
     .await;
     if result_file.is_none() {
-        let msg = json!({"type": "trial", "trial_id": c.trial_id, "number": c.number,
+        let mut msg = json!({"type": "trial", "trial_id": c.trial_id, "number": c.number,
             "params": params, "memory_cap": cap});
+        let dir = checkpoint::prepare(&cfg, c);
+        if let Some(m) = msg.as_object_mut() {
+            m.extend(checkpoint::message_fields(&cfg, c, dir.as_ref()));
+        }
         if let Err(e) = w.send(&msg).await {
             let why = format!("could not send the trial to the worker: {e}");
             return (

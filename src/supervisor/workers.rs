@@ -3,6 +3,7 @@
 //! killed, and on a GPU its memory seen released by NVML before the slot may start another
 //! there), each step recorded in `sweepd_workers` and `sweepd_worker_events`.
 
+use super::checkpoint;
 use super::error::RunError;
 use super::events::{Retirement, WorkerEvent};
 use super::shared::Shared;
@@ -42,6 +43,7 @@ pub(super) fn worker_env(
         ("SWEEPD_MODE".to_owned(), mode.to_owned()),
         ("SWEEPD_WORKER_ID".to_owned(), worker_id.to_string()),
         ("SWEEPD_STUDY".to_owned(), cfg.study.name.clone()),
+        ("SWEEPD_DIRECTIONS".to_owned(), checkpoint::directions(cfg)),
         ("SWEEPD_PROTOCOL".to_owned(), PROTOCOL.to_owned()),
         // Workers' prints reach the log as they happen, not when a buffer fills.
         ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
@@ -283,6 +285,12 @@ pub(super) async fn start_oneshot(
     if let Some((cap, total)) = cap {
         env.extend(cap_env(cap, total));
     }
+    let cfg = sh.cfg();
+    env.extend(checkpoint::env(
+        &cfg,
+        c,
+        checkpoint::prepare(&cfg, c).as_ref(),
+    ));
     let w = spawn_worker(slot, sh, device, args, env).await?;
     Ok(w.map(|mut w| {
         w.spawn_cap = cap.map(|(c, _)| c);

@@ -745,6 +745,90 @@ class OneshotTests(Base):
         self.assertIn(b"final loss", out.stdout)
 
 
+RETRY_WORKER = r"""
+import json, os
+import sweepd_worker
+from optuna.storages import RetryFailedTrialCallback
+
+def objective(trial):
+    out = {"history": RetryFailedTrialCallback.retry_history(trial),
+           "failed": RetryFailedTrialCallback.retried_trial_number(trial),
+           "study": trial.study.study_name, "directions": trial.study.directions,
+           "checkpoint_dir": trial.checkpoint_dir,
+           "env": os.environ.get("SWEEPD_CHECKPOINT_DIR")}
+    try:
+        trial.system_attrs["x"] = 1
+        out["writable"] = True
+    except TypeError:
+        out["writable"] = False
+    with open(os.environ["OUT"], "a") as f:
+        f.write(json.dumps(out) + "\n")
+    return 0.0
+
+if __name__ == "__main__":
+    sweepd_worker.serve(objective)
+"""
+
+
+def _has_optuna():
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@unittest.skipUnless(_has_optuna(), "needs Optuna (RetryFailedTrialCallback)")
+class RetryAttrsTests(Base):
+    """Issue 42: a retry's trial carries Optuna's retry attributes, the study and its
+    checkpoint directory, so that RetryFailedTrialCallback.retry_history(trial) works."""
+
+    def lines(self, out):
+        with open(out) as f:
+            return [json.loads(line) for line in f]
+
+    def test_retry_history_works_in_a_persistent_worker_and_system_attrs_are_read_only(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="sweepd-out-"), "out")
+        self.addCleanup(shutil.rmtree, os.path.dirname(out), True)
+        w = FakeSweepd(self, self.write_script(RETRY_WORKER), env={"OUT": out})
+        w.expect_ready()
+        _, final = w.run_trial(5, 4, {}, extra={
+            "system_attrs": {"failed_trial": 1, "retry_history": [1, 3]},
+            "study": {"name": "s", "directions": ["minimize"]},
+            "checkpoint_dir": "/ckpt/trial-1"})
+        self.assertEqual(final["type"], "result", final)
+        # A first attempt after it: nothing of the retry is left over.
+        _, final = w.run_trial(6, 5, {}, extra={"system_attrs": {}, "checkpoint_dir": None})
+        self.assertEqual(final["type"], "result", final)
+        w.send({"type": "shutdown"})
+        self.assertEqual(w.wait(), 0)
+        first, second = self.lines(out)
+        self.assertEqual(first, {"history": [1, 3], "failed": 1, "study": "s",
+                                 "directions": ["minimize"], "checkpoint_dir": "/ckpt/trial-1",
+                                 "env": "/ckpt/trial-1", "writable": False})
+        self.assertEqual(second["history"], [])
+        self.assertIsNone(second["failed"])
+        self.assertIsNone(second["checkpoint_dir"])
+        self.assertIsNone(second["env"])
+
+    def test_retry_history_works_in_a_oneshot_worker(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="sweepd-out-"), "out")
+        self.addCleanup(shutil.rmtree, os.path.dirname(out), True)
+        env = {"OUT": out, "SWEEPD_TRIAL_ID": "9", "SWEEPD_TRIAL_NUMBER": "8",
+               "SWEEPD_PARAMS": "{}", "SWEEPD_SYSTEM_ATTRS": json.dumps(
+                   {"failed_trial": 2, "retry_history": [2]}),
+               "SWEEPD_DIRECTIONS": "minimize,maximize", "SWEEPD_CHECKPOINT_DIR": "/c/trial-2",
+               "SWEEPD_RESULT_FILE": os.path.join(os.path.dirname(out), "result")}
+        w = FakeSweepd(self, self.write_script(RETRY_WORKER), mode="oneshot", env=env,
+                       channel=False)
+        self.assertEqual(w.wait(), 0)
+        (line,) = self.lines(out)
+        self.assertEqual(line, {"history": [2], "failed": 2, "study": "test-study",
+                                "directions": ["minimize", "maximize"],
+                                "checkpoint_dir": "/c/trial-2", "env": "/c/trial-2",
+                                "writable": False})
+
+
 class MiscTests(Base):
     def test_serve_outside_sweepd_raises(self):
         script = self.write_script(

@@ -54,6 +54,8 @@ impl Validator<'_> {
         let recycle_on_growth = self.recycle_on_growth(raw);
         let (log_max_bytes, log_max_total) = self.log_limits(raw);
         let allocator = self.allocator(raw.allocator.as_ref().map(|t| &t.0));
+        let checkpoint_dir = self.checkpoint_dir(raw, base_dir, &log_dir);
+        let keep_checkpoints = raw.keep_checkpoints.as_ref().is_some_and(|k| *k.get_ref());
         (self.problems.len() == before).then_some(WorkerConfig {
             command,
             mode,
@@ -70,7 +72,31 @@ impl Validator<'_> {
             log_max_bytes,
             log_max_total,
             allocator,
+            checkpoint_dir,
+            keep_checkpoints,
         })
+    }
+
+    /// `worker.checkpoint_dir`, resolved against the config's directory (`log_dir/checkpoints`
+    /// when unset): a directory that can be created, as the supervisor creates each trial's
+    /// under it when the trial starts.
+    fn checkpoint_dir(&mut self, raw: &RawWorker, base_dir: &Path, log_dir: &Path) -> PathBuf {
+        let dir = match &raw.checkpoint_dir {
+            None => log_dir.join("checkpoints"),
+            Some(d) => resolve(base_dir, Path::new(d.get_ref())),
+        };
+        let ok = raw
+            .checkpoint_dir
+            .as_ref()
+            .map_or(Ok(()), |d| check_path(d.get_ref()))
+            .and_then(|()| check_dir_creatable(&dir));
+        if let Err(message) = ok {
+            match &raw.checkpoint_dir {
+                Some(d) => self.at(d, "worker.checkpoint_dir", message),
+                None => self.at_key("worker.checkpoint_dir", message),
+            }
+        }
+        dir
     }
 
     /// `worker.mode`: persistent unless it says oneshot.
