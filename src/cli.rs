@@ -38,6 +38,7 @@ mod error;
 mod gpus;
 mod internals;
 mod kill;
+mod liveness;
 mod logging;
 mod logs;
 mod open;

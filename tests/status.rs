@@ -1,0 +1,86 @@
+//! `status` that tells the truth (issue 42): a daemon killed -9 on this host is shown gone at
+//! once (its pid and start time, not its heartbeat's timeout), its trial's elapsed time stops
+//! growing, and its workers are not shown READY. Real daemon, real Python workers, the real
+//! SQLite file; the workers wait at a gate file (`SWEEPD_TEST_GATE`) so that a trial is RUNNING
+//! for as long as the test needs.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+/// A hang guard, never a speed assertion.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn sweepd(sweep: &Sweep, args: &[&str]) -> Output {
+    let child = sweep
+        .sweepd(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sweepd");
+    wait_output(child, LIMIT)
+}
+
+fn ok(sweep: &Sweep, args: &[&str]) -> String {
+    let out = sweepd(sweep, args);
+    assert!(out.status.success(), "sweepd {args:?}: {}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A study of one slot whose trial waits at a gate that never opens (its dir outlives the test).
+fn gated() -> (Sweep, tempfile::TempDir, std::process::Child) {
+    let gates = tempfile::tempdir().unwrap();
+    let gate = gates.path().join("gate");
+    let cfg = Cfg {
+        n_trials: Some(2),
+        max_par: 1,
+        ..Cfg::default()
+    }
+    .env("SWEEPD_TEST_GATE", gate.to_str().unwrap());
+    let sweep = Sweep::new(&cfg);
+    let daemon = sweep.spawn_run();
+    wait_until(LIMIT, "a trial RUNNING", || running(&sweep) == 1);
+    (sweep, gates, daemon)
+}
+
+#[test]
+fn a_worker_running_a_trial_was_shown_ready() {
+    let (sweep, _gates, mut daemon) = gated();
+    let live: Value = serde_json::from_str(&ok(&sweep, &["status", "--json"])).unwrap();
+    assert_eq!(live["daemon_alive"], true, "{live}");
+    assert_eq!(live["workers"][0]["shown"], "BUSY", "{live}");
+    let text = ok(&sweep, &["status"]);
+    assert!(text.contains(" BUSY (trial 0)"), "{text}");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+#[test]
+fn status_right_after_a_kill_9_of_the_daemon_said_it_was_running() {
+    let (sweep, _gates, mut daemon) = gated();
+    daemon.kill().unwrap(); // SIGKILL: its heartbeat is still fresh
+    daemon.wait().unwrap();
+    let text = ok(&sweep, &["status"]);
+    assert!(
+        text.lines().nth(1).is_some_and(
+            |l| l.starts_with("daemon    GONE: pid ") && l.contains("its process is gone")
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains(" READY "),
+        "a dead daemon's worker shown READY:\n{text}"
+    );
+    let first: Value = serde_json::from_str(&ok(&sweep, &["status", "--json"])).unwrap();
+    assert_eq!(first["daemon_alive"], false, "{first}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let later: Value = serde_json::from_str(&ok(&sweep, &["status", "--json"])).unwrap();
+    assert_eq!(
+        first["running"][0]["elapsed_s"], later["running"][0]["elapsed_s"],
+        "a dead daemon's trial's elapsed time kept growing"
+    );
+    assert!(later["running"][0]["elapsed_s"].is_number(), "{later}");
+}
