@@ -84,3 +84,33 @@ fn status_right_after_a_kill_9_of_the_daemon_said_it_was_running() {
     );
     assert!(later["running"][0]["elapsed_s"].is_number(), "{later}");
 }
+
+/// The card's name is longer than `gpus`'s name column was (22 characters).
+const LONG_CARD: &str = "NVIDIA GeForce RTX 3060 Laptop GPU";
+
+#[test]
+fn gpus_after_the_study_stopped_said_running_1_par_1_and_cut_the_card_s_name() {
+    let env = [("SIM_MEM", "1G"), ("SIM_HOLD_S", "60")];
+    let card = format!("12G {LONG_CARD}");
+    let (sweep, _g) = gpu_sweep(&[&card], 1, 1, "trial_memory = \"1GiB\"", &env);
+    let mut daemon = sweep.spawn_run();
+    wait_until(GPU_LIMIT, "the GPU row to show the running trial", || {
+        sweep.db.exists()
+            && sweep.sql("SELECT COUNT(*) FROM sweepd_gpus WHERE running = 1") == vec!["1"]
+    });
+    let live = ok(&sweep, &["gpus"]);
+    assert!(!live.contains("does not run"), "{live}");
+    daemon.kill().unwrap(); // the row keeps its last reading: running 1
+    daemon.wait().unwrap();
+    let text = ok(&sweep, &["gpus"]);
+    assert!(text.contains("does not run"), "{text}");
+    for line in text.lines().chain(live.lines()) {
+        assert!(line.chars().count() <= 100, "over 100 columns: {line:?}");
+    }
+    assert!(
+        text.contains(LONG_CARD) && live.contains(LONG_CARD),
+        "{live}\n{text}"
+    );
+    let rows: Value = serde_json::from_str(&ok(&sweep, &["gpus", "--json"])).unwrap();
+    assert_eq!(rows[0]["daemon_running"], false, "{rows}");
+}

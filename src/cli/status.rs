@@ -336,7 +336,11 @@ impl Status {
         self.waiting_text(&mut out);
         self.workers_text(&mut out);
         if !self.gpus.is_empty() {
-            out.push_str(&gpus_table(&self.gpus));
+            out.push_str(&gpus_table(&self.gpus, |host| {
+                self.hosts
+                    .iter()
+                    .any(|h| h.daemon.host == host && self.alive(&h.daemon))
+            }));
         }
         out
     }
