@@ -72,7 +72,6 @@ pub(super) fn trials_table(trials: &[TrialView]) -> String {
     out
 }
 
-/// A MiB column's cell: whole MiB, or "-" for no reading.
 /// `head`, `sep` and `tail` on one line where they fit in [`WIDTH`]; else `tail` on lines of its own,
 /// indented and wrapped at word boundaries (a word longer than a line is left whole).
 fn wrapped(out: &mut String, head: &str, sep: &str, tail: &str) {
@@ -98,6 +97,7 @@ fn wrapped(out: &mut String, head: &str, sep: &str, tail: &str) {
     }
 }
 
+/// A MiB column's cell: whole MiB, or "-" for no reading.
 fn mib(v: Option<u64>) -> String {
     v.map_or("-".into(), |b| units::whole_mib(b).to_string())
 }

@@ -23,7 +23,12 @@ pub(super) async fn trials(
         .fill(&mut trials);
     match output {
         Output::Json => print_json(&trials),
-        Output::Csv => csv::trials(&opened.study, &trials, opened.static_names()),
+        Output::Csv => {
+            // Every param the study has, not only those of the rows shown.
+            let mut names = opened.static_names();
+            names.extend(opened.store.param_names(&opened.study).await?);
+            csv::trials(&opened.study, &trials, names)
+        }
         Output::Text => print!("{}", trials_table(&trials)),
     }
     Ok(())

@@ -158,6 +158,22 @@ impl Store {
         Ok(out)
     }
 
+    /// The names of every param the study's trials have, in the order each was first recorded
+    /// (`trials --csv`'s columns, whichever rows it shows).
+    pub async fn param_names(&self, study: &Study) -> Result<Vec<String>> {
+        retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+                "SELECT p.param_name FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = $1 AND p.param_name IS NOT NULL \
+                 GROUP BY p.param_name ORDER BY MIN(p.param_id)",
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)
+        })
+    }
+
     /// Every trial's values, by trial id, in objective order (a NaN stored by another writer
     /// reads as NaN).
     async fn values_of(&self, study: &Study) -> Result<HashMap<i64, Vec<f64>>> {
