@@ -1,6 +1,7 @@
 //! `status` that tells the truth (issue 42): a daemon killed -9 on this host is shown gone at
 //! once (its pid and start time, not its heartbeat's timeout), its trial's elapsed time stops
-//! growing, and its workers are not shown READY. Real daemon, real Python workers, the real
+//! growing, and its workers are not shown READY; `gpus` says when its daemon does not run and
+//! fits 100 columns; `trials` has durations, pruned steps, user attributes and every param. Real daemon, real Python workers, the real
 //! SQLite file; the workers wait at a gate file (`SWEEPD_TEST_GATE`) so that a trial is RUNNING
 //! for as long as the test needs.
 
@@ -116,9 +117,11 @@ fn gpus_after_the_study_stopped_said_running_1_par_1_and_cut_the_card_s_name() {
 }
 
 /// A study Optuna made whose first trial alone has a conditional param (`svc_c`), read with
-/// `sweepd trials --storage URL`: the CSV's columns are the study's params, whichever rows show.
+/// `sweepd trials --storage URL`: the CSV's columns are the study's params, whichever rows show;
+/// each trial has its duration, a pruned one the step it was pruned at, and user attributes.
 #[test]
-fn trials_limit_csv_dropped_a_param_the_rows_shown_lack() {
+fn trials_limit_csv_dropped_a_param_the_rows_shown_lack_and_no_duration_pruned_step_or_user_attrs()
+{
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("optuna.db");
     let url = format!("sqlite:///{}", db.display());
@@ -131,7 +134,11 @@ fn trials_limit_csv_dropped_a_param_the_rows_shown_lack() {
          \x20   if i == 0:\n\
          \x20       t.suggest_float('svc_c', 0.1, 10.0)\n\
          \x20   t.set_user_attr('note', f'n{{i}}')\n\
-         \x20   s.tell(t, float(i))\n"
+         \x20   if i == 4:\n\
+         \x20       t.report(0.5, 3)\n\
+         \x20       s.tell(t, state=optuna.trial.TrialState.PRUNED)\n\
+         \x20   else:\n\
+         \x20       s.tell(t, float(i))\n"
     );
     let out = std::process::Command::new(python())
         .args(["-c", &script])
@@ -158,4 +165,26 @@ fn trials_limit_csv_dropped_a_param_the_rows_shown_lack() {
     assert!(header.contains("params_svc_c"), "{csv}");
     assert!(header.contains("params_kind"), "{csv}");
     assert_eq!(csv.lines().count(), 3, "{csv}");
+    // Each row's duration, the pruned one's step and the user attributes, in every form.
+    let cell = |line: &str, column: &str| {
+        let i = header.split(',').position(|h| h == column).unwrap();
+        line.split(',').nth(i).unwrap().to_owned()
+    };
+    let pruned = csv.lines().nth(2).unwrap();
+    assert_eq!(cell(pruned, "pruned_step"), "3", "{csv}");
+    assert_eq!(cell(pruned, "user_attrs_note"), "n4", "{csv}");
+    assert!(cell(pruned, "duration_s").parse::<f64>().is_ok(), "{csv}");
+    let out = sweepd(&["trials", "--storage", &url, "--limit", "2", "--json"]);
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[1]["pruned_step"], 3, "{rows}");
+    assert_eq!(rows[1]["user_attrs"]["note"], "n4", "{rows}");
+    assert!(rows[0]["duration_s"].is_number(), "{rows}");
+    assert_eq!(rows[0]["pruned_step"], Value::Null, "{rows}");
+    let out = sweepd(&["trials", "--storage", &url, "--limit", "2"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("        pruned at step 3\n"), "{text}");
+    assert!(
+        text.contains(r#"        user attrs {"note":"n4"}"#),
+        "{text}"
+    );
 }

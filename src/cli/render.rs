@@ -49,18 +49,26 @@ pub(super) fn trials_table(trials: &[TrialView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6}  {:<8}  {:>14}  params",
-        "number", "state", column
+        "{:>6}  {:<8}  {:>14}  {:>9}  params",
+        "number", "state", column, "duration"
     );
     for t in trials {
         let _ = writeln!(
             out,
-            "{:>6}  {:<8}  {:>14}  {}",
+            "{:>6}  {:<8}  {:>14}  {:>9}  {}",
             t.number,
             t.state,
             values_text(t),
+            csv::duration_s(t).map_or("-".into(), |d| format!("{d:.1}s")),
             Value::Object(t.params.clone())
         );
+        if let Some(step) = csv::pruned_step(t) {
+            let _ = writeln!(out, "        pruned at step {step}");
+        }
+        if !t.user_attrs.is_empty() {
+            let attrs = Value::Object(t.user_attrs.clone());
+            let _ = writeln!(out, "        user attrs {attrs}");
+        }
         if let Some(reason) = &t.fail_reason {
             let kind = t.fail_kind.as_deref().unwrap_or("fail");
             let _ = writeln!(out, "        {kind} {reason}");
@@ -186,6 +194,7 @@ mod tests {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         }
     }
 
@@ -196,13 +205,26 @@ mod tests {
             fail_reason: Some("exit code 1".into()),
             ..trial(1, "FAIL", Value::Null, None)
         };
-        let text = trials_table(&[trial(0, "COMPLETE", json!(0.25), None), failed]);
+        let complete = TrialView {
+            datetime_start: Some("2026-01-01 10:00:00.000000".into()),
+            datetime_complete: Some("2026-01-01 10:00:01.500000".into()),
+            ..trial(0, "COMPLETE", json!(0.25), None)
+        };
+        let pruned = TrialView {
+            step: Some(3),
+            user_attrs: json!({"note": "n4"}).as_object().unwrap().clone(),
+            ..trial(2, "PRUNED", Value::Null, None)
+        };
+        let text = trials_table(&[complete, failed, pruned]);
         assert_eq!(
             text,
-            "number  state              value  params\n     \
-             0  COMPLETE            0.25  {\"x\":1.5,\"opt\":\"adam\"}\n     \
-             1  FAIL                      {\"x\":1.5,\"opt\":\"adam\"}\n        \
-             exit exit code 1\n"
+            "number  state              value   duration  params\n     \
+             0  COMPLETE            0.25       1.5s  {\"x\":1.5,\"opt\":\"adam\"}\n     \
+             1  FAIL                              -  {\"x\":1.5,\"opt\":\"adam\"}\n        \
+             exit exit code 1\n     \
+             2  PRUNED                            -  {\"x\":1.5,\"opt\":\"adam\"}\n        \
+             pruned at step 3\n        \
+             user attrs {\"note\":\"n4\"}\n"
         );
     }
 
@@ -211,10 +233,13 @@ mod tests {
         let t = trial(3, "COMPLETE", Value::Null, Some(json!([0.5, "inf"])));
         let text = trials_table(&[t]);
         assert!(
-            text.starts_with("number  state             values  params\n"),
+            text.starts_with("number  state             values   duration  params\n"),
             "{text}"
         );
-        assert!(text.contains("  COMPLETE      [0.5, inf]  {"), "{text}");
+        assert!(
+            text.contains("  COMPLETE      [0.5, inf]          -  {"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -543,6 +543,7 @@ mod tests {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         }
     }
 
