@@ -17,7 +17,8 @@
 //!
 //! The files of `cli/`, in layers (a file imports only files of the layers below it):
 //! 1. `args` (the shared clap arguments), `error` (`CliError`, the exit codes), `csv`
-//!    (`--csv`), `internals` (`internals --json`): they import nothing of this folder;
+//!    (`--csv`), `internals` (`internals --json`), `liveness` (whether a daemon row's daemon
+//!    runs): they import nothing of this folder;
 //! 2. `open` (the study a command names), `render` (text shared by commands: `--json`, the
 //!    trials and GPU tables), `logging` (`run`'s log lines), `budgets` (`status`'s limits
 //!    beside `n_trials` and what was spent of them), `reasons` (why each trial waits or what it
@@ -38,6 +39,7 @@ mod error;
 mod gpus;
 mod internals;
 mod kill;
+mod liveness;
 mod logging;
 mod logs;
 mod open;

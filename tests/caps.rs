@@ -233,7 +233,12 @@ fn measured_by_their_frameworks(directive: &str, why: &str) {
     );
     let text = sweep.sweepd(&["gpus"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains(&format!("gpu 0: {why}")), "{text}");
+    // Wrapped to 100 columns: compared word by word.
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words(&text).contains(&words(&format!("gpu 0: {why}"))),
+        "{text}"
+    );
     let peaks = sweep
         .sql("SELECT value_json FROM trial_system_attributes WHERE key = 'sweepd:peak_memory_mib'");
     assert_eq!(peaks.len(), 3, "{err}");

@@ -494,7 +494,7 @@ fn status_trials_and_best_read_a_study_by_storage_url_without_a_config() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-    assert_eq!(header[7], "params_model", "{text}");
+    assert_eq!(header[9], "params_model", "{text}");
     assert!(header.contains(&"params_lr"), "{text}");
     assert_eq!(text.lines().count(), 7, "{text}");
     // The four-slash absolute URL, from anywhere; `best --csv` is one row.

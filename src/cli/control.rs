@@ -121,6 +121,8 @@ mod tests {
             age_s: Some(0.5),
             state: DaemonState::Running,
             detail: None,
+            pid_start: None,
+            instance: Default::default(),
         }
     }
 

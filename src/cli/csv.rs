@@ -3,7 +3,7 @@
 //! defines them: `[params]` first in the config's order, then the names the objectives
 //! suggested, in the order they first appear.
 
-use crate::store::{DaemonView, GpuRow, Study, TrialView};
+use crate::store::{time, DaemonView, GpuRow, Study, TrialView};
 use crate::study::{Counts, Distribution, SearchSpace};
 use crate::units;
 use serde_json::Value;
@@ -33,6 +33,19 @@ fn line<S: AsRef<str>>(cells: &[S]) {
 
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(String::new, |v| v.to_string())
+}
+
+/// A finished trial's duration in seconds (`None` while it runs or waits).
+pub(super) fn duration_s(t: &TrialView) -> Option<f64> {
+    time::seconds_between(
+        t.datetime_start.as_deref()?,
+        t.datetime_complete.as_deref()?,
+    )
+}
+
+/// The step a PRUNED trial was pruned at (its last reported one).
+pub(super) fn pruned_step(t: &TrialView) -> Option<i64> {
+    t.step.filter(|_| t.state == "PRUNED")
 }
 
 /// The param columns: `first` (the config's `[params]`), then every other name in the order it
@@ -73,12 +86,22 @@ pub(super) fn trials(study: &Study, trials: &[TrialView], static_names: Vec<Stri
         [
             "datetime_start",
             "datetime_complete",
+            "duration_s",
+            "pruned_step",
             "fail_kind",
             "fail_reason",
         ]
         .map(str::to_owned),
     );
     header.extend(names.iter().map(|n| format!("params_{n}")));
+    // Optuna's `trials_dataframe` names: `user_attrs_KEY`, of the rows shown.
+    let mut attrs: Vec<&String> = Vec::new();
+    for k in trials.iter().flat_map(|t| t.user_attrs.keys()) {
+        if !attrs.contains(&k) {
+            attrs.push(k);
+        }
+    }
+    header.extend(attrs.iter().map(|k| format!("user_attrs_{k}")));
     line(&header);
     for t in trials {
         let mut row = vec![t.number.to_string(), t.state.clone()];
@@ -90,6 +113,8 @@ pub(super) fn trials(study: &Study, trials: &[TrialView], static_names: Vec<Stri
         row.extend([
             t.datetime_start.clone().unwrap_or_default(),
             t.datetime_complete.clone().unwrap_or_default(),
+            duration_s(t).map(|d| d.to_string()).unwrap_or_default(),
+            pruned_step(t).map(|s| s.to_string()).unwrap_or_default(),
             t.fail_kind.clone().unwrap_or_default(),
             t.fail_reason.clone().unwrap_or_default(),
         ]);
@@ -98,6 +123,15 @@ pub(super) fn trials(study: &Study, trials: &[TrialView], static_names: Vec<Stri
                 .iter()
                 .map(|n| t.params.get(n).map(value_text).unwrap_or_default()),
         );
+        row.extend(attrs.iter().map(|k| {
+            t.user_attrs
+                .get(*k)
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                })
+                .unwrap_or_default()
+        }));
         line(&row);
     }
 }
@@ -260,6 +294,7 @@ mod tests {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         }
     }
 

@@ -110,6 +110,8 @@ mod tests {
             age_s: Some(0.1),
             state: crate::study::DaemonState::Running,
             detail: None,
+            pid_start: None,
+            instance: Default::default(),
         }];
         let cases: [(Killed, &[DaemonView], &str); 4] = [
             (

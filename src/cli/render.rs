@@ -49,18 +49,26 @@ pub(super) fn trials_table(trials: &[TrialView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6}  {:<8}  {:>14}  params",
-        "number", "state", column
+        "{:>6}  {:<8}  {:>14}  {:>9}  params",
+        "number", "state", column, "duration"
     );
     for t in trials {
         let _ = writeln!(
             out,
-            "{:>6}  {:<8}  {:>14}  {}",
+            "{:>6}  {:<8}  {:>14}  {:>9}  {}",
             t.number,
             t.state,
             values_text(t),
+            csv::duration_s(t).map_or("-".into(), |d| format!("{d:.1}s")),
             Value::Object(t.params.clone())
         );
+        if let Some(step) = csv::pruned_step(t) {
+            let _ = writeln!(out, "        pruned at step {step}");
+        }
+        if !t.user_attrs.is_empty() {
+            let attrs = Value::Object(t.user_attrs.clone());
+            let _ = writeln!(out, "        user attrs {attrs}");
+        }
         if let Some(reason) = &t.fail_reason {
             let kind = t.fail_kind.as_deref().unwrap_or("fail");
             let _ = writeln!(out, "        {kind} {reason}");
@@ -72,6 +80,31 @@ pub(super) fn trials_table(trials: &[TrialView]) -> String {
     out
 }
 
+/// `head`, `sep` and `tail` on one line where they fit in [`WIDTH`]; else `tail` on lines of its own,
+/// indented and wrapped at word boundaries (a word longer than a line is left whole).
+fn wrapped(out: &mut String, head: &str, sep: &str, tail: &str) {
+    if head.chars().count() + sep.len() + tail.chars().count() <= WIDTH {
+        let _ = writeln!(out, "{head}{sep}{tail}");
+        return;
+    }
+    let _ = writeln!(out, "{head}");
+    let indent = "      ";
+    let mut line = String::new();
+    for word in tail.split_whitespace() {
+        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > WIDTH {
+            let _ = writeln!(out, "{indent}{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{indent}{line}");
+    }
+}
+
 /// A MiB column's cell: whole MiB, or "-" for no reading.
 fn mib(v: Option<u64>) -> String {
     v.map_or("-".into(), |b| units::whole_mib(b).to_string())
@@ -79,41 +112,55 @@ fn mib(v: Option<u64>) -> String {
 
 /// The GPUs as the daemon last read them: one line per device, the next trial's expected peak
 /// in words (the same for every device, said once), and when they were read.
-pub(super) fn gpus_table(rows: &[GpuRow]) -> String {
+/// The widest line `gpus` writes (a wait longer than its room wraps onto lines of its own).
+const WIDTH: usize = 100;
+/// The name column: a longer card name goes on a line of its own, whole.
+const NAME: usize = 22;
+
+/// `gpus`'s table; `runs(host)`: whether that host's daemon runs (a row of one that does not
+/// is its last reading, and nothing of it runs or waits).
+pub(super) fn gpus_table(rows: &[GpuRow], runs: impl Fn(&str) -> bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4}  {:<22} {:>9} {:>9} {:>9} {:>5} {:>7} {:>4}  {:>10}  wait",
+        "{:>4}  {:<NAME$} {:>9} {:>9} {:>9} {:>5} {:>7} {:>4}  {:>10}  wait",
         "gpu", "name", "total MiB", "free MiB", "used MiB", "util", "running", "PAR", "next trial"
     );
     for r in rows {
-        let _ = writeln!(
-            out,
-            "{:>4}  {:<22} {:>9} {:>9} {:>9} {:>5} {:>7} {:>4}  {:>10}  {}",
-            r.device,
-            crate::process::clip(r.name.as_deref().unwrap_or("-"), 22),
+        let name = r.name.as_deref().unwrap_or("-");
+        let live = runs(&r.host);
+        let (device, name) = if name.chars().count() > NAME {
+            let _ = writeln!(out, "{:>4}  {name}", r.device);
+            (String::new(), "")
+        } else {
+            (r.device.to_string(), name)
+        };
+        let dash = |v: String| if live { v } else { "-".to_owned() };
+        let figures = format!(
+            "{device:>4}  {name:<NAME$} {:>9} {:>9} {:>9} {:>5} {:>7} {:>4}  {:>10}",
             mib(r.total),
             mib(r.free),
             mib(r.used),
             r.util_gpu.map_or("-".into(), |u| format!("{u}%")),
-            r.running,
-            r.par_estimate.map_or("-".into(), |p| p.to_string()),
-            r.expected_peak.map_or("-".into(), units::format_mib),
-            r.error
-                .as_deref()
-                .map(|e| format!("NVML error: {e}"))
-                .or_else(|| r.wait.clone())
-                .unwrap_or_else(|| "admits".into())
+            dash(r.running.to_string()),
+            dash(r.par_estimate.map_or("-".into(), |p| p.to_string())),
+            dash(r.expected_peak.map_or("-".into(), units::format_mib)),
         );
+        let wait = match (&r.error, live) {
+            (_, false) => "its daemon does not run: the last reading".to_owned(),
+            (Some(e), true) => format!("NVML error: {e}"),
+            (None, true) => r.wait.clone().unwrap_or_else(|| "admits".into()),
+        };
+        wrapped(&mut out, &figures, "  ", &wait);
     }
     if let Some(why) = rows.iter().find_map(|r| r.expected_why.as_deref()) {
-        let _ = writeln!(out, "next trial's expected peak: {why}");
+        wrapped(&mut out, "next trial's expected peak:", " ", why);
     }
     // Said where it is not NVML's list of processes (`gpu::source`).
     let by_nvml = crate::gpu::source::Source::Processes.to_string();
     for r in rows {
         if let Some(s) = r.source.as_deref().filter(|s| *s != by_nvml) {
-            let _ = writeln!(out, "gpu {}: {s}", r.device);
+            wrapped(&mut out, &format!("gpu {}:", r.device), " ", s);
         }
     }
     if let Some(r) = rows.first() {
@@ -147,6 +194,7 @@ mod tests {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         }
     }
 
@@ -157,13 +205,26 @@ mod tests {
             fail_reason: Some("exit code 1".into()),
             ..trial(1, "FAIL", Value::Null, None)
         };
-        let text = trials_table(&[trial(0, "COMPLETE", json!(0.25), None), failed]);
+        let complete = TrialView {
+            datetime_start: Some("2026-01-01 10:00:00.000000".into()),
+            datetime_complete: Some("2026-01-01 10:00:01.500000".into()),
+            ..trial(0, "COMPLETE", json!(0.25), None)
+        };
+        let pruned = TrialView {
+            step: Some(3),
+            user_attrs: json!({"note": "n4"}).as_object().unwrap().clone(),
+            ..trial(2, "PRUNED", Value::Null, None)
+        };
+        let text = trials_table(&[complete, failed, pruned]);
         assert_eq!(
             text,
-            "number  state              value  params\n     \
-             0  COMPLETE            0.25  {\"x\":1.5,\"opt\":\"adam\"}\n     \
-             1  FAIL                      {\"x\":1.5,\"opt\":\"adam\"}\n        \
-             exit exit code 1\n"
+            "number  state              value   duration  params\n     \
+             0  COMPLETE            0.25       1.5s  {\"x\":1.5,\"opt\":\"adam\"}\n     \
+             1  FAIL                              -  {\"x\":1.5,\"opt\":\"adam\"}\n        \
+             exit exit code 1\n     \
+             2  PRUNED                            -  {\"x\":1.5,\"opt\":\"adam\"}\n        \
+             pruned at step 3\n        \
+             user attrs {\"note\":\"n4\"}\n"
         );
     }
 
@@ -172,10 +233,13 @@ mod tests {
         let t = trial(3, "COMPLETE", Value::Null, Some(json!([0.5, "inf"])));
         let text = trials_table(&[t]);
         assert!(
-            text.starts_with("number  state             values  params\n"),
+            text.starts_with("number  state             values   duration  params\n"),
             "{text}"
         );
-        assert!(text.contains("  COMPLETE      [0.5, inf]  {"), "{text}");
+        assert!(
+            text.contains("  COMPLETE      [0.5, inf]          -  {"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -205,17 +269,30 @@ mod tests {
             device: 2,
             ..GpuRow::default()
         };
-        let text = gpus_table(&[read, broken, idle]);
+        let stopped = GpuRow {
+            host: "gone".into(),
+            device: 3,
+            running: 1,
+            par_estimate: Some(1),
+            ..GpuRow::default()
+        };
+        let text = gpus_table(&[read, broken, idle, stopped], |h| h != "gone");
         let lines: Vec<&str> = text.lines().collect();
         let expected = [
             " gpu  name                   total MiB  free MiB  used MiB  util running  PAR  next trial  wait",
-            "   0  NVIDIA H100 80GB HBM3 …     81920     40960     40960   87%       2    3    6144 MiB  memory: needs 6.0 GiB",
-            "   1  -                              -         -         -     -       0    -           -  NVML error: Unknown Error",
+            "   0  NVIDIA H100 80GB HBM3 with a long name",
+            "                                 81920     40960     40960   87%       2    3    6144 MiB",
+            "      memory: needs 6.0 GiB",
+            "   1  -                              -         -         -     -       0    -           -",
+            "      NVML error: Unknown Error",
             "   2  -                              -         -         -     -       0    -           -  admits",
+            "   3  -                              -         -         -     -       -    -           -",
+            "      its daemon does not run: the last reading",
             "next trial's expected peak: prior 6.0 GiB × 1.15",
             "(read at 2026-12-01 21:40:00)",
         ];
         assert_eq!(lines, expected);
+        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH));
     }
 
     #[test]
@@ -226,18 +303,23 @@ mod tests {
             source: Some(source.to_string()),
             ..GpuRow::default()
         };
-        let text = gpus_table(&[
-            row(0, Source::Processes),
-            row(1, Source::Frameworks(Blind::NoProcessOfOurs)),
-        ]);
-        let said: Vec<&str> = text.lines().filter(|l| l.starts_with("gpu ")).collect();
-        assert_eq!(
-            said,
-            [
-                "gpu 1: memory from the workers' frameworks: NVML lists no process of ours \
-              (container PID namespace?)"
-            ]
+        let text = gpus_table(
+            &[
+                row(0, Source::Processes),
+                row(1, Source::Frameworks(Blind::NoProcessOfOurs)),
+            ],
+            |_| true,
         );
+        let said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            said.contains(
+                "gpu 1: memory from the workers' frameworks: NVML lists no process of ours \
+                 (container PID namespace?)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("gpu 0:"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= WIDTH), "{text}");
     }
 
     #[test]

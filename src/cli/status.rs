@@ -7,6 +7,7 @@ use super::args::{Output, StudyArg};
 use super::budgets::Budgets;
 use super::csv;
 use super::error::CliError;
+use super::liveness::{gone_text, liveness, Here, Liveness};
 use super::open::{open_study, Opened};
 use super::reasons::Reasons;
 use super::render::{gpus_table, objectives_text, print_json};
@@ -57,6 +58,8 @@ struct Status {
     several_hosts: bool,
     /// A daemon whose heartbeat is older than this is gone.
     gone_after: Duration,
+    /// Each host's daemon as [`liveness`] found it (a host not in it: by its heartbeat).
+    seen: HashMap<String, Liveness>,
     gpus: Vec<GpuRow>,
     /// The limits beside `n_trials` the config sets, and what was spent of them.
     budgets: Option<Budgets>,
@@ -100,6 +103,14 @@ impl Status {
         } else {
             supervisor::DAEMON_GONE_AFTER
         };
+        let here = Here::read();
+        let seen = hosts
+            .iter()
+            .map(|h| {
+                let l = liveness(&h.daemon, &here, gone_after, supervisor::pid_runs);
+                (h.daemon.host.clone(), l)
+            })
+            .collect();
         let gpus = store.gpus(&study).await?;
         let budgets = Budgets::read(&store, &study, config.as_ref()).await?;
         let reasons = Reasons::read(&store, &study, &hosts, gone_after).await?;
@@ -124,6 +135,7 @@ impl Status {
             hosts,
             several_hosts,
             gone_after,
+            seen,
             gpus,
             budgets,
             waiting,
@@ -137,10 +149,58 @@ impl Status {
         time::age(&d.started_at)
     }
 
-    /// Whether a daemon runs: not stopped or gone, and its heartbeat fresh.
+    /// How a daemon is: as [`liveness`] found it, else by its state and heartbeat.
+    fn liveness(&self, d: &DaemonView) -> Liveness {
+        self.seen.get(&d.host).copied().unwrap_or_else(|| {
+            if matches!(d.state, DaemonState::Stopped | DaemonState::Gone) {
+                Liveness::Stopped
+            } else if supervisor::heartbeat_fresh(d.age_s, self.gone_after) {
+                Liveness::Runs
+            } else {
+                Liveness::Silent
+            }
+        })
+    }
+
+    /// Whether a daemon runs.
     fn alive(&self, d: &DaemonView) -> bool {
-        !matches!(d.state, DaemonState::Stopped | DaemonState::Gone)
-            && supervisor::heartbeat_fresh(d.age_s, self.gone_after)
+        self.liveness(d).runs()
+    }
+
+    /// Seconds a running trial has run: until now while its daemon runs, else until that
+    /// daemon's last heartbeat (a dead daemon's trial runs no more).
+    fn elapsed(&self, t: &TrialView) -> Option<f64> {
+        let owner = self
+            .hosts
+            .iter()
+            .find(|h| h.running.contains(&t.trial_id))
+            .map(|h| &h.daemon)
+            .or_else(|| self.daemon());
+        match owner.filter(|d| !self.alive(d)) {
+            Some(d) => {
+                let start = time::parse(t.datetime_start.as_deref()?)?;
+                let end = time::parse(&d.heartbeat_at)?;
+                Some(((end - start).num_milliseconds().max(0) as f64) / 1000.0)
+            }
+            None => elapsed(t),
+        }
+    }
+
+    /// A worker as `status` shows it: BUSY with the trial it runs, STALE where its daemon
+    /// does not run (whatever its row says), else its row's state; and the trial.
+    fn worker_shown(&self, w: &WorkerView) -> (String, Option<i64>) {
+        let daemon = self.hosts.iter().find(|h| h.daemon.host == w.host);
+        let trial = self
+            .running
+            .iter()
+            .find(|t| t.worker_id == Some(w.worker_id))
+            .map(|t| t.number);
+        let shown = match (daemon.map(|h| self.liveness(&h.daemon)), trial) {
+            (Some(l), _) if !l.runs() => "STALE".to_owned(),
+            (_, Some(_)) => "BUSY".to_owned(),
+            _ => w.state.to_string(),
+        };
+        (shown, trial)
     }
 
     /// The row `daemon` shows: the live one, else the latest (one host: the only one).
@@ -184,7 +244,7 @@ impl Status {
             .iter()
             .map(|t| {
                 json!({"number": t.number, "trial_id": t.trial_id, "worker_id": t.worker_id,
-                            "worker_pid": t.worker_pid, "elapsed_s": elapsed(t), "params": t.params,
+                            "worker_pid": t.worker_pid, "elapsed_s": self.elapsed(t), "params": t.params,
                             "gpu": t.gpu, "step": t.step, "reason": t.reason})
             })
             .collect();
@@ -221,7 +281,13 @@ impl Status {
                 "trials": f.iter().map(|c| c.number).collect::<Vec<_>>(),
                 "best": self.front_bests(),
             })),
-            "workers": self.workers,
+            "workers": self.workers.iter().map(|w| {
+                let (shown, trial) = self.worker_shown(w);
+                let mut v = json!(w);
+                v["shown"] = json!(shown);
+                v["trial"] = json!(trial);
+                v
+            }).collect::<Vec<_>>(),
             "daemon": daemon,
             "daemon_alive": daemon.is_some_and(|d| self.alive(d)),
             "hosts": hosts,
@@ -270,7 +336,11 @@ impl Status {
         self.waiting_text(&mut out);
         self.workers_text(&mut out);
         if !self.gpus.is_empty() {
-            out.push_str(&gpus_table(&self.gpus));
+            out.push_str(&gpus_table(&self.gpus, |host| {
+                self.hosts
+                    .iter()
+                    .any(|h| h.daemon.host == host && self.alive(&h.daemon))
+            }));
         }
         out
     }
@@ -285,13 +355,11 @@ impl Status {
                 .filter_map(|id| self.running.iter().find(|t| t.trial_id == *id))
                 .map(|t| t.number.to_string())
                 .collect();
-            let state = if d.state != DaemonState::Stopped
-                && d.state != DaemonState::Gone
-                && !self.alive(d)
-            {
-                "SILENT".to_owned()
-            } else {
-                d.state.to_string()
+            let state = match self.liveness(d) {
+                Liveness::Exited => "EXITED".to_owned(),
+                Liveness::Rebooted => "REBOOTED".to_owned(),
+                Liveness::Silent => "SILENT".to_owned(),
+                Liveness::Runs | Liveness::Stopped => d.state.to_string(),
             };
             let _ = writeln!(
                 out,
@@ -313,9 +381,11 @@ impl Status {
         let _ = match self.daemon() {
             Some(d) if d.state != DaemonState::Stopped && !self.alive(d) => writeln!(
                 out,
-                "daemon    GONE: pid {} on {} stopped sending heartbeats at {} (killed?); \
+                "daemon    GONE: pid {} on {} {}; \
                  the next `sweepd run` takes over and re-enqueues its trials",
-                d.pid, d.host, d.heartbeat_at
+                d.pid,
+                d.host,
+                gone_text(self.liveness(d), d)
             ),
             Some(d) => writeln!(
                 out,
@@ -381,7 +451,7 @@ impl Status {
                 t.number,
                 t.worker_id.map_or("-".into(), |v| v.to_string()),
                 t.worker_pid.map_or("-".into(), |v| v.to_string()),
-                elapsed(t).unwrap_or(0.0),
+                self.elapsed(t).unwrap_or(0.0),
                 t.reason.as_deref().unwrap_or("-")
             );
         }
@@ -404,13 +474,17 @@ impl Status {
         }
         let _ = writeln!(out, "workers   {}", self.workers.len());
         for w in &self.workers {
+            let state = match self.worker_shown(w) {
+                (s, Some(n)) if s == "BUSY" => format!("BUSY (trial {n})"),
+                (s, _) if s == "STALE" => "STALE (its daemon does not run)".to_owned(),
+                (s, _) => s,
+            };
             let _ = writeln!(
                 out,
-                "          worker {} slot {} pid {} {} ({} trials done)",
+                "          worker {} slot {} pid {} {state} ({} trials done)",
                 w.worker_id,
                 w.slot,
                 w.pid.map_or("-".into(), |p| p.to_string()),
-                w.state,
                 w.trials_done
             );
         }
@@ -447,6 +521,8 @@ mod tests {
             age_s: Some(age_s),
             state,
             detail: None,
+            pid_start: None,
+            instance: Default::default(),
         }
     }
 
@@ -467,6 +543,7 @@ mod tests {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         }
     }
 
@@ -492,6 +569,7 @@ mod tests {
             hosts,
             several_hosts: false,
             gone_after: Duration::from_secs(60),
+            seen: HashMap::new(),
             gpus: vec![],
             budgets: None,
             waiting: vec![],
@@ -545,7 +623,10 @@ mod tests {
                 "running     trial  worker      pid   elapsed  reason",
             ]
         );
-        assert!(text.contains("          worker 7 slot 0 pid 4242 READY (2 trials done)\n"));
+        assert!(
+            text.contains("          worker 7 slot 0 pid 4242 BUSY (trial 3) (2 trials done)\n"),
+            "{text}"
+        );
         let json = s.json();
         assert_eq!(
             json["daemon"]["host"], "a",

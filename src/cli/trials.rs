@@ -1,4 +1,5 @@
-//! `sweepd trials`: the study's trials, oldest first, optionally of one state and the last few.
+//! `sweepd trials`: the study's trials, oldest first, optionally of one state and the last few,
+//! each with its duration, the step a pruned one was pruned at and its user attributes.
 
 use super::args::{Output, StudyArg};
 use super::csv;
@@ -25,8 +26,23 @@ pub(super) async fn trials(
             .fill(&mut trials);
     }
     match output {
-        Output::Json => print_json(&trials),
-        Output::Csv => csv::trials(&opened.study, &trials, opened.static_names()),
+        Output::Json => print_json(
+            &trials
+                .iter()
+                .map(|t| {
+                    let mut v = serde_json::json!(t);
+                    v["duration_s"] = csv::duration_s(t).into();
+                    v["pruned_step"] = csv::pruned_step(t).into();
+                    v
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Output::Csv => {
+            // Every param the study has, not only those of the rows shown.
+            let mut names = opened.static_names();
+            names.extend(opened.store.param_names(&opened.study).await?);
+            csv::trials(&opened.study, &trials, names)
+        }
         Output::Text => print!("{}", trials_table(&trials)),
     }
     Ok(())

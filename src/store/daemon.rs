@@ -165,8 +165,9 @@ impl Store {
     /// The daemon rows of the study (one per host that ran it), oldest start first.
     pub async fn daemons(&self, study: &Study) -> Result<Vec<DaemonView>> {
         let sql = format!(
-            "SELECT pid, host, CAST(started_at AS TEXT) AS started_at, \
-             CAST(heartbeat_at AS TEXT) AS heartbeat_at, {} AS age_s, state, detail \
+            "SELECT pid, pid_start, host, CAST(started_at AS TEXT) AS started_at, \
+             CAST(heartbeat_at AS TEXT) AS heartbeat_at, {} AS age_s, state, detail, \
+             machine_id, boot_id, pid_ns \
              FROM sweepd_daemon WHERE study_id = $1 ORDER BY started_at, host",
             self.engine().age("heartbeat_at")
         );
@@ -320,4 +321,11 @@ pub struct DaemonView {
     pub age_s: Option<f64>,
     pub state: DaemonState,
     pub detail: Option<String>,
+    /// The daemon's process start time (`/proc/PID/stat`), where it was read.
+    #[sqlx(try_from = "NullableInt")]
+    pub pid_start: Option<u64>,
+    /// What its pid is relative to: whether `status` may look it up in its own `/proc`.
+    #[sqlx(flatten)]
+    #[serde(skip)]
+    pub instance: Instance,
 }

@@ -31,9 +31,24 @@ pub fn age(text: &str) -> Option<Duration> {
     Some(age.to_std().unwrap_or(Duration::ZERO))
 }
 
+/// Seconds from `start` to `end` (a trial's duration); `None` unless both are timestamps, zero
+/// where `end` is earlier.
+pub fn seconds_between(start: &str, end: &str) -> Option<f64> {
+    let ms = (parse(end)? - parse(start)?).num_milliseconds().max(0);
+    Some(ms as f64 / 1000.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_is_end_minus_start_never_negative_and_none_without_both() {
+        let (a, b) = ("2026-01-01 10:00:00.250000", "2026-01-01 10:01:01.5");
+        assert_eq!(seconds_between(a, b), Some(61.25));
+        assert_eq!(seconds_between(b, a), Some(0.0));
+        assert_eq!(seconds_between(a, "soon"), None);
+    }
 
     #[test]
     fn what_now_writes_parses_back_and_ages_from_zero() {

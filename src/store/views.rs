@@ -57,9 +57,12 @@ pub struct TrialView {
     /// The GPU it runs or ran on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u32>,
-    /// A RUNNING trial's last reported step.
+    /// A RUNNING trial's last reported step; a PRUNED one's, the step it was pruned at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<i64>,
+    /// Its user attributes (`trial.set_user_attr`), JSON as Optuna stored them.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub user_attrs: serde_json::Map<String, Value>,
     /// A WAITING or RUNNING trial: why it waits or what it does (`study::reason`), filled in by
     /// the commands that show it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -156,6 +159,22 @@ impl Store {
             out.push(self.view(study, row).await?);
         }
         Ok(out)
+    }
+
+    /// The names of every param the study's trials have, in the order each was first recorded
+    /// (`trials --csv`'s columns, whichever rows it shows).
+    pub async fn param_names(&self, study: &Study) -> Result<Vec<String>> {
+        retrying!(self, {
+            sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
+                "SELECT p.param_name FROM trial_params p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = $1 AND p.param_name IS NOT NULL \
+                 GROUP BY p.param_name ORDER BY MIN(p.param_id)",
+            )
+            .bind(study.id)
+            .fetch_all(c)
+            .await)
+            .at(&self.path)
+        })
     }
 
     /// Every trial's values, by trial id, in objective order (a NaN stored by another writer
@@ -356,6 +375,7 @@ impl Store {
             gpu: None,
             step: None,
             reason: None,
+            user_attrs: Default::default(),
         };
         if study.is_multi_objective() {
             view.value = Value::Null;
@@ -439,7 +459,21 @@ impl Store {
                 }
             }
         }
-        if view.state == "RUNNING" {
+        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            sqlx::query_as(
+                "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = $1 \
+                 ORDER BY trial_user_attribute_id",
+            )
+            .bind(view.trial_id)
+            .fetch_all(c)
+            .await
+        })
+        .at(&self.path)?;
+        view.user_attrs = attrs
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
+            .collect();
+        if view.state == "RUNNING" || view.state == "PRUNED" {
             view.step = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
                 "SELECT CAST(MAX(step) AS BIGINT) FROM trial_intermediate_values WHERE trial_id = $1",
             )

@@ -87,7 +87,9 @@ mod trial;
 mod workers;
 
 pub use error::RunError;
-pub use host::{heartbeat_fresh, host_id, DAEMON_GONE_AFTER};
+pub use host::{
+    heartbeat_fresh, host_id, kinship, pid_runs, this_instance, uptime, Kinship, DAEMON_GONE_AFTER,
+};
 
 use crate::config::Config;
 use crate::process;
