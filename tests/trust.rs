@@ -606,3 +606,21 @@ fn writes_synced_before_the_emulated_power_loss_survive_it() {
         "writes whose sync returned during the power loss and were lost: {lost_in_the_window}"
     );
 }
+
+/// `sweepd status` on a file only Optuna had written failed with "no such table:
+/// sweepd_workers": an Optuna user who switches reads the study before sweepd ever ran it.
+#[test]
+fn status_of_a_file_only_optuna_wrote_failed_with_no_such_table() {
+    let sweep = Sweep::new(&Cfg {
+        name: "shared".into(),
+        ..Cfg::default()
+    });
+    sweep.optuna("optuna_create.py", &["shared", "minimize", "2"]);
+    for args in [&["status"][..], &["status", "--json"], &["trials"]] {
+        let out = sweep.sweepd(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let out = sweep.sweepd(&["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["counts"]["complete"], 2, "{status}");
+}

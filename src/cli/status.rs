@@ -91,8 +91,16 @@ impl Status {
         } else {
             None
         };
-        let workers = store.live_workers(&study).await?;
-        let hosts = store.hosts(&study).await?;
+        // A file only Optuna has written: no daemon ever ran it, so no workers, hosts or GPUs.
+        let ours = store.has_sweepd_tables().await?;
+        let workers = match ours {
+            true => store.live_workers(&study).await?,
+            false => Vec::new(),
+        };
+        let hosts = match ours {
+            true => store.hosts(&study).await?,
+            false => Vec::new(),
+        };
         let several_hosts = store.engine() == Engine::Postgres;
         let gone_after = if several_hosts {
             config
@@ -111,8 +119,14 @@ impl Status {
                 (h.daemon.host.clone(), l)
             })
             .collect();
-        let gpus = store.gpus(&study).await?;
-        let budgets = Budgets::read(&store, &study, config.as_ref()).await?;
+        let gpus = match ours {
+            true => store.gpus(&study).await?,
+            false => Vec::new(),
+        };
+        let budgets = match ours {
+            true => Budgets::read(&store, &study, config.as_ref()).await?,
+            false => None,
+        };
         let reasons = Reasons::read(&store, &study, &hosts, gone_after).await?;
         reasons.fill(&mut running);
         let mut waiting = Vec::new();
