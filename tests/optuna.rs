@@ -456,9 +456,12 @@ fn deleting_the_study_under_a_running_daemon_stops_it_and_says_so() {
     for (pid, _) in recorded(record.path()) {
         assert!(!alive(pid), "worker {pid} outlived its deleted study");
     }
+    // The worker logs (log_dir also holds the trials' checkpoint directories).
     let logs: String = std::fs::read_dir(sweep.path("logs"))
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     assert_eq!(
         logs.matches("FAIL interrupted: interrupted: the study was deleted from the database")
