@@ -9,7 +9,7 @@ use super::csv;
 use super::error::CliError;
 use super::liveness::{gone_text, liveness, Here, Liveness};
 use super::open::{open_study, Opened};
-use super::reasons::Reasons;
+use super::reasons::{self, Reasons};
 use super::render::{gpus_table, objectives_text, print_json};
 use crate::store::WorkerView;
 use crate::store::{time, Candidate, DaemonView, Engine, GpuRow, HostView, Study, TrialView};
@@ -91,26 +91,20 @@ impl Status {
         } else {
             None
         };
-        // A file only Optuna has written: no daemon ever ran it, so no workers, hosts or GPUs.
-        let ours = store.has_sweepd_tables().await?;
-        let workers = match ours {
-            true => store.live_workers(&study).await?,
-            false => Vec::new(),
-        };
-        let hosts = match ours {
-            true => store.hosts(&study).await?,
-            false => Vec::new(),
+        // A file only Optuna has written: no daemon ever ran it, so no workers, hosts, GPUs or
+        // budgets spent.
+        let (workers, hosts, gpus, budgets) = if store.has_sweepd_tables().await? {
+            (
+                store.live_workers(&study).await?,
+                store.hosts(&study).await?,
+                store.gpus(&study).await?,
+                Budgets::read(&store, &study, config.as_ref()).await?,
+            )
+        } else {
+            Default::default()
         };
         let several_hosts = store.engine() == Engine::Postgres;
-        let gone_after = if several_hosts {
-            config
-                .as_ref()
-                .map_or(crate::config::DEFAULT_HOST_TIMEOUT, |c| {
-                    c.storage.host_timeout
-                })
-        } else {
-            supervisor::DAEMON_GONE_AFTER
-        };
+        let gone_after = reasons::gone_after(&store, config.as_ref());
         let here = Here::read();
         let seen = hosts
             .iter()
@@ -119,14 +113,6 @@ impl Status {
                 (h.daemon.host.clone(), l)
             })
             .collect();
-        let gpus = match ours {
-            true => store.gpus(&study).await?,
-            false => Vec::new(),
-        };
-        let budgets = match ours {
-            true => Budgets::read(&store, &study, config.as_ref()).await?,
-            false => None,
-        };
         let reasons = Reasons::read(&store, &study, &hosts, gone_after).await?;
         reasons.fill(&mut running);
         let mut waiting = Vec::new();
