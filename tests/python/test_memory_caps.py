@@ -426,6 +426,19 @@ class TorchSimWorker(CapsBase):
         self.assertNotEqual(planned_s[1], planned_s[3])
         self.assertGreaterEqual(got[3][1], planned_s[3])
 
+    def test_a_power_in_the_memory_product_raises_its_param_to_it(self):
+        # The packing bench's `beyond` workload: peak = 1 MiB x a^2 x b.
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import benchlib
+
+        gpu = Gpu(self)
+        record = os.path.join(gpu.dir, "record")
+        w = self.sim(gpu, SIM_RECORD=record, SIM_MEM_PRODUCT="a^2,b", SIM_MEM_UNIT="1M")
+        self.assertEqual(w.recv()["type"], "ready")
+        final, _ = self.trial(w, 1, {"a": 2, "b": 80, "c": 0.5})
+        self.assertEqual(final["type"], "result", final)
+        self.assertEqual(benchlib.records_in(record)[1][0], CONTEXT + 320 * MIB)
+
     def test_a_silent_framework_is_neither_capped_nor_read(self):
         gpu = Gpu(self)
         w = self.sim(gpu, SIM_SILENT_FRAMEWORK="1", SWEEPD_MEMORY_CAP=str(GIB))
