@@ -849,8 +849,10 @@ def packing_reading(raw):
                    bl.span([x["learner"] for x in default])))
     if all("caps" in x for x in default):
         out[-1] += (", and the caps bound, the best of a design that starts a study small and "
-                    "pays a wrong guess with the trial's own seconds, %s" % bl.span(
-                        [x["caps"] for x in default]))
+                    "pays a wrong guess with the trial's own seconds, %s (losing %s of its "
+                    "trial-seconds to capped attempts)" % (
+                        bl.span([x["caps"] for x in default]),
+                        bl.span([100 * x["caps_lost"] for x in default], "%.1f%%")))
     long_judged, long_met = goal_met(raw["long_results"], GOAL_RATIO_LONG)
     if long_judged:
         out.append("with %d trials per run sweepd reached %s (the goal, %g, met on %d of %d)"

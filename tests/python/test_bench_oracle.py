@@ -158,3 +158,20 @@ class MergeAttempts(unittest.TestCase):
 
     def test_a_trial_that_never_completed_counts_as_drawn(self):
         self.assertEqual(benchlib.merge_attempts([({0: (9, 0.5, False)}, {})]), {0: (9, 0.5)})
+
+
+class BeyondWorkload(unittest.TestCase):
+    """The packing bench's `beyond` trials: the first third take only the small sizes, so that
+    the later trials' memory lies beyond what the first ones measured."""
+
+    def test_the_first_third_draw_only_the_early_choices_and_the_rest_all(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+        import gpu_bench
+        import tomllib
+
+        space = tomllib.loads(gpu_bench.BEYOND_PARAMS)["params"]
+        trials = gpu_bench.drawn_params(space, 40, 7, gpu_bench.BEYOND_EARLY)
+        self.assertEqual({t["b"] for t in trials[:13]} - {16, 32}, set())
+        self.assertEqual({t["b"] for t in trials[13:]}, {16, 32, 64, 128, 256})
+        # The same seed, the same trials: every run of the workload runs them.
+        self.assertEqual(gpu_bench.drawn_params(space, 40, 7, gpu_bench.BEYOND_EARLY), trials)
