@@ -35,6 +35,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -415,6 +416,24 @@ class PackRun(object):
                         SWEEPD_LEDGER=os.path.join(self.root, "gpu-ledger"), SWEEPD_LOG="info")
         self.foreign_after = foreign_after
         self.foreign = None  # (seconds after the first trial start, bytes)
+        self.stopped = None  # when the hang guard stopped the daemons (epoch seconds)
+
+    def stop(self, procs):
+        """The hang guard: RUN_LIMIT_S passed with trials left. Every daemon is stopped as a
+        person would (SIGINT, then SIGKILL after 30 s) and the run's figures count up to then:
+        its makespan is at least that long, its ratio to the oracle at most what it shows."""
+        print("  %s: still running after %d s: stopped" % (self.label, RUN_LIMIT_S), flush=True)
+        self.stopped = time.time()
+        for p, _ in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p, _ in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return 0
 
     def run(self):
         procs = []
@@ -435,10 +454,14 @@ class PackRun(object):
                 with open(self.state, "a") as f:
                     f.write("proc 0 %d %d\n" % (holder.pid, size))
                 self.foreign = (time.time(), size)
+            deadline = time.monotonic() + RUN_LIMIT_S
             for p, err in procs:
-                rc = p.wait(timeout=RUN_LIMIT_S)
+                try:
+                    rc = p.wait(timeout=max(deadline - time.monotonic(), 0))
+                except subprocess.TimeoutExpired:
+                    rc = self.stop(procs)
                 err.close()
-                if rc != 0:
+                if rc != 0 and self.stopped is None:
                     raise RuntimeError("%s: sweepd exited %s; see %s" % (self.label, rc, self.root))
         finally:
             for p, _ in procs:
@@ -462,8 +485,8 @@ class PackRun(object):
 
     def makespan(self):
         ts = [t for t in self.trials() if t.get("datetime_start") and t.get("datetime_complete")]
-        return (max(parse_time(t["datetime_complete"]) for t in ts)
-                - min(parse_time(t["datetime_start"]) for t in ts))
+        end = max(parse_time(t["datetime_complete"]) for t in ts)
+        return (max(end, self.stopped or end) - min(parse_time(t["datetime_start"]) for t in ts))
 
     def mean_parallel(self):
         busy = sum(parse_time(t["datetime_complete"]) - parse_time(t["datetime_start"])
@@ -681,7 +704,7 @@ def packing_figures(internals, runs, ramp):
         "caps": span / caps_span, "caps_lost": caps_lost / (caps_lost + sum(d for _, d in jobs)),
         "on_estimates": span / est_span,
         "runs": [dict(label=r.label, makespan=r.makespan(), at_once=r.mean_parallel(),
-                      ooms=r.ooms(), **r.caps()) for r in runs],
+                      ooms=r.ooms(), stopped=r.stopped is not None, **r.caps()) for r in runs],
         "est_ratios": estimate_ratios(sweepd_run, est),
         "ooms_within": sweepd_run.ooms_within_estimate(),
         "foreign": sweepd_run.foreign,
@@ -719,7 +742,8 @@ def packing_table(results, baselines):
                  "%.2f" % x["headroom"], "%.2f" % x["learner"],
                  "%.2f" % x["caps"] if "caps" in x else "-", "%.2f" % x["on_estimates"]]
         for j, r in enumerate(x["runs"]):
-            cells += ["%.2f" % (x["span"] / r["makespan"]), "%.2f" % r["at_once"], str(r["ooms"])]
+            cells += ["%.2f%s" % (x["span"] / r["makespan"], " (stopped)" if r.get("stopped")
+                                  else ""), "%.2f" % r["at_once"], str(r["ooms"])]
             if j == 0:
                 cells += [str(r.get("collateral", x["ooms_within"])), str(r.get("capped", "-")),
                           "%.1f%%" % (100 * lost_share(r)) if "trial_s" in r else "-"]
@@ -734,6 +758,7 @@ def goal_met(results, ratio=GOAL_RATIO):
     judged = [x for x in results if x["key"] not in NOT_DEFAULT]
     return judged, [x for x in judged
                     if x["span"] / x["runs"][0]["makespan"] >= ratio
+                    and not x["runs"][0].get("stopped")
                     and x["runs"][0].get("collateral", x["ooms_within"]) == 0
                     and lost_share(x["runs"][0]) <= GOAL_LOST]
 
@@ -897,6 +922,10 @@ def packing_reading(raw):
                 "/".join("%.2f" % (x["span"] / x["runs"][0]["makespan"]) for x in two),
                 "/".join("%.2f" % (x["span"] / x["runs"][0]["makespan"]) for x in group)))
         text += ". "
+    if any(r.get("stopped") for x in results + raw["long_results"] for r in x["runs"]):
+        text += ("A run marked `(stopped)` still had trials left after %d s and was stopped "
+                 "(SIGINT): its makespan counts to then, so its figure is at most what it shows. "
+                 % RUN_LIMIT_S)
     return text + ("Single runs of one build vary by about 0.02 with one daemon, by up to 0.1 "
                    "with two.")
 
