@@ -630,3 +630,105 @@ def estimates_in(dirs):
                     continue
                 out[(i, n)] = int(est * GIB)
     return out
+
+
+def caps_bound(jobs, cap_count, capacity, steps=(), first=(), prior=0, ramp=0.0):
+    """The oracle's list scheduling (`oracle`) under issue 41's design: a trial runs within the
+    memory it was admitted with and a wrong guess costs it alone the seconds to its cap. The
+    trials of `first` (indices into `jobs`: each study's first trials) are admitted at `prior`;
+    one whose peak is above it holds `prior` for the part of its ramp (`ramp` seconds, linear
+    from 0 to its peak) that reaches the prior, fails at its cap, and is re-run at its true
+    peak in its place in the list (before every later trial). Every other peak is known
+    exactly, and a first trial within the prior is held at its peak. Returns (makespan,
+    seconds lost to capped attempts)."""
+    def cap_at(t):
+        c = capacity
+        for s, v in steps:
+            if s <= t:
+                c = v
+        return c
+
+    first = set(first)
+    pending = []  # (list position, attempt, held, seconds)
+    for i, (peak, dur) in enumerate(jobs):
+        if i in first and peak > prior:
+            pending.append((i, 0, prior, min(dur, ramp * prior / peak)))
+        else:
+            pending.append((i, 1, peak, dur))
+    t, running, span, lost = 0.0, [], 0.0, 0.0
+    while pending or running:
+        # A capped attempt that has ended frees its memory and puts its re-run in the list.
+        pending += [(i, 1) + tuple(jobs[i]) for end, _, i in running if i is not None and end <= t]
+        running = [r for r in running if r[0] > t]
+        for job in sorted(pending):
+            if len(running) >= cap_count:
+                break
+            i, attempt, held, dur = job
+            checks = [t] + [s for s, _ in steps if t < s < t + dur]
+            if running and not all(sum(h for end, h, _ in running if end > c) + held <= cap_at(c)
+                                   for c in checks):
+                continue
+            running.append((t + dur, held, None if attempt else i))
+            pending.remove(job)
+            span = max(span, t + dur)
+            if not attempt:
+                lost += dur
+        if any(i is not None and end <= t for end, _, i in running):
+            continue  # a capped attempt of no length: its re-run is in the list at once
+        later = [end for end, _, _ in running if end > t] + [s for s, _ in steps if s > t]
+        if not later:
+            break
+        t = min(later)
+    return span, lost
+
+
+def first_trials(studies, k):
+    """The indices of each study's first `k` jobs (`studies`: each job's study, in list
+    order)."""
+    seen, out = {}, []
+    for i, s in enumerate(studies):
+        seen[s] = seen.get(s, 0) + 1
+        if seen[s] <= k:
+            out.append(i)
+    return out
+
+
+# What sweepd's reason says of an OOM whose trial was within what it was admitted with
+# (`src/supervisor/policy.rs`, `oom_verdict`): other processes held the memory counted for it.
+COLLATERAL_TEXT = "other processes held the rest of the card"
+
+
+def collateral_ooms(trials):
+    """The trials (`sweepd trials --json` rows) that failed `oom` within what they were admitted
+    with: they died because another process grew, not because they did."""
+    return [t for t in trials if t.get("fail_kind") == "oom"
+            and COLLATERAL_TEXT in (t.get("fail_reason") or "")]
+
+
+def seconds_lost_to_caps(trials):
+    """(seconds of the attempts that failed at their own cap, every trial's seconds) of the
+    `sweepd trials --json` rows `trials`: each row's `duration_s`, from its start to its end."""
+    total = lost = 0.0
+    for t in trials:
+        seconds = t.get("duration_s") or 0.0
+        total += seconds
+        if t.get("fail_kind") == "cap":
+            lost += seconds
+    return lost, total
+
+
+def merge_attempts(runs):
+    """Every trial's (peak, seconds) by its number, from the records of several runs of the same
+    trials: `runs` is [(records, copies)], `records` as `records_in` reads them and `copies`
+    {copy's number: the number of the trial it re-runs} (sweepd re-runs a failed trial, at its
+    cap or after an OOM, as a copy under a new number). A trial's figures are those of an attempt
+    that completed, in any run, where there is one; else as it was drawn."""
+    merged = {}
+    for records, copies in runs:
+        for n, (peak, seconds, complete) in sorted(records.items()):
+            first = n
+            while first in copies:
+                first = copies[first]
+            if first not in merged or (complete and not merged[first][2]):
+                merged[first] = (peak, seconds, complete)
+    return {n: (peak, seconds) for n, (peak, seconds, _) in merged.items()}

@@ -39,16 +39,21 @@ def kept_run(root):
     est = bl.estimates_in(dirs)
     rows, starts, ends = [], [], []
     for i, d in enumerate(dirs):
-        for n, (peak, dur, _) in bl.records_in(os.path.join(d, "record")).items():
-            rows.append(dict(study=i, n=n, peak=peak, dur=dur, est=est.get((i, n), peak)))
         conn = sqlite3.connect("file:%s?mode=ro" % os.path.join(d, "study.db"), uri=True)
         try:
             for s, c in conn.execute("SELECT datetime_start, datetime_complete FROM trials "
                                      "WHERE datetime_complete IS NOT NULL"):
                 starts.append(datetime.datetime.fromisoformat(s).timestamp())
                 ends.append(datetime.datetime.fromisoformat(c).timestamp())
+            # A re-run (at its cap, after an OOM) is a copy under a new number: one trial.
+            copies = {n: int(v) for n, v in conn.execute(
+                "SELECT t.number, a.value_json FROM trials t JOIN trial_system_attributes a "
+                "ON a.trial_id = t.trial_id WHERE a.key = 'failed_trial'")}
         finally:
             conn.close()
+        records = bl.records_in(os.path.join(d, "record"))
+        for n, (peak, dur) in bl.merge_attempts([(records, copies)]).items():
+            rows.append(dict(study=i, n=n, peak=peak, dur=dur, est=est.get((i, n), peak)))
     rows.sort(key=lambda r: (r["n"], r["study"]))
     return rows, (max(ends) - min(starts)) if starts else float("nan")
 

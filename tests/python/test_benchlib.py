@@ -84,3 +84,29 @@ class DocIntro(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def row(kind=None, seconds=1.0, reason=None):
+    return {"fail_kind": kind, "duration_s": seconds, "fail_reason": reason}
+
+
+class CapsFigures(unittest.TestCase):
+    """Issue 41's columns of the packing bench, from `sweepd trials --json` rows."""
+
+    def test_seconds_lost_are_the_capped_attempts_of_all_trial_seconds(self):
+        rows = [row(seconds=3.0), row("cap", 0.5), row("cap", 0.25), row("oom", 1.0),
+                row(seconds=None), row("timeout", 2.0)]
+        self.assertEqual(benchlib.seconds_lost_to_caps(rows), (0.75, 6.75))
+
+    def test_a_run_with_no_trial_loses_nothing(self):
+        self.assertEqual(benchlib.seconds_lost_to_caps([]), (0.0, 0.0))
+
+    def test_collateral_ooms_are_those_within_what_they_were_admitted_with(self):
+        within = ("CUDA out of memory. Tried to allocate 1.00 GiB (with that allocation its "
+                  "process would have held 3.0 GiB, within the 6.9 GiB it was admitted with: "
+                  "other processes held the rest of the card; on a card shared with other jobs, "
+                  "raise [gpu] headroom)")
+        own = "CUDA out of memory. Tried to allocate 9.00 GiB"
+        rows = [row("oom", reason=within), row("oom", reason=own), row("cap", reason=within),
+                row("oom")]
+        self.assertEqual(benchlib.collateral_ooms(rows), [rows[0]])

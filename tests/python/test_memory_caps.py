@@ -400,6 +400,45 @@ class TorchSimWorker(CapsBase):
         self.assertIn(CONTEXT + 600 * MIB, held)
         self.assertLess(max(held), CONTEXT + GIB)
 
+    def test_its_record_is_what_the_packing_bench_reads_and_a_re_run_is_the_same_trial(self):
+        # The packing bench's oracle reads each trial's peak and run time with
+        # bench/benchlib.py's records_in; a trial that hits its cap is re-run by sweepd under a
+        # new number, and must then hold as long as it was drawn to.
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import benchlib
+
+        gpu = Gpu(self)
+        record = os.path.join(gpu.dir, "record")
+        w = self.sim(gpu, SIM_RECORD=record, SIM_HOLD_RANGE="0.01,0.3")
+        self.assertEqual(w.recv()["type"], "ready")
+        self.trial(w, 1, {"mem": 600, "x": 0.5}, cap=GIB)
+        failed, _ = self.trial(w, 2, {"mem": 1500, "x": 0.25}, cap=GIB)
+        self.assertEqual(failed["exc_type"], "torch.OutOfMemoryError")
+        self.trial(w, 3, {"mem": 1500, "x": 0.25}, cap=2 * GIB)
+        got = benchlib.records_in(record)
+        self.assertEqual((got[1][0], got[1][2]), (CONTEXT + 600 * MIB, True))
+        # The failed attempt as it was drawn: its context and five 300 MiB segments.
+        self.assertEqual((got[2][0], got[2][2]), (CONTEXT + 1500 * MIB, False))
+        self.assertEqual((got[3][0], got[3][2]), (CONTEXT + 1500 * MIB, True))
+        with open(record) as f:
+            planned_s = {int(line.split()[1]): float(line.split()[6]) for line in f}
+        self.assertEqual(planned_s[2], planned_s[3])
+        self.assertNotEqual(planned_s[1], planned_s[3])
+        self.assertGreaterEqual(got[3][1], planned_s[3])
+
+    def test_a_power_in_the_memory_product_raises_its_param_to_it(self):
+        # The packing bench's `beyond` workload: peak = 1 MiB x a^2 x b.
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import benchlib
+
+        gpu = Gpu(self)
+        record = os.path.join(gpu.dir, "record")
+        w = self.sim(gpu, SIM_RECORD=record, SIM_MEM_PRODUCT="a^2,b", SIM_MEM_UNIT="1M")
+        self.assertEqual(w.recv()["type"], "ready")
+        final, _ = self.trial(w, 1, {"a": 2, "b": 80, "c": 0.5})
+        self.assertEqual(final["type"], "result", final)
+        self.assertEqual(benchlib.records_in(record)[1][0], CONTEXT + 320 * MIB)
+
     def test_a_silent_framework_is_neither_capped_nor_read(self):
         gpu = Gpu(self)
         w = self.sim(gpu, SIM_SILENT_FRAMEWORK="1", SWEEPD_MEMORY_CAP=str(GIB))
