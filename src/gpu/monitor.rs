@@ -269,6 +269,7 @@ fn views_of(st: &State) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String
             expected_peak: t.expected_peak,
             used_now: t.used_now,
             settled: t.settled,
+            capped: t.capped,
         })
         .collect();
     (views, running, errors)
