@@ -1,5 +1,7 @@
 //! GPU-aware parallelism on the simulator: the real daemon reads a fake libnvidia-ml through
 //! the real nvml-wrapper path, and simulated GPU workers allocate memory in the fake's state.
+//! The simulated worker enforces no memory cap, so these studies run with `caps = false`: the
+//! estimate is the upper bound (under caps it aims at the peak, `tests/caps.rs`).
 
 mod common;
 
@@ -323,7 +325,7 @@ fn retired_because(sweep: &Sweep, what: &str) -> Vec<(i32, String)> {
 fn run_enqueued(cfg: &Cfg, trial_memory: &str, trials: &[(u64, f64)]) -> (Sweep, FakeGpus, String) {
     let gpu = format!(
         "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"{trial_memory}\"\n\
-         poll_interval = \"100ms\"\n"
+         poll_interval = \"100ms\"\ncaps = false\n"
     );
     let (sweep, gpus) = gpu_study(cfg, &["24G Fake A10"], &gpu);
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
@@ -639,7 +641,7 @@ fn infeasible_by_message_on_the_first_oom_with_others_running() {
         &cfg,
         &["24G Fake A10"],
         "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\npoll_interval = \"100ms\"\n\
-         [retry]\noom = 2\n",
+         caps = false\n[retry]\noom = 2\n",
     );
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
     let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
@@ -1181,7 +1183,8 @@ fn over_estimated_trial_3(by_number: &str, poll: &str, mem_4: &str) -> (Sweep, F
         &cfg,
         &["24G Fake A10"],
         &format!(
-            "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"{poll}\"\n"
+            "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"{poll}\"\n\
+             caps = false\n"
         ),
     );
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
