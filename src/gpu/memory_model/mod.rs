@@ -15,17 +15,17 @@
 //! linear fit could not follow.
 //!
 //! With caps off ([`Aim::Bound`]) the estimate admission uses is an upper bound: the prediction
-//! raised by a margin calibrated
-//! from the model's own errors (each recently measured trial predicted by the current model
-//! without that trial, leave-one-out, against its peak; scaled by how far the trial lies from the
-//! others), wide while few are known and narrowing as they come, and at least as wide as what
-//! the measured trials never varied leaves unknown (a deep trial after shallow ones), wider
-//! still for a peak predicted beyond every measured one; measured trials whose memory-relevant
-//! params are (almost) the same as the new one's raise it to their peak, and so does a measured
-//! trial no larger in any size that drives memory (memory rarely shrinks as a size grows: this
-//! holds where the fit extrapolates badly, as for a categorical batch size never measured yet);
-//! and an out-of-memory failure raises it near the failed params only, "near" measured in what
-//! the params do to memory (a param of no effect does not make two trials far apart).
+//! raised by a margin calibrated from the model's own errors (each recently measured trial
+//! predicted by the current model without that trial, leave-one-out, against its peak; scaled by
+//! how far the trial lies from the others), wide while few are known and narrowing as they come,
+//! and at least as wide as what the measured trials never varied leaves unknown (a deep trial after
+//! shallow ones), wider still for a peak predicted beyond every measured one; measured trials whose
+//! memory-relevant params are (almost) the same as the new one's raise it to their peak, and so
+//! does a measured trial no larger in any size that drives memory (memory rarely shrinks as a size
+//! grows: this holds where the fit extrapolates badly, as for a categorical batch size never
+//! measured yet); and an out-of-memory failure raises it near the failed params only, "near"
+//! measured in what the params do to memory (a param of no effect does not make two trials far
+//! apart).
 //!
 //! Under caps ([`Aim::Peak`]) a trial that outgrows its estimate fails alone at its cap and is
 //! re-run, so the estimate aims at the peak instead: the prediction plus the [`BOLD_QUANTILE`]
