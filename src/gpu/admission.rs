@@ -21,9 +21,9 @@
 //! Caps ([`memory_cap`]): each trial's framework allocator is held to the bytes it was
 //! admitted with, less what its worker holds outside the allocator (its context): a trial that
 //! outgrows its estimate fails at its cap rather than take its neighbours' memory. A capped
-//! trial counts at its cap until it ends, settled or not: it may grow to it, and a neighbour
-//! must never be given that memory; an uncapped one counts at its level once settled
-//! ([`RunningTrial::unclaimed`]).
+//! trial (one whose worker reported a framework that enforces its cap) counts at its cap until
+//! it ends, settled or not: it may grow to it, and a neighbour must never be given that memory;
+//! an uncapped one counts at its level once settled ([`RunningTrial::unclaimed`]).
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
 //! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
@@ -118,8 +118,10 @@ pub struct RunningTrial {
     pub used_now: u64,
     /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
     pub settled: bool,
-    /// It runs under a memory cap from `expected_peak` (the bytes it was admitted with): it may
-    /// grow to that cap whatever it uses now, settled or not.
+    /// It runs under a memory cap from `expected_peak` (the bytes it was admitted with) that its
+    /// worker enforces (it reported a framework, `super::monitor::TrialMemory::held_to_cap`):
+    /// it may grow to that cap whatever it uses now, settled or not. A cap sent to a worker
+    /// that reported none may be ignored: such a trial is not `capped` here.
     pub capped: bool,
 }
 

@@ -204,7 +204,11 @@ impl Core {
                 g.capacity.record_oom(d, Instant::now());
             }
             let cap_hit = matches!(&verdict.how, Finish::Fail(f) if f.kind == FailureKind::Cap);
-            let admitted = memory.as_ref().map(|m| m.admitted).filter(|_| cap_hit);
+            // A cap hit teaches the re-run's growth only where its worker enforced the cap.
+            let admitted = memory
+                .as_ref()
+                .filter(|m| cap_hit && m.held_to_cap())
+                .map(|m| m.admitted);
             match (verdict.reached, admitted) {
                 (Some((level, total)), Some(admitted)) => {
                     g.model.record_cap(&params, level, admitted, total)
