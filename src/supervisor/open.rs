@@ -9,7 +9,7 @@ use super::error::RunError;
 use super::events::WorkerEvent;
 use super::settings::Settings;
 use crate::config::{Config, Devices};
-use crate::gpu::{Aim, Capacity, Gpu, MemoryModel, Monitor};
+use crate::gpu::{Capacity, Gpu, MemoryModel, Monitor};
 use crate::metrics::Metrics;
 use crate::process;
 use crate::progress::{Progress, Tracker};
@@ -83,8 +83,9 @@ pub(super) async fn open(
         &config.sampler,
     )
     .map_err(RunError::Sampler)?;
-    let mut model = MemoryModel::new(&config.space, config.gpu.trial_memory)
-        .aiming(Aim::for_caps(config.gpu.caps));
+    // At the bound until a worker of ours reports a framework that enforces its cap
+    // (`decide::aim`, in each admission round).
+    let mut model = MemoryModel::new(&config.space, config.gpu.trial_memory);
     for (params, peak) in store.peaks(study).await? {
         model.record(&params, peak);
     }

@@ -27,7 +27,8 @@
 //! measured in what the params do to memory (a param of no effect does not make two trials far
 //! apart).
 //!
-//! Under caps ([`Aim::Peak`]) a trial that outgrows its estimate fails alone at its cap and is
+//! Under caps, once the study's workers are known to enforce them ([`Aim::Peak`]: a worker
+//! reported its framework), a trial that outgrows its estimate fails alone at its cap and is
 //! re-run, so the estimate aims at the peak instead: the prediction plus the [`BOLD_QUANTILE`]
 //! of the same errors, with none of the widening for what is unknown; a study's first trials
 //! start at a small prior; every raise by facts (the smallest peak, the same config, a measured
@@ -110,27 +111,19 @@ struct OomFloor {
     cap: bool,
 }
 
-/// What an estimate aims at, from `[gpu] caps` when the model is made.
+/// What an estimate aims at: the bound, until the study's workers are known to enforce their
+/// caps (`supervisor::decide::aim`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Aim {
-    /// Caps off: an upper bound. A trial that outgrows its estimate takes memory its
-    /// neighbours were admitted with, and one of them may die of it.
+    /// Caps off, or no worker of the study has reported a framework that enforces its cap yet:
+    /// an upper bound. A trial that outgrows its estimate takes memory its neighbours were
+    /// admitted with, and one of them may die of it.
     #[default]
     Bound,
-    /// Caps on: the peak. A trial that outgrows its estimate fails alone at its cap and is
-    /// re-run larger, which costs it the seconds until the hit, and its neighbours nothing.
+    /// Caps on, and the study's workers enforce them: the peak. A trial that outgrows its
+    /// estimate fails alone at its cap and is re-run larger, which costs it the seconds until
+    /// the hit, and its neighbours nothing.
     Peak,
-}
-
-impl Aim {
-    /// The aim for `[gpu] caps`.
-    pub fn for_caps(caps: bool) -> Aim {
-        if caps {
-            Aim::Peak
-        } else {
-            Aim::Bound
-        }
-    }
 }
 
 /// The memory model (see the module documentation).
@@ -246,6 +239,15 @@ impl MemoryModel {
     pub fn aiming(mut self, aim: Aim) -> MemoryModel {
         self.aim = aim;
         self
+    }
+
+    /// What its estimates aim at now; [`MemoryModel::set_aim`] changes it.
+    pub fn aim(&self) -> Aim {
+        self.aim
+    }
+
+    pub fn set_aim(&mut self, aim: Aim) {
+        self.aim = aim;
     }
 
     /// What a trial is expected at on `trial_memory` alone, before anything measured says
