@@ -1,7 +1,5 @@
 //! GPU-aware parallelism on the simulator: the real daemon reads a fake libnvidia-ml through
 //! the real nvml-wrapper path, and simulated GPU workers allocate memory in the fake's state.
-//! The simulated worker enforces no memory cap, so these studies run with `caps = false`: the
-//! estimate is the upper bound (under caps it aims at the peak, `tests/caps.rs`).
 
 mod common;
 
@@ -151,6 +149,29 @@ fn trials_that_allocate_slowly_after_start_do_not_cause_over_admission() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(fails(&sweep).is_empty(), "{:?}", fails(&sweep));
     assert!(max_overlap_by_gpu(&sweep)[&0] <= 3);
+}
+
+/// Issue 41: under the default caps every trial is sent a cap, but this simulated worker
+/// reports no framework and enforces none. With estimates aimed at the peak all the same, the
+/// first trials started at a quarter of `trial_memory` (2 GiB of 8), four at once on a 24 GiB
+/// card, each grew to 7.25 GiB, and they ran each other out of memory. Until a worker reports
+/// a framework, estimates are the bound and its trials count as uncapped, as with caps off.
+#[test]
+fn a_worker_with_no_framework_under_the_default_caps_does_not_make_its_neighbours_die() {
+    let env = [
+        ("SIM_MEM", "7G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_RAMP_S", "0.5"),
+        ("SIM_HOLD_S", "1.0"),
+    ];
+    let (sweep, _g) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"8GiB\"", &env);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{:?}\n{err}", fails(&sweep));
+    assert_eq!(sweep.count("COMPLETE"), 6, "{err}");
+    assert!(!err.contains("estimates aim at the peak"), "{err}");
+    assert!(max_overlap_by_gpu(&sweep)[&0] <= 3, "{err}");
 }
 
 #[test]
@@ -325,7 +346,7 @@ fn retired_because(sweep: &Sweep, what: &str) -> Vec<(i32, String)> {
 fn run_enqueued(cfg: &Cfg, trial_memory: &str, trials: &[(u64, f64)]) -> (Sweep, FakeGpus, String) {
     let gpu = format!(
         "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"{trial_memory}\"\n\
-         poll_interval = \"100ms\"\ncaps = false\n"
+         poll_interval = \"100ms\"\n"
     );
     let (sweep, gpus) = gpu_study(cfg, &["24G Fake A10"], &gpu);
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
@@ -641,7 +662,7 @@ fn infeasible_by_message_on_the_first_oom_with_others_running() {
         &cfg,
         &["24G Fake A10"],
         "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\npoll_interval = \"100ms\"\n\
-         caps = false\n[retry]\noom = 2\n",
+         [retry]\noom = 2\n",
     );
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
     let trial = |mem: u64, x: f64| serde_json::json!({"mem": mem, "x": x}).to_string();
@@ -1183,8 +1204,7 @@ fn over_estimated_trial_3(by_number: &str, poll: &str, mem_4: &str) -> (Sweep, F
         &cfg,
         &["24G Fake A10"],
         &format!(
-            "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"{poll}\"\n\
-             caps = false\n"
+            "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"20GiB\"\npoll_interval = \"{poll}\"\n"
         ),
     );
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);

@@ -15,10 +15,7 @@ low = 0.0
 high = 1.0
 "#;
 
-/// A study of simulated GPU trials on `gpus`, with caps off: `gpu_sim_worker.py` enforces no
-/// memory cap, and under caps estimates aim at the peak (issue 41), safe only where the worker
-/// holds each trial to its cap. These studies test admission with the upper bound; caps are
-/// `tests/caps.rs`'s.
+/// A study of simulated GPU trials on `gpus`.
 pub fn gpu_sweep(
     gpus: &[&str],
     n: u64,
@@ -37,8 +34,7 @@ pub fn gpu_sweep(
         cfg = cfg.env(k, v);
     }
     let gpu = format!(
-        "devices = \"all\"\nheadroom = \"1GiB\"\nmax_par_per_device = 8\npoll_interval = \"100ms\"\n\
-         caps = false\n{gpu_extra}"
+        "devices = \"all\"\nheadroom = \"1GiB\"\nmax_par_per_device = 8\npoll_interval = \"100ms\"\n{gpu_extra}"
     );
     gpu_study(&cfg, gpus, &gpu)
 }
