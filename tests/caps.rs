@@ -31,9 +31,9 @@ fn records(sweep: &Sweep) -> Vec<Value> {
         .collect()
 }
 
-/// A study of `mode` on one `card` (1 GiB headroom, `trial_memory` 8 GiB: under caps the first
-/// trials are admitted with a quarter of it, 2 GiB) with `trials` enqueued in order, each
-/// `(mem MiB, hold s, delay s)`.
+/// A study of `mode` on one `card` (1 GiB headroom, `trial_memory` 2 GiB: the first trials are
+/// admitted with 2.3 GiB, at the bound, as no worker has reported a framework yet) with
+/// `trials` enqueued in order, each `(mem MiB, hold s, delay s)`.
 fn run_capped(mode: &'static str, card: &str, trials: &[(u64, f64, f64)]) -> (Sweep, String) {
     let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 6144]\n\
                   [params.hold]\ntype = \"categorical\"\nchoices = [0.2, 2.0]\n\
@@ -46,7 +46,7 @@ fn run_capped(mode: &'static str, card: &str, trials: &[(u64, f64, f64)]) -> (Sw
         params: params.into(),
         ..Cfg::default()
     };
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"8GiB\"\n\
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
                poll_interval = \"100ms\"\n";
     let (mut sweep, _gpus) = gpu_study(&cfg, &[card], gpu);
     let record = sweep.path("caps.jsonl").to_string_lossy().into_owned();
@@ -67,7 +67,7 @@ fn run_capped(mode: &'static str, card: &str, trials: &[(u64, f64, f64)]) -> (Sw
     (sweep, err)
 }
 
-/// On an 8 GiB card, three trials start at the same 2 GiB prior: one grows at once to 6 GiB,
+/// On an 8 GiB card, three trials start at the same 2.3 GiB guess: one grows at once to 6 GiB,
 /// the two others allocate 1 GiB each a second later and hold it for 2 s. Uncapped, the large
 /// one took the memory its neighbours were admitted with, and a neighbour died of OOM for it.
 /// Capped, it alone fails, at its own cap, as kind `cap`, and is re-run with a larger cap until
@@ -112,9 +112,15 @@ fn a_trial_that_grows_past_its_estimate_fails_alone_at_its_cap_and_completes_re_
     let (last, outcome) = caps.last().unwrap();
     assert_eq!(outcome, "complete", "{caps:?}");
     assert!(*last >= 6144 * MIB, "{caps:?}");
-    // The first was admitted at the small prior (8 GiB / 4) less its worker's 256 MiB context.
+    // The first was admitted at the guess (2 GiB x 1.15) less its worker's 256 MiB context:
+    // no worker had reported a framework yet. Its re-runs, after the workers reported theirs,
+    // at the peak.
     let first = caps[0].0 as f64 / MIB as f64;
-    assert!((1787.0..1797.0).contains(&first), "{caps:?}");
+    assert!((2095.0..2105.0).contains(&first), "{caps:?}");
+    assert!(
+        err.contains("estimates aim at the peak: workers enforce their memory caps (sim)"),
+        "{err}"
+    );
     for r in ran.iter().filter(|r| r["mem"] == 1024) {
         assert_eq!(r["outcome"], "complete", "{r}");
         assert!(r["cap"].as_u64().unwrap() >= 1024 * MIB, "{r}");
@@ -169,8 +175,7 @@ fn a_card_another_job_fills_is_waited_for_not_tried() {
         params: params.into(),
         ..Cfg::default()
     };
-    // Under caps the first trials start at a quarter of trial_memory: 3 GiB, room for each.
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"12GiB\"\n\
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
                poll_interval = \"100ms\"\n";
     let (sweep, gpus) = gpu_study(&cfg, &["24G Fake A10"], gpu);
     let me = std::process::id();
@@ -215,8 +220,7 @@ fn measured_by_their_frameworks(directive: &str, why: &str) {
         ..Cfg::default()
     }
     .env("CAP_HOLD_S", "1.0");
-    // Under caps the first trials start at a quarter of trial_memory: 4 GiB, room for each.
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"16GiB\"\n\
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"3GiB\"\n\
                poll_interval = \"100ms\"\n";
     let (sweep, gpus) = gpu_study(&cfg, &["24G Fake A10"], gpu);
     gpus.append(directive);
@@ -271,8 +275,8 @@ fn trials_without_memory_per_process_in_nvml_are_measured_by_their_frameworks() 
 /// cap sweepd sent with `torch.cuda.set_per_process_memory_fraction` (the stand-in PyTorch of
 /// `tests/standin`, its caching allocator and its OOM text), reports the cap it enforced, and
 /// sweepd takes the OOM for a cap hit and re-runs the trial larger. Three trials start at the
-/// same 2 GiB prior (a quarter of trial_memory) on an 8 GiB card; one grows to 6 GiB: it alone
-/// fails, as `cap`, and completes re-run; its two 1 GiB neighbours never fail.
+/// same 2.3 GiB guess on an 8 GiB card; one grows to 6 GiB: it alone fails, as `cap`, and
+/// completes re-run; its two 1 GiB neighbours never fail.
 #[test]
 fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
     let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 6144]\n\
@@ -291,7 +295,7 @@ fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
         ..Cfg::default()
     }
     .env("FAKE_TORCH_CONTEXT", "256M");
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"8GiB\"\n\
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
                poll_interval = \"100ms\"\n";
     let (mut sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
     let calls = sweep.path("torch-calls.log").to_string_lossy().into_owned();
@@ -321,17 +325,20 @@ fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
     assert!(log.contains("set_per_process_memory_fraction"), "{log}");
 }
 
-/// Under caps a study's first trials start at a small prior (a quarter of `trial_memory`: 2 GiB
-/// here), not at `trial_memory` × 1.15. Three start at once on an 8 GiB card; the two of 1 GiB
-/// fit in it, the one of 5 GiB (in 512 MiB steps, as a framework allocates) hits its cap, and is
-/// re-run at 1.5 times what it was admitted with at least, until it completes. A cap hit just
-/// past the cap taught the model only its level × 1.25 before: a re-run per 25% of growth. The
-/// neighbours never fail, and each hit says how long its attempt ran.
+/// Under caps a study's first trials start at a small prior (a quarter of `trial_memory`: 1 GiB
+/// here), not at `trial_memory` × 1.15, once its workers are known to keep to their caps. The
+/// first trial is admitted before any worker exists, at the bound (4.6 GiB of an 8 GiB card);
+/// its worker reports PyTorch, estimates then aim at the peak, and the next two start beside it
+/// at 1 GiB each. The one of 512 MiB fits; the one of 3 GiB (in 512 MiB steps, as a framework
+/// allocates) hits its cap, and is re-run at 1.5 times what it was admitted with at least, until
+/// it completes. A cap hit just past the cap taught the model only its level × 1.25 before: a
+/// re-run per 25% of growth. The neighbours never fail, and each hit says how long its attempt
+/// ran.
 #[test]
 fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_larger() {
-    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 5120]\n\
-                  [params.steps]\ntype = \"categorical\"\nchoices = [10]\n\
-                  [params.hold]\ntype = \"categorical\"\nchoices = [2.0]\n";
+    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [512, 3072]\n\
+                  [params.steps]\ntype = \"categorical\"\nchoices = [6]\n\
+                  [params.hold]\ntype = \"categorical\"\nchoices = [2.0, 3.0]\n";
     let cfg = Cfg {
         n_trials: Some(3),
         max_par: 3,
@@ -346,12 +353,12 @@ fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_l
         ..Cfg::default()
     }
     .env("FAKE_TORCH_CONTEXT", "256M");
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"8GiB\"\n\
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"4GiB\"\n\
                poll_interval = \"100ms\"\n";
     let (sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
     sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let enqueue = [1024, 1024, 5120]
-        .map(|m| serde_json::json!({"mem": m, "steps": 10, "hold": 2.0}).to_string());
+    let enqueue = [(512, 3.0), (512, 2.0), (3072, 2.0)]
+        .map(|(m, h)| serde_json::json!({"mem": m, "steps": 6, "hold": h}).to_string());
     let mut args = vec!["t"];
     args.extend(enqueue.iter().map(String::as_str));
     sweep.optuna("optuna_enqueue.py", &args);
@@ -359,28 +366,43 @@ fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_l
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
+    let admitted: Vec<&str> = err.lines().filter(|l| l.contains("admitted:")).collect();
     assert!(
-        err.contains("admitted: expected peak 2.0 GiB: trial_memory (8.0 GiB) x 0.25"),
+        admitted[0].contains("expected peak 4.6 GiB: trial_memory (4.0 GiB) x 1.15"),
         "{err}"
     );
+    assert!(
+        err.contains("estimates aim at the peak: workers enforce their memory caps (torch)"),
+        "{err}"
+    );
+    let small = "expected peak 1.0 GiB: trial_memory (4.0 GiB) x 0.25";
+    for n in [1, 2] {
+        let at = format!(" trial={n} ");
+        assert!(
+            admitted
+                .iter()
+                .any(|l| l.contains(small) && l.contains(&at)),
+            "trial {n}: {err}"
+        );
+    }
     let trials = sweep.trials();
     let failed: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
     assert!(
         !failed.is_empty(),
-        "the 5 GiB trial never hit its cap: {err}"
+        "the 3 GiB trial never hit its cap: {err}"
     );
     for t in &failed {
         assert_eq!(t["fail_kind"], "cap", "{t}\n{err}");
-        assert_eq!(t["params"]["mem"], 5120, "a neighbour failed: {t}");
+        assert_eq!(t["params"]["mem"], 3072, "a neighbour failed: {t}");
         let reason = t["fail_reason"].as_str().unwrap();
         assert!(
             reason.starts_with("reached its memory cap of ") && reason.contains(" s: "),
             "{reason}"
         );
     }
-    // The caps its attempts ran under (MiB), in order: the first from the small prior (2 GiB
+    // The caps its attempts ran under (MiB), in order: the first from the small prior (1 GiB
     // less a context of 256 to 512 MiB), each re-run's at least 1.5 times the one before (its
-    // admitted bytes × 1.5, less the context), the last holding its 5 GiB.
+    // admitted bytes × 1.5, less the context), the last holding its 3 GiB.
     let caps: Vec<f64> = sweep
         .sql(
             "SELECT a.value_json FROM trial_system_attributes a JOIN trial_params p \
@@ -391,10 +413,10 @@ fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_l
         .map(|c| c.parse().unwrap())
         .collect();
     assert_eq!(caps.len(), failed.len() + 1, "{caps:?}\n{err}");
-    assert!((1530.0..1800.0).contains(&caps[0]), "{caps:?}");
+    assert!((500.0..780.0).contains(&caps[0]), "{caps:?}");
     assert!(
         caps.windows(2).all(|w| w[1] >= 1.5 * w[0] - 1.0),
         "{caps:?}"
     );
-    assert!(*caps.last().unwrap() >= 5120.0, "{caps:?}");
+    assert!(*caps.last().unwrap() >= 3072.0, "{caps:?}");
 }
