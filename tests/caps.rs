@@ -32,7 +32,8 @@ fn records(sweep: &Sweep) -> Vec<Value> {
 }
 
 /// A study of `mode` on one `card` (1 GiB headroom, `trial_memory` 2 GiB: the first trials are
-/// admitted with 2.3 GiB) with `trials` enqueued in order, each `(mem MiB, hold s, delay s)`.
+/// admitted with 2.3 GiB, at the bound, as no worker has reported a framework yet) with
+/// `trials` enqueued in order, each `(mem MiB, hold s, delay s)`.
 fn run_capped(mode: &'static str, card: &str, trials: &[(u64, f64, f64)]) -> (Sweep, String) {
     let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 6144]\n\
                   [params.hold]\ntype = \"categorical\"\nchoices = [0.2, 2.0]\n\
@@ -111,9 +112,15 @@ fn a_trial_that_grows_past_its_estimate_fails_alone_at_its_cap_and_completes_re_
     let (last, outcome) = caps.last().unwrap();
     assert_eq!(outcome, "complete", "{caps:?}");
     assert!(*last >= 6144 * MIB, "{caps:?}");
-    // The first was admitted at the guess (2 GiB x 1.15) less its worker's 256 MiB context.
+    // The first was admitted at the guess (2 GiB x 1.15) less its worker's 256 MiB context:
+    // no worker had reported a framework yet. Its re-runs, after the workers reported theirs,
+    // at the peak.
     let first = caps[0].0 as f64 / MIB as f64;
     assert!((2095.0..2105.0).contains(&first), "{caps:?}");
+    assert!(
+        err.contains("estimates aim at the peak: workers enforce their memory caps (sim)"),
+        "{err}"
+    );
     for r in ran.iter().filter(|r| r["mem"] == 1024) {
         assert_eq!(r["outcome"], "complete", "{r}");
         assert!(r["cap"].as_u64().unwrap() >= 1024 * MIB, "{r}");
@@ -316,4 +323,100 @@ fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
     // The helper called PyTorch's own API to hold each trial to its cap.
     let log = std::fs::read_to_string(sweep.path("torch-calls.log")).unwrap_or_default();
     assert!(log.contains("set_per_process_memory_fraction"), "{log}");
+}
+
+/// Under caps a study's first trials start at a small prior (a quarter of `trial_memory`: 1 GiB
+/// here), not at `trial_memory` × 1.15, once its workers are known to keep to their caps. The
+/// first trial is admitted before any worker exists, at the bound (4.6 GiB of an 8 GiB card);
+/// its worker reports PyTorch, estimates then aim at the peak, and the next two start beside it
+/// at 1 GiB each. The one of 512 MiB fits; the one of 3 GiB (in 512 MiB steps, as a framework
+/// allocates) hits its cap, and is re-run at 1.5 times what it was admitted with at least, until
+/// it completes. A cap hit just past the cap taught the model only its level × 1.25 before: a
+/// re-run per 25% of growth. The neighbours never fail, and each hit says how long its attempt
+/// ran.
+#[test]
+fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_larger() {
+    let params = "[params.mem]\ntype = \"categorical\"\nchoices = [512, 3072]\n\
+                  [params.steps]\ntype = \"categorical\"\nchoices = [6]\n\
+                  [params.hold]\ntype = \"categorical\"\nchoices = [2.0, 3.0]\n";
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 3,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/torch_sim_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: params.into(),
+        ..Cfg::default()
+    }
+    .env("FAKE_TORCH_CONTEXT", "256M");
+    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"4GiB\"\n\
+               poll_interval = \"100ms\"\n";
+    let (sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let enqueue = [(512, 3.0), (512, 2.0), (3072, 2.0)]
+        .map(|(m, h)| serde_json::json!({"mem": m, "steps": 6, "hold": h}).to_string());
+    let mut args = vec!["t"];
+    args.extend(enqueue.iter().map(String::as_str));
+    sweep.optuna("optuna_enqueue.py", &args);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
+    let admitted: Vec<&str> = err.lines().filter(|l| l.contains("admitted:")).collect();
+    assert!(
+        admitted[0].contains("expected peak 4.6 GiB: trial_memory (4.0 GiB) x 1.15"),
+        "{err}"
+    );
+    assert!(
+        err.contains("estimates aim at the peak: workers enforce their memory caps (torch)"),
+        "{err}"
+    );
+    let small = "expected peak 1.0 GiB: trial_memory (4.0 GiB) x 0.25";
+    for n in [1, 2] {
+        let at = format!(" trial={n} ");
+        assert!(
+            admitted
+                .iter()
+                .any(|l| l.contains(small) && l.contains(&at)),
+            "trial {n}: {err}"
+        );
+    }
+    let trials = sweep.trials();
+    let failed: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
+    assert!(
+        !failed.is_empty(),
+        "the 3 GiB trial never hit its cap: {err}"
+    );
+    for t in &failed {
+        assert_eq!(t["fail_kind"], "cap", "{t}\n{err}");
+        assert_eq!(t["params"]["mem"], 3072, "a neighbour failed: {t}");
+        let reason = t["fail_reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("reached its memory cap of ") && reason.contains(" s: "),
+            "{reason}"
+        );
+    }
+    // The caps its attempts ran under (MiB), in order: the first from the small prior (1 GiB
+    // less a context of 256 to 512 MiB), each re-run's at least 1.5 times the one before (its
+    // admitted bytes × 1.5, less the context), the last holding its 3 GiB.
+    let caps: Vec<f64> = sweep
+        .sql(
+            "SELECT a.value_json FROM trial_system_attributes a JOIN trial_params p \
+             ON p.trial_id = a.trial_id AND p.param_name = 'mem' \
+             WHERE a.key = 'sweepd:memory_cap_mib' AND p.param_value = 1 ORDER BY a.trial_id",
+        )
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert_eq!(caps.len(), failed.len() + 1, "{caps:?}\n{err}");
+    assert!((500.0..780.0).contains(&caps[0]), "{caps:?}");
+    assert!(
+        caps.windows(2).all(|w| w[1] >= 1.5 * w[0] - 1.0),
+        "{caps:?}"
+    );
+    assert!(*caps.last().unwrap() >= 3072.0, "{caps:?}");
 }

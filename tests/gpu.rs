@@ -151,6 +151,29 @@ fn trials_that_allocate_slowly_after_start_do_not_cause_over_admission() {
     assert!(max_overlap_by_gpu(&sweep)[&0] <= 3);
 }
 
+/// Issue 41: under the default caps every trial is sent a cap, but this simulated worker
+/// reports no framework and enforces none. With estimates aimed at the peak all the same, the
+/// first trials started at a quarter of `trial_memory` (2 GiB of 8), four at once on a 24 GiB
+/// card, each grew to 7.25 GiB, and they ran each other out of memory. Until a worker reports
+/// a framework, estimates are the bound and its trials count as uncapped, as with caps off.
+#[test]
+fn a_worker_with_no_framework_under_the_default_caps_does_not_make_its_neighbours_die() {
+    let env = [
+        ("SIM_MEM", "7G"),
+        ("SIM_CONTEXT", "256M"),
+        ("SIM_RAMP_S", "0.5"),
+        ("SIM_HOLD_S", "1.0"),
+    ];
+    let (sweep, _g) = gpu_sweep(&["24G Fake A10"], 6, 4, "trial_memory = \"8GiB\"", &env);
+    let out = sweep.run(&[], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(fails(&sweep).is_empty(), "{:?}\n{err}", fails(&sweep));
+    assert_eq!(sweep.count("COMPLETE"), 6, "{err}");
+    assert!(!err.contains("estimates aim at the peak"), "{err}");
+    assert!(max_overlap_by_gpu(&sweep)[&0] <= 3, "{err}");
+}
+
 #[test]
 fn two_devices_are_filled_independently_and_each_worker_sees_only_its_own() {
     let env = [

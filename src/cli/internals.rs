@@ -4,7 +4,9 @@
 //! goes when what it names goes, and the bench that reads it then fails naming it.
 
 use crate::config::{GpuConfig, SamplerConfig};
-use crate::gpu::memory_model::{MIN_MEASURED, PRIOR_MARGIN};
+use crate::gpu::memory_model::{
+    BOLD_PRIOR_SHARE, BOLD_QUANTILE, CAP_GROWTH, MIN_MEASURED, PRIOR_MARGIN,
+};
 use crate::sampler::gp::MAX_FIT_TRIALS as GP_MAX_FIT_TRIALS;
 use crate::sampler::tpe::HISTORY_WINDOW;
 use serde_json::{json, Value};
@@ -18,6 +20,9 @@ pub(super) fn internals() -> Value {
         "consts": {
             "MIN_MEASURED": MIN_MEASURED,
             "PRIOR_MARGIN": PRIOR_MARGIN,
+            "BOLD_QUANTILE": BOLD_QUANTILE,
+            "BOLD_PRIOR_SHARE": BOLD_PRIOR_SHARE,
+            "CAP_GROWTH": CAP_GROWTH,
             "HISTORY_WINDOW": HISTORY_WINDOW,
             "GP_MAX_FIT_TRIALS": GP_MAX_FIT_TRIALS,
         },
@@ -28,6 +33,7 @@ pub(super) fn internals() -> Value {
                 "max_par_per_device": gpu.max_par_per_device,
                 "poll_interval": gpu.poll_interval.as_secs_f64(),
                 "idle_worker_timeout": gpu.idle_worker_timeout.as_secs_f64(),
+                "caps": gpu.caps,
             },
             "sampler": {
                 "n_startup_trials": sampler.n_startup_trials,
@@ -44,7 +50,9 @@ pub(super) fn internals() -> Value {
 mod tests {
     use super::internals;
     use crate::config::{GpuConfig, SamplerConfig};
-    use crate::gpu::memory_model::{MIN_MEASURED, PRIOR_MARGIN};
+    use crate::gpu::memory_model::{
+        BOLD_PRIOR_SHARE, BOLD_QUANTILE, CAP_GROWTH, MIN_MEASURED, PRIOR_MARGIN,
+    };
     use crate::sampler::gp::MAX_FIT_TRIALS as GP_MAX_FIT_TRIALS;
     use crate::sampler::tpe::HISTORY_WINDOW;
     use serde_json::{json, Value};
@@ -54,7 +62,9 @@ mod tests {
             .fold(v, |v, key| v.get(key).unwrap_or(&Value::Null))
     }
 
-    /// The names `bench/benchlib.py` reads, each with the value of what it names.
+    /// The names `bench/benchlib.py` reads (and, under caps, the small prior's share, the re-run
+    /// growth and the quantile aimed at, for a bench of issue 41's design), each with the value
+    /// of what it names.
     #[test]
     fn internals_prints_every_name_the_benches_read_with_its_value() {
         let (gpu, sampler) = (GpuConfig::default(), SamplerConfig::default());
@@ -62,6 +72,10 @@ mod tests {
         for (name, want) in [
             ("consts.MIN_MEASURED", json!(MIN_MEASURED)),
             ("consts.PRIOR_MARGIN", json!(PRIOR_MARGIN)),
+            ("consts.BOLD_QUANTILE", json!(BOLD_QUANTILE)),
+            ("consts.BOLD_PRIOR_SHARE", json!(BOLD_PRIOR_SHARE)),
+            ("consts.CAP_GROWTH", json!(CAP_GROWTH)),
+            ("defaults.gpu.caps", json!(gpu.caps)),
             ("consts.HISTORY_WINDOW", json!(HISTORY_WINDOW)),
             ("consts.GP_MAX_FIT_TRIALS", json!(GP_MAX_FIT_TRIALS)),
             ("defaults.gpu.headroom", json!(gpu.headroom)),

@@ -20,8 +20,10 @@
 //!
 //! Caps ([`memory_cap`]): each trial's framework allocator is held to the bytes it was
 //! admitted with, less what its worker holds outside the allocator (its context): a trial that
-//! outgrows its estimate fails at its cap rather than take its neighbours' memory. A settled
-//! trial still counts at its level ([`RunningTrial::unclaimed`]), as before caps.
+//! outgrows its estimate fails at its cap rather than take its neighbours' memory. A capped
+//! trial (one whose worker reported a framework that enforces its cap) counts at its cap until
+//! it ends, settled or not: it may grow to it, and a neighbour must never be given that memory;
+//! an uncapped one counts at its level once settled ([`RunningTrial::unclaimed`]).
 //! Quarantine is the supervisor's circuit breaker's: a quarantined device is not handed in at
 //! all. [`Capacity::reclaim`] says which idle workers an admitted trial runs on and which must
 //! go first to free the memory it was admitted into. [`Capacity::request`] says what a waiting
@@ -116,6 +118,11 @@ pub struct RunningTrial {
     pub used_now: u64,
     /// It has reached its peak (`super::monitor::settled`): what it uses now is what it needs.
     pub settled: bool,
+    /// It runs under a memory cap from `expected_peak` (the bytes it was admitted with) that its
+    /// worker enforces (it reported a framework, `super::monitor::TrialMemory::held_to_cap`):
+    /// it may grow to that cap whatever it uses now, settled or not. A cap sent to a worker
+    /// that reported none may be ignored: such a trial is not `capped` here.
+    pub capped: bool,
 }
 
 /// What a worker process is taken to hold outside its framework's allocator (its CUDA context,
@@ -145,9 +152,11 @@ impl RunningTrial {
     /// Memory this trial is expected to claim but has not yet: `max(0, expected_peak − used_now)`,
     /// or once it has settled at its peak, only allocator noise on what it uses
     /// ([`settled_margin`]): the rest of an over-estimate is not held back for its whole run.
+    /// A capped trial may still claim up to its cap, settled or not: a neighbour is never
+    /// given what it may take (its estimate aims at its peak, so its cap is near it).
     pub fn unclaimed(&self) -> u64 {
         let rest = self.expected_peak.saturating_sub(self.used_now);
-        if self.settled {
+        if self.settled && !self.capped {
             rest.min(settled_margin(self.used_now))
         } else {
             rest
@@ -707,6 +716,7 @@ mod tests {
             expected_peak,
             used_now,
             settled: false,
+            capped: false,
         }
     }
 
@@ -1250,6 +1260,36 @@ mod tests {
             .unclaimed(),
             0
         );
+    }
+
+    /// Under caps a trial may grow to its cap whatever it uses now: a settled capped trial
+    /// still counts at its cap (the 6 GiB it was admitted with, 4 GiB used), an uncapped one at
+    /// its level plus 2%. Before, both counted at their level, and a neighbour could be given
+    /// the 2 GiB the capped one may still claim.
+    #[rstest::rstest]
+    #[case::capped_ramping(true, false, 2 * G)]
+    #[case::capped_settled(true, true, 2 * G)]
+    #[case::uncapped_ramping(false, false, 2 * G)]
+    #[case::uncapped_settled(false, true, 4 * G / 50 + 1)]
+    fn a_settled_capped_trial_keeps_its_cap_counted_and_an_uncapped_one_does_not(
+        #[case] capped: bool,
+        #[case] settled: bool,
+        #[case] unclaimed: u64,
+    ) {
+        let t = RunningTrial {
+            capped,
+            settled,
+            ..trial(1, 0, 6 * G, 4 * G)
+        };
+        assert_eq!(t.unclaimed(), unclaimed);
+        // An 8 GiB card with 1 GiB headroom, 4 GiB free: a 2 GiB neighbour fits beside the
+        // settled uncapped trial only.
+        let eight = DeviceView {
+            total: 8 * G,
+            ..card(0, 4 * G)
+        };
+        let d = cap().decide(&eight, &[t], 2 * G, G, Instant::now());
+        assert_eq!(d.admitted, !capped && settled, "{d:?}");
     }
 
     #[rstest::rstest]

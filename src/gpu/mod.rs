@@ -52,7 +52,7 @@ pub mod source;
 
 pub use admission::{Capacity, Decision, IdleWorker, Reclaim};
 pub use ledger::Ledger;
-pub use memory_model::{Estimate, MemoryModel};
+pub use memory_model::{Aim, Estimate, MemoryModel};
 pub use monitor::Monitor;
 pub use nvml::Gpu;
 pub use peak_log::PeakLog;

@@ -53,6 +53,10 @@ pub struct TrialMemory {
     /// It runs under a memory cap (`[gpu] caps` when it was admitted), and the bytes it was
     /// admitted with, which its cap comes from (`expected_peak` may be lowered since).
     pub capped: bool,
+    /// Its worker reported a framework (`ready` or a `memory` message: the helper found one
+    /// and set its limit), so it keeps to its cap. A cap sent to a worker that reported none
+    /// may be ignored: such a trial is counted as uncapped ([`TrialMemory::held_to_cap`]).
+    pub enforced: bool,
     pub admitted: u64,
     /// The cap its worker was given for it (`None`: not sent yet, or no cap), and what its
     /// worker is taken to hold outside the allocator (measured, or the prior).
@@ -72,6 +76,13 @@ impl TrialMemory {
         self.pgid = Some(pgid);
         self.started = now;
         self.level_since = now;
+    }
+
+    /// Whether it is held to its cap: capped, and its worker reported a framework that
+    /// enforces it. Only then does admission count it at its cap, and an out-of-memory failure
+    /// at its cap teach the model a cap hit.
+    pub fn held_to_cap(&self) -> bool {
+        self.capped && self.enforced
     }
 
     /// Whether it may ever be taken at its level: the model has a prediction for it, and it has
@@ -241,6 +252,8 @@ struct State {
     unlisted: HashMap<u32, u32>,
     /// The latest context a worker of ours was measured at: a new worker's, until its own.
     context_seen: Option<u64>,
+    /// The framework the first worker of ours that reported one named (`None`: none yet).
+    framework_seen: Option<String>,
 }
 
 /// The readings as the capacity model takes them, our running trials, and the devices whose
@@ -269,6 +282,7 @@ fn views_of(st: &State) -> (Vec<DeviceView>, Vec<RunningTrial>, Vec<(u32, String
             expected_peak: t.expected_peak,
             used_now: t.used_now,
             settled: t.settled,
+            capped: t.held_to_cap(),
         })
         .collect();
     (views, running, errors)
@@ -450,6 +464,7 @@ impl Monitor {
                 settled: false,
                 grew_after_settling: false,
                 capped,
+                enforced: false,
                 admitted: expected_peak,
                 cap: None,
                 context,
@@ -505,6 +520,25 @@ impl Monitor {
                 t.context = c;
             }
         }
+    }
+
+    /// The worker of process group `pgid` reported `framework` (in `ready` or a `memory`
+    /// message): the trials it runs keep to their caps ([`TrialMemory::held_to_cap`]), and
+    /// the first report is the study's ([`Monitor::framework_seen`]). Said again when the
+    /// worker is given a trial ([`Monitor::bind`] alone does not know its worker's framework).
+    pub fn framework_reported(&self, pgid: i32, framework: &str) {
+        let mut st = self.lock();
+        if st.framework_seen.is_none() {
+            st.framework_seen = Some(framework.to_owned());
+        }
+        for t in st.trials.values_mut().filter(|t| t.pgid == Some(pgid)) {
+            t.enforced = true;
+        }
+    }
+
+    /// The framework the first worker of ours that reported one named.
+    pub fn framework_seen(&self) -> Option<String> {
+        self.lock().framework_seen.clone()
     }
 
     /// A worker of ours was measured holding `context` outside its allocator: new workers are
@@ -732,6 +766,7 @@ mod tests {
             settled: false,
             grew_after_settling: false,
             capped: false,
+            enforced: false,
             admitted: 0,
             cap: None,
             context: 0,
@@ -913,5 +948,31 @@ mod tests {
         let mut t = trial(t0, 9 * G, 4, 3);
         assert_eq!(observe(&mut t, 9 * G, at(100), false), None);
         assert!(!t.settled);
+    }
+
+    /// Issue 41: a cap holds only where the worker's framework enforces it. A trial admitted
+    /// under caps whose worker reported no framework (a raw worker, `gpu_sim_worker.py`) is
+    /// counted as uncapped, at its level once settled; once its worker reports one, at its cap.
+    /// Before, every trial admitted under caps counted at its cap, and the model aimed at the
+    /// peak for workers that ignore it.
+    #[rstest::rstest]
+    #[case::caps_off(false, false, false)]
+    #[case::caps_off_with_a_framework(false, true, false)]
+    #[case::no_framework_reported(true, false, false)]
+    #[case::a_framework_reported(true, true, true)]
+    fn a_trial_is_held_to_its_cap_only_where_its_worker_reported_a_framework(
+        #[case] capped: bool,
+        #[case] enforced: bool,
+        #[case] held: bool,
+    ) {
+        let t = TrialMemory {
+            capped,
+            enforced,
+            ..trial(Instant::now(), 9 * G, 4, 3)
+        };
+        assert_eq!(t.held_to_cap(), held);
+        let mut st = State::default();
+        st.trials.insert(7, t);
+        assert_eq!(views_of(&st).1[0].capped, held);
     }
 }

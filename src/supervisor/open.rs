@@ -83,6 +83,8 @@ pub(super) async fn open(
         &config.sampler,
     )
     .map_err(RunError::Sampler)?;
+    // At the bound until a worker of ours reports a framework that enforces its cap
+    // (`decide::aim`, in each admission round).
     let mut model = MemoryModel::new(&config.space, config.gpu.trial_memory);
     for (params, peak) in store.peaks(study).await? {
         model.record(&params, peak);

@@ -598,7 +598,8 @@ fn interrupted(reason: &str) -> Outcome {
 }
 
 /// Records which worker runs the trial (unless its start's commit `written` it already), and
-/// lets the monitor attribute its memory.
+/// lets the monitor attribute its memory (and hold it to its cap where its worker reported a
+/// framework).
 async fn bind(
     sh: &Shared,
     c: &Claimed,
@@ -615,6 +616,10 @@ async fn bind(
     }
     if let Some(m) = &sh.monitor {
         m.bind(c.trial_id, w.pid as i32);
+        // A worker that reported its framework before this trial keeps it to its cap.
+        if let Some(f) = &w.memory.framework {
+            m.framework_reported(w.pid as i32, f);
+        }
     }
     Ok(())
 }

@@ -233,12 +233,18 @@ pub(super) async fn start_persistent(
 }
 
 /// What a worker's framework said of its process's memory (`ready`, `memory` messages): kept
-/// with the worker, and its context, once measured, is what new workers are taken to hold.
+/// with the worker, and its context, once measured, is what new workers are taken to hold; a
+/// framework named holds the worker's trials to their caps, and makes the study's estimates
+/// aim at the peak (`decide::aim`).
 pub(super) fn took_memory(sh: &Shared, w: &mut Worker, said: Option<&process::WorkerMemory>) {
     let Some(said) = said else { return };
     w.memory.update(said);
     if let (Some(m), Some(c)) = (&sh.monitor, said.context) {
         m.context_seen(c);
+    }
+    // Its framework enforces the caps of the trials it runs (a trial it runs now, too).
+    if let (Some(m), Some(f)) = (&sh.monitor, &said.framework) {
+        m.framework_reported(w.pid as i32, f);
     }
 }
 

@@ -14,17 +14,26 @@
 //! and then leaves out again, with its products, a param it kept only for the curvature the
 //! linear fit could not follow.
 //!
-//! The estimate admission uses is an upper bound: the prediction raised by a margin calibrated
-//! from the model's own errors (each recently measured trial predicted by the current model
-//! without that trial, leave-one-out, against its peak; scaled by how far the trial lies from the
-//! others), wide while few are known and narrowing as they come, and at least as wide as what
-//! the measured trials never varied leaves unknown (a deep trial after shallow ones), wider
-//! still for a peak predicted beyond every measured one; measured trials whose memory-relevant
-//! params are (almost) the same as the new one's raise it to their peak, and so does a measured
-//! trial no larger in any size that drives memory (memory rarely shrinks as a size grows: this
-//! holds where the fit extrapolates badly, as for a categorical batch size never measured yet);
-//! and an out-of-memory failure raises it near the failed params only, "near" measured in what
-//! the params do to memory (a param of no effect does not make two trials far apart).
+//! With caps off ([`Aim::Bound`]) the estimate admission uses is an upper bound: the prediction
+//! raised by a margin calibrated from the model's own errors (each recently measured trial
+//! predicted by the current model without that trial, leave-one-out, against its peak; scaled by
+//! how far the trial lies from the others), wide while few are known and narrowing as they come,
+//! and at least as wide as what the measured trials never varied leaves unknown (a deep trial after
+//! shallow ones), wider still for a peak predicted beyond every measured one; measured trials whose
+//! memory-relevant params are (almost) the same as the new one's raise it to their peak, and so
+//! does a measured trial no larger in any size that drives memory (memory rarely shrinks as a size
+//! grows: this holds where the fit extrapolates badly, as for a categorical batch size never
+//! measured yet); and an out-of-memory failure raises it near the failed params only, "near"
+//! measured in what the params do to memory (a param of no effect does not make two trials far
+//! apart).
+//!
+//! Under caps, once the study's workers are known to enforce them ([`Aim::Peak`]: a worker
+//! reported its framework), a trial that outgrows its estimate fails alone at its cap and is
+//! re-run, so the estimate aims at the peak instead: the prediction plus the [`BOLD_QUANTILE`]
+//! of the same errors, with none of the widening for what is unknown; a study's first trials
+//! start at a small prior; every raise by facts (the smallest peak, the same config, a measured
+//! trial no larger in any size, out-of-memory and cap floors) stays, and a re-run after a cap
+//! hit is expected at [`CAP_GROWTH`] times what its attempt was admitted with at least.
 //!
 //! Pure: no I/O, no clock. `docs/gpu-memory-model.md` explains it to users.
 
@@ -98,11 +107,29 @@ struct OomFloor {
     x: Features,
     reached: u64,
     floor: u64,
+    /// From a cap hit ([`MemoryModel::record_cap`]), not a device's out-of-memory failure.
+    cap: bool,
+}
+
+/// What an estimate aims at: the bound, until the study's workers are known to enforce their
+/// caps (`supervisor::decide::aim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Aim {
+    /// Caps off, or no worker of the study has reported a framework that enforces its cap yet:
+    /// an upper bound. A trial that outgrows its estimate takes memory its neighbours were
+    /// admitted with, and one of them may die of it.
+    #[default]
+    Bound,
+    /// Caps on, and the study's workers enforce them: the peak. A trial that outgrows its
+    /// estimate fails alone at its cap and is re-run larger, which costs it the seconds until
+    /// the hit, and its neighbours nothing.
+    Peak,
 }
 
 /// The memory model (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct MemoryModel {
+    aim: Aim,
     names: Vec<String>,
     dists: Vec<Distribution>,
     encodings: Vec<Encoding>,
@@ -191,6 +218,7 @@ impl MemoryModel {
     /// (0: no guess; then only `max_par_per_device` limits the first trials).
     pub fn new(space: &SearchSpace, prior: u64) -> MemoryModel {
         let mut m = MemoryModel {
+            aim: Aim::Bound,
             names: Vec::new(),
             dists: Vec::new(),
             encodings: Vec::new(),
@@ -205,6 +233,21 @@ impl MemoryModel {
             m.learn_param(&p.name, &p.dist);
         }
         m
+    }
+
+    /// The model with estimates that aim at `aim` (a new model's is [`Aim::Bound`]).
+    pub fn aiming(mut self, aim: Aim) -> MemoryModel {
+        self.aim = aim;
+        self
+    }
+
+    /// What its estimates aim at now; [`MemoryModel::set_aim`] changes it.
+    pub fn aim(&self) -> Aim {
+        self.aim
+    }
+
+    pub fn set_aim(&mut self, aim: Aim) {
+        self.aim = aim;
     }
 
     /// What a trial is expected at on `trial_memory` alone, before anything measured says
@@ -266,6 +309,11 @@ impl MemoryModel {
             return;
         }
         let x = self.features(params);
+        if self.aim == Aim::Peak {
+            // Its peak is measured now: the floors its failed attempts left (a guess of where
+            // that peak lies, up to `CAP_GROWTH` times too high) give way to the fact.
+            self.floors.retain(|f| f.x != x);
+        }
         self.measured.push_back(Measured {
             x,
             peak,
@@ -339,18 +387,44 @@ impl MemoryModel {
     /// near them (in what the params do to memory) are at least `reached × OOM_GROWTH`, capped
     /// at `device_total` (0: unknown).
     pub fn record_oom(&mut self, params: &Params, reached: u64, device_total: u64) {
-        let mut floor = (reached as f64 * OOM_GROWTH).ceil() as u64;
-        if device_total > 0 {
-            floor = floor.min(device_total);
-        }
+        let floor = (reached as f64 * OOM_GROWTH).ceil() as u64;
+        self.floor(params, reached, floor, device_total, false);
+    }
+
+    /// Estimates near `params` are at least `floor` (capped at `device_total`, 0: unknown),
+    /// learnt from a failure that reached `reached` bytes.
+    fn floor(&mut self, params: &Params, reached: u64, floor: u64, device_total: u64, cap: bool) {
+        let floor = match device_total {
+            0 => floor,
+            total => floor.min(total),
+        };
         if floor == 0 {
             return;
         }
         let x = self.features(params);
-        self.floors.push_back(OomFloor { x, reached, floor });
+        self.floors.push_back(OomFloor {
+            x,
+            reached,
+            floor,
+            cap,
+        });
         if self.floors.len() > MAX_SAMPLES {
             self.floors.pop_front();
         }
+    }
+
+    /// A trial with these params reached its memory cap, having needed at least `level` bytes
+    /// with its worker's context, under a cap from the `admitted` bytes: its re-run, and
+    /// estimates near it, are at least [`cap_floor`] of them, capped at `device_total` (0:
+    /// unknown).
+    pub fn record_cap(&mut self, params: &Params, level: u64, admitted: u64, device_total: u64) {
+        self.floor(
+            params,
+            level,
+            cap_floor(level, admitted),
+            device_total,
+            true,
+        );
     }
 
     /// Measured peaks held.
@@ -379,7 +453,9 @@ impl MemoryModel {
         let x = expanded.as_deref().unwrap_or(own);
         let largest = self.measured.iter().map(|m| m.peak).max().unwrap_or(0);
         let guess = Guess::new(self.prior, largest);
+        let bold = self.aim == Aim::Peak;
         let mut estimate = match fit {
+            None if bold => self.small_prior(largest),
             None => self.unfitted(&guess),
             Some(fit) => self.fitted(fit, x, largest),
         };
@@ -390,7 +466,8 @@ impl MemoryModel {
                 self.raise_to_same_config(fit, x, &mut estimate);
             }
         }
-        if !novel.is_empty() {
+        // Under caps a value never measured is a guess like any other: its cap says.
+        if !novel.is_empty() && !bold {
             guess.raise_for_novel(&novel, &mut estimate);
         }
         if let Some(fit) = fit {
@@ -424,9 +501,47 @@ impl MemoryModel {
         }
     }
 
+    /// Under caps, before any fit: the largest peak measured (of at most two: no trial is
+    /// expected below one no larger in any size), or with none [`BOLD_PRIOR_SHARE`] of
+    /// `trial_memory`, without a margin. A trial that needs more hits its cap within seconds
+    /// and is re-run larger ([`cap_floor`]); one admitted at a bound would hold memory it never
+    /// uses for its whole run.
+    fn small_prior(&self, largest: u64) -> Estimate {
+        let progress = format!("{} of {MIN_MEASURED} trials measured", self.measured.len());
+        let (bytes, why) = if largest > 0 {
+            let why = format!(
+                "{}: the largest peak measured, {progress} (under caps: aimed at the peak)",
+                format_gib(largest)
+            );
+            (largest, why)
+        } else if self.prior == 0 {
+            (
+                0,
+                format!("no estimate yet: trial_memory unset, {progress}"),
+            )
+        } else {
+            let b = (self.prior as f64 * BOLD_PRIOR_SHARE).ceil() as u64;
+            let why = format!(
+                "{}: trial_memory ({}) x {BOLD_PRIOR_SHARE}, {progress} (under caps: a trial \
+                 that needs more is re-run larger)",
+                format_gib(b),
+                format_gib(self.prior)
+            );
+            (b, why)
+        };
+        Estimate {
+            bytes,
+            predicted: 0,
+            why,
+        }
+    }
+
     /// The fit's prediction for features `x` plus its margin (`largest`: the largest peak
     /// measured).
     fn fitted(&self, fit: &Fit, x: &[f64], largest: u64) -> Estimate {
+        if self.aim == Aim::Peak {
+            return self.aimed(fit, x);
+        }
         let n = self.measured.len();
         let log_pred = fit.predict(x);
         // Where the model erred more than usual (a region it fits badly), its errors
@@ -467,6 +582,39 @@ impl MemoryModel {
             format_gib(predicted),
             self.drivers(fit),
             (margin.exp() - 1.0) * 100.0,
+        );
+        Estimate {
+            bytes: b,
+            predicted,
+            why,
+        }
+    }
+
+    /// Under caps: the fit's prediction for features `x` plus the [`BOLD_QUANTILE`] of its
+    /// distance-scaled errors, at least [`MIN_MARGIN`]; nothing for what the measured trials
+    /// never varied nor for a peak beyond theirs, nor the local errors: a trial that outgrows
+    /// it fails at its cap alone and is re-run.
+    fn aimed(&self, fit: &Fit, x: &[f64]) -> Estimate {
+        let n = self.measured.len();
+        let log_pred = fit.predict(x);
+        let bytes = |log: f64| (fit.base + log.exp()).min(u64::MAX as f64);
+        let predicted = bytes(log_pred) as u64;
+        let margin = bold_margin(fit, fit.nearest(x));
+        let b = bytes(log_pred + margin).ceil() as u64;
+        let shown = (b as f64 / predicted.max(1) as f64).ln();
+        let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
+            0 => String::new(),
+            k => format!(", {k} of them running at their level"),
+        };
+        let why = format!(
+            "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin (p{:.0} of its errors on \
+             the last {} trials left out: under caps, aimed at the peak)",
+            format_gib(b),
+            format_gib(predicted),
+            self.drivers(fit),
+            (shown.exp() - 1.0) * 100.0,
+            BOLD_QUANTILE * 100.0,
+            fit.scores.len(),
         );
         Estimate {
             bytes: b,
@@ -627,8 +775,13 @@ impl MemoryModel {
         if let Some(f) = floor {
             if f.floor > estimate.bytes {
                 estimate.bytes = f.floor;
+                let what = if f.cap {
+                    "its memory cap reached"
+                } else {
+                    "an out-of-memory failure"
+                };
                 estimate.why.push_str(&format!(
-                    ", raised to {} by an out-of-memory failure at {} with these params' memory",
+                    ", raised to {} by {what} at {} with these params' memory",
                     format_gib(f.floor),
                     format_gib(f.reached)
                 ));
@@ -784,6 +937,16 @@ fn effect(fit: &Fit, cols: &Range<usize>) -> f64 {
     own_effect(&fit.beta, cols) + paired
 }
 
+/// What a re-run after a cap hit is expected at least: its `level` (what it needed at least)
+/// × [`OOM_GROWTH`], and [`CAP_GROWTH`] × the bytes its attempt was `admitted` with, so that a
+/// trial that allocates in small steps from a small prior reaches its peak in a few re-runs,
+/// not in one per step.
+pub fn cap_floor(level: u64, admitted: u64) -> u64 {
+    let learnt = level as f64 * OOM_GROWTH;
+    let grown = admitted as f64 * CAP_GROWTH;
+    learnt.max(grown).min(u64::MAX as f64).ceil() as u64
+}
+
 /// `bytes` with [`PRIOR_MARGIN`], rounded up.
 fn with_prior_margin(bytes: u64) -> u64 {
     (bytes as f64 * PRIOR_MARGIN).ceil() as u64
@@ -799,6 +962,18 @@ fn margin(fit: &Fit, distance: f64) -> f64 {
     }
     let k = ((n as f64 * QUANTILE).ceil() as usize).clamp(1, n) - 1;
     (fit.scores[k] * (SPREAD + distance) + EARLY / (n as f64).sqrt()).max(MIN_MARGIN)
+}
+
+/// Under caps, the log-margin for a trial `distance` away from the nearest measured one: the
+/// [`BOLD_QUANTILE`] of the fit's leave-one-out errors scaled to that distance, at least
+/// [`MIN_MARGIN`] (with no errors yet, that least).
+fn bold_margin(fit: &Fit, distance: f64) -> f64 {
+    let n = fit.scores.len();
+    if n == 0 {
+        return MIN_MARGIN;
+    }
+    let k = ((n as f64 * BOLD_QUANTILE).ceil() as usize).clamp(1, n) - 1;
+    (fit.scores[k] * (SPREAD + distance)).max(MIN_MARGIN)
 }
 
 fn margin_words(fit: &Fit) -> String {

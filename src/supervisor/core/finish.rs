@@ -5,7 +5,7 @@
 use super::{Core, Finished, Finishing, Handback, Planned};
 use crate::store::{Runner, StartCtx};
 use crate::study::space::external_json;
-use crate::study::{attrs, constraint_values, Finish, TrialRecord, TrialState};
+use crate::study::{attrs, constraint_values, FailureKind, Finish, TrialRecord, TrialState};
 use crate::supervisor::decide::{self, BreakerEffect, FinishFacts, OnDevice, RunState, Then};
 use crate::supervisor::error::RunError;
 use crate::supervisor::events::WorkerEvent;
@@ -186,6 +186,7 @@ impl Core {
                 peak_reserved: framework.map(|f| f.peak_reserved),
                 requested: framework.and_then(|f| f.requested),
                 worker_cap: framework.and_then(|f| f.cap),
+                ran: memory.as_ref().map(|m| m.started.elapsed()),
             }),
             _ => None,
         };
@@ -202,8 +203,18 @@ impl Core {
             if verdict.oom {
                 g.capacity.record_oom(d, Instant::now());
             }
-            if let Some((reached, total)) = verdict.reached {
-                g.model.record_oom(&params, reached, total);
+            let cap_hit = matches!(&verdict.how, Finish::Fail(f) if f.kind == FailureKind::Cap);
+            // A cap hit teaches the re-run's growth only where its worker enforced the cap.
+            let admitted = memory
+                .as_ref()
+                .filter(|m| cap_hit && m.held_to_cap())
+                .map(|m| m.admitted);
+            match (verdict.reached, admitted) {
+                (Some((level, total)), Some(admitted)) => {
+                    g.model.record_cap(&params, level, admitted, total)
+                }
+                (Some((reached, total)), None) => g.model.record_oom(&params, reached, total),
+                (None, _) => {}
             }
         }
         // What its objective set, then sweepd's out-of-memory mark (in Optuna's list form):

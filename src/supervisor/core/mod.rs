@@ -23,7 +23,7 @@ mod running;
 mod start;
 
 use super::admit::GpuCtl;
-use super::decide::{Line, NoStart, RunState, Stop, Why};
+use super::decide::{self, Line, NoStart, RunState, Stop, Why};
 use super::error::RunError;
 use super::events::Retirement;
 use super::policy::{Breaker, SameError};
@@ -38,6 +38,7 @@ use crate::study::budget::{Ended, Spending};
 use crate::study::{Claimed, ControlState, Dists, Finish, Params, Tally};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tracing::info;
 
 /// The study's decision point: what runs next, and the record of how things ended.
 pub(super) struct Core {
@@ -340,9 +341,19 @@ impl Core {
     /// What an admission round decides from (`None` without GPUs), with our idle workers.
     pub(super) fn round(&mut self, now: Instant) -> Option<super::admit::Round> {
         let g = self.gpu.as_mut()?;
+        let cfg = self.settings.get();
+        // Bold only where the workers keep to their caps: from a worker's first framework on.
+        let seen = g.monitor.framework_seen();
+        let aim = decide::aim(cfg.gpu.caps, g.model.aim(), seen.as_deref());
+        if aim != g.model.aim() {
+            info!(
+                "estimates aim at the peak: workers enforce their memory caps ({})",
+                seen.as_deref().unwrap_or_default()
+            );
+            g.model.set_aim(aim);
+        }
         let idle = self.pool.views(&g.monitor);
-        let space = &self.settings.get().space;
-        Some(g.round(space, &self.live, &self.breaker, idle, now))
+        Some(g.round(&cfg.space, &self.live, &self.breaker, idle, now))
     }
 
     /// Writes our claims to the locked ledger of a round, which releases it.

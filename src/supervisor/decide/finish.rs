@@ -44,6 +44,9 @@ pub(in crate::supervisor) struct OnDevice {
     pub(in crate::supervisor) peak_reserved: Option<u64>,
     pub(in crate::supervisor) requested: Option<u64>,
     pub(in crate::supervisor) worker_cap: Option<u64>,
+    /// How long it ran, from when its worker was given it (`None`: unknown): for a cap hit,
+    /// what the wrong estimate cost.
+    pub(in crate::supervisor) ran: Option<std::time::Duration>,
 }
 
 /// What [`finish`] decides from, besides the outcome.
@@ -185,6 +188,7 @@ struct CapReached {
     level: u64,
     total: Option<u64>,
     headroom: u64,
+    ran: Option<std::time::Duration>,
 }
 
 /// Whether an out-of-memory failure of a trial on a device is its own cap
@@ -208,6 +212,7 @@ fn cap_reached(reason: &str, tail: Option<&str>, d: &OnDevice) -> Option<CapReac
         level: hit.level().saturating_add(d.context),
         total: d.total.or(figures.and_then(|f| f.total)),
         headroom: d.headroom,
+        ran: d.ran,
     })
 }
 
@@ -220,8 +225,14 @@ impl CapReached {
         let never = self
             .total
             .filter(|t| policy::never_fits(self.level, *t, self.headroom));
+        // The seconds a wrong estimate cost: what the bench sums over capped re-runs.
+        let after = self
+            .ran
+            .map(|d| format!(" after {:.1} s", d.as_secs_f64()))
+            .unwrap_or_default();
         let mut reason = format!(
-            "reached its memory cap of {}: its allocator held {} and asked for {} more ({reason})",
+            "reached its memory cap of {}{after}: its allocator held {} and asked for {} more \
+             ({reason})",
             format_gib(self.cap),
             format_gib(self.hit.held),
             format_gib(self.hit.requested),
@@ -319,6 +330,7 @@ mod tests {
             peak_reserved: None,
             requested: None,
             worker_cap: None,
+            ran: None,
         }
     }
 
@@ -557,6 +569,31 @@ mod tests {
             );
             assert_eq!(breaker_effect(&v.how), BreakerEffect::None);
         }
+    }
+
+    /// The cost of a wrong estimate under caps is the seconds until the cap is hit: the reason
+    /// says them, so that the bench can sum them over the capped re-runs. Before, it said only
+    /// the cap and the figures.
+    #[test]
+    fn a_cap_hit_says_the_seconds_its_attempt_ran_until_the_hit() {
+        let mut c = Case::on_gpu();
+        c.on_device = Some(OnDevice {
+            worker_cap: Some(4 * G),
+            context: G / 2,
+            ran: Some(Duration::from_millis(3240)),
+            ..card()
+        });
+        let v = c.judge(torch_oom(3.5, 1.0, 15.0));
+        let Finish::Fail(f) = &v.how else {
+            panic!("{v:?}")
+        };
+        assert_eq!(f.kind, Cap);
+        assert!(
+            f.reason
+                .starts_with("reached its memory cap of 4.0 GiB after 3.2 s: its allocator held"),
+            "{}",
+            f.reason
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod start;
 pub(super) use finish::{breaker_effect, finish, BreakerEffect, FinishFacts, OnDevice, Outcome};
 pub(super) use line::{Candidate, Line};
 pub(super) use slot::{
-    after_trial, cap_outgrown, idle_expired, start_failed, then, Retry, Then, TrialEnd,
+    after_trial, aim, cap_outgrown, idle_expired, start_failed, then, Retry, Then, TrialEnd,
 };
 pub(super) use start::{
     admit_line, after_empty_draw, gate, Admission, Devices, Gate, GateFacts, LineFacts, Placement,

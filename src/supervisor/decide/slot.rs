@@ -3,6 +3,7 @@
 //! trial's finish.
 
 use crate::config::WorkerConfig;
+use crate::gpu::Aim;
 use crate::store::Runner;
 use crate::supervisor::events::Retirement;
 use crate::supervisor::policy::{self, Fate, WorkerHealth};
@@ -57,6 +58,20 @@ pub(in crate::supervisor) fn cap_outgrown(
         // Started uncapped: its framework may take the whole device; capped since: a new one.
         (None, Some(_)) => fixed,
         (_, None) => false,
+    }
+}
+
+/// What the study's memory model aims at, now `aiming` at that, once a worker of ours has
+/// reported `framework` (the first report, `None`: none yet): the peak with caps on and a
+/// framework reported, since its trials keep to their caps; else unchanged. A worker that
+/// reports none (a raw worker, a framework the helper does not know) may ignore its cap and
+/// grow past an estimate aimed at its peak into its neighbours' memory: until one reports, the
+/// bound, as with caps off (the first trials, admitted before any worker exists, too). Never
+/// back: a study whose workers enforce their caps keeps aiming at the peak.
+pub(in crate::supervisor) fn aim(caps: bool, aiming: Aim, framework: Option<&str>) -> Aim {
+    match (caps, framework) {
+        (true, Some(_)) => Aim::Peak,
+        _ => aiming,
     }
 }
 
@@ -259,5 +274,24 @@ mod tests {
         #[case] outgrown: bool,
     ) {
         assert_eq!(cap_outgrown(framework, started_with, cap), outgrown);
+    }
+
+    /// Issue 41: under the default caps, estimates aim at the peak only once a worker reported
+    /// a framework that enforces its cap. Before, caps on alone made them aim at the peak, and a
+    /// worker that ignores its cap grew past them into its neighbours.
+    #[rstest]
+    #[case::caps_off(false, Aim::Bound, Some("torch"), Aim::Bound)]
+    #[case::no_report_yet(true, Aim::Bound, None, Aim::Bound)]
+    #[case::the_first_report(true, Aim::Bound, Some("torch"), Aim::Peak)]
+    #[case::any_framework_it_reports(true, Aim::Bound, Some("jax"), Aim::Peak)]
+    #[case::never_back(true, Aim::Peak, None, Aim::Peak)]
+    #[case::caps_off_never_peak_without_a_report(false, Aim::Bound, None, Aim::Bound)]
+    fn estimates_aim_at_the_peak_only_once_a_worker_reported_a_framework(
+        #[case] caps: bool,
+        #[case] aiming: Aim,
+        #[case] framework: Option<&str>,
+        #[case] want: Aim,
+    ) {
+        assert_eq!(aim(caps, aiming, framework), want);
     }
 }

@@ -766,6 +766,7 @@ mod tests {
             expected_peak: used,
             used_now: used,
             settled: true,
+            capped: false,
         }
     }
 
