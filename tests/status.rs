@@ -231,6 +231,10 @@ fn a_waiting_retry_copy_did_not_say_which_retry_it_is_after_which_failure() {
     let daemon = sweep.spawn_run();
     wait_until(LIMIT, "trial 0 RUNNING", || running(&sweep) == 1);
     ok(&sweep, &["stop"]);
+    // The copy must not start: the daemon has read the stop before the trial fails.
+    wait_until(LIMIT, "the daemon reads the stop", || {
+        sweep.daemon_stderr().contains("study stopping")
+    });
     std::fs::write(&gate, "").unwrap();
     let out = wait_output(daemon, LIMIT);
     assert!(out.status.success(), "{}", sweep.daemon_stderr());
