@@ -1,6 +1,7 @@
 //! `[notify]` through the daemon: the command runs off the daemon's path, so one that blocks or
 //! fails holds no trial back (and its failure is logged), and the events carry the study's
-//! figures as JSON on the command's stdin.
+//! figures as JSON on the command's stdin and in `SWEEPD_*` variables: a device lost, the
+//! breaker opening (not a pause by hand), the periodic summary, the study finished.
 
 mod common;
 
@@ -283,4 +284,34 @@ fn a_summary_is_sent_every_summary_every_with_the_study_s_figures() {
     assert!(out.status.success(), "{}", sweep.daemon_stderr());
     let events = std::fs::read_to_string(sweep.path("events")).unwrap();
     assert_eq!(events, "summary\nfinished\n", "one summary in a minute");
+}
+
+/// `sweepd pause` is the owner's doing, not the breaker's: the daemon told the notify command
+/// "the circuit breaker stopped the study's trials: paused by ...".
+#[test]
+fn a_pause_by_hand_was_notified_as_the_breaker() {
+    let (sweep, gate) = cpu_study(
+        2,
+        "    while not os.path.exists(gate):\n\
+         \x20       time.sleep(0.05)\n\
+         \x20   return x * x",
+        "",
+    );
+    let daemon = sweep.spawn_run();
+    wait_until(LIMIT, "a trial RUNNING", || running(&sweep) == 1);
+    let out = sweep.sweepd(&["pause"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The daemon row says PAUSED once the housekeeping pass that read the pause has sent
+    // what it was news of.
+    wait_until(LIMIT, "the daemon row to say PAUSED", || {
+        sweep.sql("SELECT state FROM sweepd_daemon") == vec!["PAUSED"]
+    });
+    let out = sweep.sweepd(&["resume"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&gate, "").unwrap();
+    let out = wait_output(daemon, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+    // The notifier runs its queue in order and empties it before the daemon exits.
+    let events = std::fs::read_to_string(sweep.path("events")).unwrap();
+    assert_eq!(events, "finished\n");
 }
