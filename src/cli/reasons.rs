@@ -13,7 +13,7 @@ use crate::study::DaemonState;
 use crate::supervisor;
 use std::time::Duration;
 
-/// The lines of the daemons that run now.
+/// The lines of the daemons that run now, and the study's WAITING retry copies.
 pub(super) struct Reasons {
     lines: Vec<Line>,
     /// The WAITING retry copies by trial id, oldest first, each with its retry's reason.
