@@ -238,6 +238,71 @@ fn one_host_runs_a_study_that_optuna_reads_through_postgresql() {
         ),
         ["7"]
     );
+    trials_shows_what_optuna_wrote_beside_it(&sweep, &url);
+}
+
+/// Optuna adds to the study a PRUNED trial with a user attribute, and an out-of-memory FAIL
+/// with a WAITING copy carrying the attributes sweepd's retry writes (`failed_trial`,
+/// `retry_history`, `sweepd:attempts`): `trials` and `status` read them through PostgreSQL as
+/// they do through SQLite (the pruned-at step, user attributes, `retry 1/2 after oom` against
+/// the config's default `[retry] oom`).
+fn trials_shows_what_optuna_wrote_beside_it(sweep: &Sweep, url: &str) {
+    let out = std::process::Command::new(python())
+        .arg("-c")
+        .arg(
+            "import sys, optuna\n\
+             sys.path.insert(0, sys.argv[2])\n\
+             from _common import storage_url\n\
+             s = optuna.load_study(study_name='multi', storage=storage_url(sys.argv[1]))\n\
+             t = s.ask()\n\
+             t.suggest_float('x', -2.0, 2.0)\n\
+             t.set_user_attr('note', 'by hand')\n\
+             t.report(0.5, 3)\n\
+             s.tell(t, state=optuna.trial.TrialState.PRUNED)\n\
+             t = s.ask()\n\
+             t.suggest_float('x', -2.0, 2.0)\n\
+             s._storage.set_trial_system_attr(t._trial_id, 'sweepd:fail_kind', 'oom')\n\
+             s.tell(t, state=optuna.trial.TrialState.FAIL)\n\
+             s.enqueue_trial({'x': t.params['x']})\n\
+             copy = s.get_trials(states=(optuna.trial.TrialState.WAITING,))[-1]\n\
+             for k, v in [('failed_trial', t.number), ('retry_history', [t.number]),\n\
+             \x20            ('sweepd:attempts', {'oom': 1})]:\n\
+             \x20   s._storage.set_trial_system_attr(copy._trial_id, k, v)\n",
+        )
+        .arg(url)
+        .arg(repo().join("tests/py"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = sweep.trials();
+    let pruned = trials.iter().find(|t| t["state"] == "PRUNED").unwrap();
+    assert_eq!(pruned["pruned_step"], 3, "{pruned}");
+    assert_eq!(pruned["user_attrs"]["note"], "by hand", "{pruned}");
+    assert!(pruned["duration_s"].is_number(), "{pruned}");
+    let copy = trials.iter().find(|t| t["state"] == "WAITING").unwrap();
+    assert_eq!(copy["reason"], "retry 1/2 after oom", "{copy}");
+    let csv =
+        String::from_utf8(sweep.sweepd(&["trials", "--csv"]).output().unwrap().stdout).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = csv
+        .lines()
+        .find(|l| l.contains(",PRUNED,"))
+        .unwrap()
+        .split(',')
+        .collect();
+    let cell = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(cell("pruned_step"), "3", "{csv}");
+    assert_eq!(cell("user_attrs_note"), "by hand", "{csv}");
+    // Every param of the study, though the PRUNED row has `x` alone.
+    assert!(header.contains(&"params_opt"), "{csv}");
+    let status: Value =
+        serde_json::from_slice(&sweep.sweepd(&["status", "--json"]).output().unwrap().stdout)
+            .unwrap();
+    assert_eq!(status["waiting"][0]["number"], copy["number"], "{status}");
+    assert_eq!(
+        status["waiting"][0]["reason"], "retry 1/2 after oom",
+        "{status}"
+    );
 }
 
 /// The statements of a SQL script: split at each `;` that ends a line, except inside a

@@ -188,3 +188,87 @@ fn trials_limit_csv_dropped_a_param_the_rows_shown_lack_and_no_duration_pruned_s
         "{text}"
     );
 }
+
+/// A worker whose first trial waits at `gate` and then fails as PyTorch does when the card is
+/// full; every other trial (its retry) completes.
+const OOM_ONCE: &str = r#"
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import sweepd_worker
+
+def objective(trial):
+    x = trial.suggest_float("x", -1.0, 1.0)
+    if trial.number == 0:
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.02)
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return x * x
+
+sweepd_worker.serve(objective)
+"#;
+
+/// A trial that failed out of memory under `[retry] oom = 3`, its copy left WAITING by a
+/// `sweepd stop` before it ran: `trials` and `status` said nothing of why it waits.
+#[test]
+fn a_waiting_retry_copy_did_not_say_which_retry_it_is_after_which_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("oom_once.py");
+    std::fs::write(&script, OOM_ONCE).unwrap();
+    let gate = dir.path().join("gate");
+    let cfg = Cfg {
+        n_trials: Some(1),
+        max_par: 1,
+        command: vec![
+            python(),
+            script.to_str().unwrap().to_owned(),
+            repo().join("python").to_str().unwrap().to_owned(),
+            gate.to_str().unwrap().to_owned(),
+        ],
+        params: String::new(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::with_toml(&format!("{}\n[retry]\noom = 3\n", cfg.to_toml()));
+    let daemon = sweep.spawn_run();
+    wait_until(LIMIT, "trial 0 RUNNING", || running(&sweep) == 1);
+    ok(&sweep, &["stop"]);
+    // The copy must not start: the daemon has read the stop before the trial fails.
+    wait_until(LIMIT, "the daemon reads the stop", || {
+        sweep.daemon_stderr().contains("study stopping")
+    });
+    std::fs::write(&gate, "").unwrap();
+    let out = wait_output(daemon, LIMIT);
+    assert!(out.status.success(), "{}", sweep.daemon_stderr());
+    let trials = sweep.trials();
+    assert_eq!(trials[0]["fail_kind"], "oom", "{trials:?}");
+    let copy = trials
+        .iter()
+        .find(|t| t["state"] == "WAITING")
+        .unwrap_or_else(|| panic!("no retry copy: {trials:?}"));
+    assert_eq!(copy["reason"], "retry 1/3 after oom", "{copy}");
+    let text = ok(&sweep, &["trials"]);
+    assert!(text.contains("        retry 1/3 after oom\n"), "{text}");
+    let status: Value = serde_json::from_str(&ok(&sweep, &["status", "--json"])).unwrap();
+    assert_eq!(status["waiting"][0]["number"], copy["number"], "{status}");
+    assert_eq!(
+        status["waiting"][0]["reason"], "retry 1/3 after oom",
+        "{status}"
+    );
+    let text = ok(&sweep, &["status"]);
+    let line = format!("waiting   trial {}: retry 1/3 after oom", copy["number"]);
+    assert!(text.contains(&line), "{text}");
+    // Named by its storage alone, no config says the limit.
+    let url = format!("sqlite:///{}", sweep.db.display());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sweepd"))
+        .args(["trials", "--storage", &url, "--study", "t", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let copy = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["state"] == "WAITING")
+        .unwrap();
+    assert_eq!(copy["reason"], "retry 1 after oom", "{rows}");
+}

@@ -1,18 +1,31 @@
 //! The REASON `status` and `trials` show for each WAITING or RUNNING trial (Slurm's column):
 //! what the live daemons published of their lines (`Store::lines`: the head waiting for GPU
 //! memory or a slot, the others for those ahead, the breaker's hold), and for a RUNNING trial
-//! what its rows say (how long, on which GPU, its last step). A stopped daemon's line is not
-//! read: nothing waits in it any more.
+//! what its rows say (how long, on which GPU, its last step), and for a WAITING retry copy
+//! which retry it is, after which failure, of how many `[retry]` allows (where a config says;
+//! with no daemon running too). A stopped daemon's line is not read: nothing waits in it any
+//! more.
 
-use crate::store::{time, DaemonView, HostView, Store, StoreError, Study, TrialView};
+use crate::config::Config;
+use crate::store::{time, DaemonView, HostView, RetryCopy, Store, StoreError, Study, TrialView};
 use crate::study::reason::{Line, Reason};
 use crate::study::DaemonState;
 use crate::supervisor;
 use std::time::Duration;
 
-/// The lines of the daemons that run now.
+/// The lines of the daemons that run now, and the study's WAITING retry copies.
 pub(super) struct Reasons {
     lines: Vec<Line>,
+    /// The WAITING retry copies by trial id, oldest first, each with its retry's reason.
+    retries: Vec<(i64, Reason)>,
+}
+
+/// The reason of a retry copy: its attempt of the kind it failed by, of `config`'s limit for
+/// that kind where a config is given (`None`: the failure it follows is not recorded).
+fn retry_reason(copy: &RetryCopy, config: Option<&Config>) -> Option<Reason> {
+    let after = copy.after?;
+    let of = config.and_then(|c| c.retry.limit(after));
+    Some(Reason::retry(&copy.attempts, after, of))
 }
 
 /// How old a daemon's heartbeat may be before it counts as gone (`status`'s rule).
@@ -38,6 +51,7 @@ impl Reasons {
         study: &Study,
         hosts: &[HostView],
         gone_after: Duration,
+        config: Option<&Config>,
     ) -> Result<Reasons, StoreError> {
         let live: Vec<&str> = hosts
             .iter()
@@ -51,7 +65,13 @@ impl Reasons {
             .filter(|(host, _)| live.contains(&host.as_str()))
             .map(|(_, l)| l)
             .collect();
-        Ok(Reasons { lines })
+        let retries = store
+            .retry_copies(study)
+            .await?
+            .iter()
+            .filter_map(|c| Some((c.trial_id, retry_reason(c, config)?)))
+            .collect();
+        Ok(Reasons { lines, retries })
     }
 
     /// The phrase for `t`, where it waits or runs.
@@ -73,10 +93,17 @@ impl Reasons {
                 )
             }
             "WAITING" => {
+                // Why it waits first, then which retry it is.
                 let reasons: Vec<Reason> = self
                     .lines
                     .iter()
                     .flat_map(|l| l.reasons_of(t.trial_id))
+                    .chain(
+                        self.retries
+                            .iter()
+                            .filter(|(id, _)| *id == t.trial_id)
+                            .map(|(_, r)| r.clone()),
+                    )
                     .collect();
                 (!reasons.is_empty()).then(|| Reason::phrases(&reasons))
             }
@@ -84,11 +111,18 @@ impl Reasons {
         }
     }
 
-    /// The numbered trials the lines name, head of each line first, at most `n`.
+    /// The numbered trials the lines name, head of each line first, then the retry copies the
+    /// lines do not name, oldest first; at most `n`.
     pub(super) fn trial_ids(&self, n: usize) -> Vec<i64> {
         let mut ids: Vec<i64> = Vec::new();
-        for q in self.lines.iter().flat_map(|l| &l.queued) {
-            if let Some(id) = q.trial_id.filter(|id| !ids.contains(id)) {
+        let lined = self
+            .lines
+            .iter()
+            .flat_map(|l| &l.queued)
+            .map(|q| q.trial_id);
+        let retried = self.retries.iter().map(|(id, _)| Some(*id));
+        for id in lined.chain(retried).flatten() {
+            if !ids.contains(&id) {
                 ids.push(id);
             }
         }
@@ -115,5 +149,73 @@ impl Reasons {
                     .map(|q| Reason::phrases(&l.reasons_of_queued(q)))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::reason::Queued;
+    use crate::study::FailureKind;
+
+    fn waiting(trial_id: i64) -> TrialView {
+        TrialView {
+            trial_id,
+            number: trial_id - 1,
+            state: "WAITING".into(),
+            value: serde_json::Value::Null,
+            values: None,
+            params: Default::default(),
+            datetime_start: None,
+            datetime_complete: None,
+            worker_id: None,
+            worker_pid: None,
+            fail_kind: None,
+            fail_reason: None,
+            gpu: None,
+            step: None,
+            reason: None,
+            user_attrs: Default::default(),
+        }
+    }
+
+    fn copy(trial_id: i64, after: Option<FailureKind>) -> RetryCopy {
+        RetryCopy {
+            trial_id,
+            attempts: [(FailureKind::Oom, 2)].into_iter().collect(),
+            after,
+        }
+    }
+
+    #[test]
+    fn a_retry_copy_says_why_it_waits_then_which_retry_it_is() {
+        let retries = [copy(7, Some(FailureKind::Oom)), copy(9, None)]
+            .iter()
+            .filter_map(|c| Some((c.trial_id, retry_reason(c, None)?)))
+            .collect();
+        let reasons = Reasons {
+            lines: vec![Line {
+                study: Some(Reason::Breaker {
+                    until: "2026-03-01 14:05:00".into(),
+                }),
+                queued: vec![Queued {
+                    trial_id: Some(5),
+                    reason: Reason::Queued { ahead: 1 },
+                }],
+            }],
+            retries,
+        };
+        assert_eq!(
+            reasons.of(&waiting(7)).as_deref(),
+            Some("held by the breaker until 14:05; retry 2 after oom")
+        );
+        // A copy whose failure is not recorded is not phrased as a retry.
+        assert_eq!(
+            reasons.of(&waiting(9)).as_deref(),
+            Some("held by the breaker until 14:05")
+        );
+        // The lines' trials first, then the retry copies.
+        assert_eq!(reasons.trial_ids(10), vec![5, 7]);
+        assert_eq!(reasons.trial_ids(1), vec![5]);
     }
 }

@@ -63,8 +63,8 @@ struct Status {
     gpus: Vec<GpuRow>,
     /// The limits beside `n_trials` the config sets, and what was spent of them.
     budgets: Option<Budgets>,
-    /// WAITING trials a live daemon says why it holds (at most [`WAITING_SHOWN`]), with their
-    /// reasons, and its candidates not numbered yet.
+    /// WAITING trials a live daemon says why it holds, then retry copies (at most
+    /// [`WAITING_SHOWN`]), with their reasons, and its candidates not numbered yet.
     waiting: Vec<TrialView>,
     unnumbered: Vec<String>,
 }
@@ -113,7 +113,7 @@ impl Status {
                 (h.daemon.host.clone(), l)
             })
             .collect();
-        let reasons = Reasons::read(&store, &study, &hosts, gone_after).await?;
+        let reasons = Reasons::read(&store, &study, &hosts, gone_after, config.as_ref()).await?;
         reasons.fill(&mut running);
         let mut waiting = Vec::new();
         for id in reasons.trial_ids(WAITING_SHOWN) {
@@ -457,7 +457,7 @@ impl Status {
         }
     }
 
-    /// The WAITING trials and candidates a live daemon says why it holds.
+    /// The WAITING trials and candidates a live daemon says why it holds, and retry copies.
     fn waiting_text(&self, out: &mut String) {
         for t in &self.waiting {
             let reason = t.reason.as_deref().unwrap_or("-");

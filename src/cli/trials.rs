@@ -21,9 +21,15 @@ pub(super) async fn trials(
     if opened.store.has_sweepd_tables().await? {
         let hosts = opened.store.hosts(&opened.study).await?;
         let gone_after = reasons::gone_after(&opened.store, opened.config.as_ref());
-        Reasons::read(&opened.store, &opened.study, &hosts, gone_after)
-            .await?
-            .fill(&mut trials);
+        Reasons::read(
+            &opened.store,
+            &opened.study,
+            &hosts,
+            gone_after,
+            opened.config.as_ref(),
+        )
+        .await?
+        .fill(&mut trials);
     }
     match output {
         Output::Json => print_json(

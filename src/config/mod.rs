@@ -36,7 +36,7 @@ pub use storage::{
 };
 
 use crate::study::budget::{Limits, Patience};
-use crate::study::{Direction, SearchSpace};
+use crate::study::{Direction, FailureKind, SearchSpace};
 use crate::units::GIB;
 use raw::RawConfig;
 use std::collections::BTreeMap;
@@ -335,6 +335,28 @@ impl Default for RetryConfig {
             oom_admission_factor: 0.75,
             oom_recovery: Duration::from_secs(10 * 60),
             stop_after_same_error: 5,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The re-enqueues a failure of `kind` is allowed, counted with the kinds that share its
+    /// limit (`crash`: a timeout, hang, kill or dead worker); `None` where no limit applies (an
+    /// interrupted trial or one that reached its cap is always run again; a user error never).
+    /// The supervisor's `policy::retry_allowed` applies the same limits.
+    pub fn limit(&self, kind: FailureKind) -> Option<u32> {
+        match kind {
+            FailureKind::Oom => Some(self.oom),
+            FailureKind::CudaFatal => Some(self.cuda_fatal),
+            FailureKind::Killed
+            | FailureKind::Timeout
+            | FailureKind::Hang
+            | FailureKind::WorkerDied => Some(self.crash),
+            FailureKind::Interrupted
+            | FailureKind::Cap
+            | FailureKind::UserError
+            | FailureKind::BadValue
+            | FailureKind::Protocol => None,
         }
     }
 }

@@ -28,9 +28,9 @@
 //! trial at its start, then other processes' trials as they come, for the sampler, pruner and
 //! memory model), `tally` (the budget's count), `spent` (the finished trials' values and GPU
 //! time, for the budgets beside `n_trials`), `reasons` (each daemon's published line of waiting
-//! candidates and why they wait), `workers`, `daemon` (the lock row, its state,
-//! the CLI's commands), `control` (what the study's owner asked of every daemon: paused,
-//! stopping, cancelling), `steer` (a trial killed by hand, trials enqueued with chosen params,
+//! candidates and why they wait, and the WAITING retry copies with the failures they follow),
+//! `workers`, `daemon` (the lock row, its state, the CLI's commands), `control` (what the
+//! study's owner asked of every daemon: paused, stopping, cancelling), `steer` (a trial killed by hand, trials enqueued with chosen params,
 //! where a trial's log is, which of a daemon's trials another process ended), `hosts`
 //! (heartbeats, failover), `step` (PostgreSQL: a finish, the next
 //! start, or both, in one call of the server-side function `sweepd_step`), `telemetry` (GPU
@@ -95,6 +95,7 @@ pub use engine::Engine;
 pub use feed::{Changed, Changes, Feed};
 pub use hosts::{FailedOver, HostView};
 pub use outage::{Ended, Outage};
+pub use reasons::RetryCopy;
 pub use rows::{Runner, StartCtx, StartOp, Started, Waiting};
 pub use schema::{world_readable, ALEMBIC_HEAD, SCHEMA_VERSION};
 pub use spent::{spent, FinalTrial};

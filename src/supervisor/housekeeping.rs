@@ -111,8 +111,11 @@ pub(super) async fn housekeep(sh: Arc<Shared>, done: CancellationToken) {
                 sh.metrics.set_running(None, core.running() as usize);
             }
             core.publish();
-            let paused = paused_by_owner.or_else(|| core.paused(Instant::now()));
-            news.tick(&sh, core.summary(), &rows, paused.as_deref());
+            let breaker = core.paused(Instant::now());
+            // `notify`'s `breaker` event is the breaker's hold alone: a pause by hand is the
+            // owner's own doing, not news to them.
+            news.tick(&sh, core.summary(), &rows, breaker.as_deref());
+            let paused = paused_by_owner.or(breaker);
             let line = core.waiting_line(&rows);
             (paused, core.status_line(), line)
         };

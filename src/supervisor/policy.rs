@@ -805,6 +805,47 @@ mod tests {
         }
     }
 
+    /// `RetryConfig::limit`, which `status` and `trials` show as the `M` of `retry N/M`, is the
+    /// limit this policy applies: `M` attempts of a kind's class allow no more.
+    #[test]
+    fn the_limit_a_retry_is_shown_against_is_the_one_the_policy_applies() {
+        use FailureKind::*;
+        let cfg = RetryConfig {
+            oom: 3,
+            cuda_fatal: 2,
+            crash: 4,
+            ..cfg()
+        };
+        let all = [
+            Oom,
+            Cap,
+            CudaFatal,
+            Killed,
+            Timeout,
+            Hang,
+            Protocol,
+            UserError,
+            BadValue,
+            WorkerDied,
+            Interrupted,
+        ];
+        for kind in all {
+            let after = |n: u32| -> Attempts { [(kind, n)].into_iter().collect() };
+            match cfg.limit(kind) {
+                Some(m) => {
+                    assert!(retry_allowed(kind, &after(m - 1), &cfg), "{kind} below {m}");
+                    assert!(!retry_allowed(kind, &after(m), &cfg), "{kind} at {m}");
+                }
+                // No limit: retried whatever the count, or never.
+                None => assert_eq!(
+                    retry_allowed(kind, &after(0), &cfg),
+                    retry_allowed(kind, &after(1000), &cfg),
+                    "{kind}"
+                ),
+            }
+        }
+    }
+
     #[test]
     fn workers_are_recycled_after_their_count_or_their_growth() {
         const MIB: u64 = 1 << 20;
