@@ -328,7 +328,8 @@ fn a_trial_killed_by_hand_leaves_nothing_running_and_is_not_retried() {
 }
 
 #[test]
-fn kill_prune_with_no_daemon_ends_a_waiting_trial_and_enqueue_refuses_a_finished_study() {
+fn kill_prune_with_no_daemon_ends_a_waiting_trial_a_paused_one_says_paused_and_enqueue_refuses_a_finished_study(
+) {
     let sweep = Sweep::new(&Cfg {
         n_trials: Some(1),
         ..Cfg::default()
@@ -341,6 +342,16 @@ fn kill_prune_with_no_daemon_ends_a_waiting_trial_and_enqueue_refuses_a_finished
     let cfg = std::fs::read_to_string(&sweep.config).unwrap();
     std::fs::write(&sweep.config, cfg.replace("n_trials = 1", "n_trials = 2")).unwrap();
     ok(&sweep, &["enqueue", "--param", "x=0.5"]);
+    // Paused with no daemon: the WAITING trial says so (it said nothing before).
+    ok(&sweep, &["pause"]);
+    let rows: Value = serde_json::from_str(&ok(&sweep, &["trials", "--json"])).unwrap();
+    let waiting = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["number"] == 1)
+        .unwrap();
+    assert_eq!(waiting["reason"], "paused", "{rows}");
     let said = ok(&sweep, &["kill", "1", "--prune"]);
     assert!(said.contains("trial 1: WAITING → PRUNED by hand"), "{said}");
     assert_eq!(state_of(&sweep, 1), "PRUNED");

@@ -3,13 +3,14 @@
 //! memory or a slot, the others for those ahead, the breaker's hold), and for a RUNNING trial
 //! what its rows say (how long, on which GPU, its last step), and for a WAITING retry copy
 //! which retry it is, after which failure, of how many `[retry]` allows (where a config says;
-//! with no daemon running too). A stopped daemon's line is not read: nothing waits in it any
-//! more.
+//! with no daemon running too). A paused study's (`sweepd pause`, read from its control row,
+//! daemon or none) WAITING trials say `paused` first. A stopped daemon's line is not read:
+//! nothing waits in it any more.
 
 use crate::config::Config;
 use crate::store::{time, DaemonView, HostView, RetryCopy, Store, StoreError, Study, TrialView};
 use crate::study::reason::{Line, Reason};
-use crate::study::DaemonState;
+use crate::study::{ControlState, DaemonState};
 use crate::supervisor;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ pub(super) struct Reasons {
     lines: Vec<Line>,
     /// The WAITING retry copies by trial id, oldest first, each with its retry's reason.
     retries: Vec<(i64, Reason)>,
+    /// Its owner paused the study: no trial starts until `sweepd resume`.
+    paused: bool,
 }
 
 /// The reason of a retry copy: its attempt of the kind it failed by, of `config`'s limit for
@@ -71,7 +74,12 @@ impl Reasons {
             .iter()
             .filter_map(|c| Some((c.trial_id, retry_reason(c, config)?)))
             .collect();
-        Ok(Reasons { lines, retries })
+        let paused = store.control(study).await?.state == ControlState::Paused;
+        Ok(Reasons {
+            lines,
+            retries,
+            paused,
+        })
     }
 
     /// The phrase for `t`, where it waits or runs.
@@ -93,18 +101,21 @@ impl Reasons {
                 )
             }
             "WAITING" => {
-                // Why it waits first, then which retry it is.
-                let reasons: Vec<Reason> = self
-                    .lines
-                    .iter()
-                    .flat_map(|l| l.reasons_of(t.trial_id))
-                    .chain(
-                        self.retries
-                            .iter()
-                            .filter(|(id, _)| *id == t.trial_id)
-                            .map(|(_, r)| r.clone()),
-                    )
-                    .collect();
+                // Why it waits first (the owner's pause before all), then which retry it is.
+                let mut reasons: Vec<Reason> =
+                    self.paused.then_some(Reason::Paused).into_iter().collect();
+                reasons.extend(
+                    self.lines
+                        .iter()
+                        .flat_map(|l| l.reasons_of(t.trial_id))
+                        .filter(|r| !(self.paused && *r == Reason::Paused))
+                        .chain(
+                            self.retries
+                                .iter()
+                                .filter(|(id, _)| *id == t.trial_id)
+                                .map(|(_, r)| r.clone()),
+                        ),
+                );
                 (!reasons.is_empty()).then(|| Reason::phrases(&reasons))
             }
             _ => None,
@@ -204,6 +215,7 @@ mod tests {
                 }],
             }],
             retries,
+            paused: false,
         };
         assert_eq!(
             reasons.of(&waiting(7)).as_deref(),
@@ -217,5 +229,40 @@ mod tests {
         // The lines' trials first, then the retry copies.
         assert_eq!(reasons.trial_ids(10), vec![5, 7]);
         assert_eq!(reasons.trial_ids(1), vec![5]);
+    }
+
+    #[test]
+    fn a_paused_study_s_waiting_trials_said_nothing_of_the_pause() {
+        let with_daemon = Line {
+            study: Some(Reason::Paused),
+            queued: vec![Queued {
+                trial_id: Some(5),
+                reason: Reason::Queued { ahead: 1 },
+            }],
+        };
+        let retries = [copy(7, Some(FailureKind::Oom))]
+            .iter()
+            .filter_map(|c| Some((c.trial_id, retry_reason(c, None)?)))
+            .collect();
+        let reasons = Reasons {
+            lines: vec![with_daemon],
+            retries,
+            paused: true,
+        };
+        // Once, first, whether a daemon's line says it too or not.
+        assert_eq!(
+            reasons.of(&waiting(5)).as_deref(),
+            Some("paused; waiting: 1 candidate ahead in line")
+        );
+        assert_eq!(
+            reasons.of(&waiting(7)).as_deref(),
+            Some("paused; retry 2 after oom")
+        );
+        assert_eq!(reasons.of(&waiting(8)).as_deref(), Some("paused"));
+        let running = TrialView {
+            state: "RUNNING".into(),
+            ..waiting(8)
+        };
+        assert!(!reasons.of(&running).unwrap().contains("paused"));
     }
 }
