@@ -51,20 +51,54 @@ fn run_capped(mode: &'static str, card: &str, trials: &[(u64, f64, f64)]) -> (Sw
     let (mut sweep, _gpus) = gpu_study(&cfg, &[card], gpu);
     let record = sweep.path("caps.jsonl").to_string_lossy().into_owned();
     sweep.env.push(("CAP_RECORD".into(), record));
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let enqueue: Vec<String> = trials
+    let trials: Vec<Value> = trials
         .iter()
-        .map(|(mem, hold, delay)| {
-            serde_json::json!({"mem": mem, "hold": hold, "delay": delay}).to_string()
-        })
+        .map(|(mem, hold, delay)| serde_json::json!({"mem": mem, "hold": hold, "delay": delay}))
         .collect();
+    let err = run_enqueued(&sweep, &trials);
+    (sweep, err)
+}
+
+/// Creates study `t`, enqueues `trials` (their params, in order) through Optuna, runs the daemon
+/// until the budget ends and returns its log, which must end with success.
+fn run_enqueued(sweep: &Sweep, trials: &[Value]) -> String {
+    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let enqueue: Vec<String> = trials.iter().map(Value::to_string).collect();
     let mut args = vec!["t"];
     args.extend(enqueue.iter().map(String::as_str));
     sweep.optuna("optuna_enqueue.py", &args);
     let out = sweep.run(&[], LIMIT);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    (sweep, err)
+    err
+}
+
+/// A study of three trials of the stand-in PyTorch's worker (`tests/workers/torch_sim_worker.py`,
+/// a 256 MiB context) on one 8 GiB card with 1 GiB headroom and `trial_memory`, its PyTorch calls
+/// logged to `torch-calls.log`; `params` its space.
+fn torch_study(params: &str, trial_memory: &str) -> Sweep {
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 3,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/torch_sim_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: params.into(),
+        ..Cfg::default()
+    }
+    .env("FAKE_TORCH_CONTEXT", "256M");
+    let gpu = format!(
+        "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"{trial_memory}\"\n\
+         poll_interval = \"100ms\"\n"
+    );
+    let (mut sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], &gpu);
+    let calls = sweep.path("torch-calls.log").to_string_lossy().into_owned();
+    sweep.env.push(("FAKE_TORCH_CALLS".into(), calls));
+    sweep
 }
 
 /// On an 8 GiB card, three trials start at the same 2.3 GiB guess: one grows at once to 6 GiB,
@@ -281,34 +315,9 @@ fn trials_without_memory_per_process_in_nvml_are_measured_by_their_frameworks() 
 fn the_helper_holds_a_pytorch_trial_to_its_cap_and_sweepd_re_runs_it_larger() {
     let params = "[params.mem]\ntype = \"categorical\"\nchoices = [1024, 6144]\n\
                   [params.hold]\ntype = \"categorical\"\nchoices = [2.0]\n";
-    let cfg = Cfg {
-        n_trials: Some(3),
-        max_par: 3,
-        command: vec![
-            python(),
-            repo()
-                .join("tests/workers/torch_sim_worker.py")
-                .to_string_lossy()
-                .into_owned(),
-        ],
-        params: params.into(),
-        ..Cfg::default()
-    }
-    .env("FAKE_TORCH_CONTEXT", "256M");
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"2GiB\"\n\
-               poll_interval = \"100ms\"\n";
-    let (mut sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
-    let calls = sweep.path("torch-calls.log").to_string_lossy().into_owned();
-    sweep.env.push(("FAKE_TORCH_CALLS".into(), calls));
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
-    let enqueue =
-        [1024, 1024, 6144].map(|m| serde_json::json!({"mem": m, "hold": 2.0}).to_string());
-    let mut args = vec!["t"];
-    args.extend(enqueue.iter().map(String::as_str));
-    sweep.optuna("optuna_enqueue.py", &args);
-    let out = sweep.run(&[], LIMIT);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
+    let sweep = torch_study(params, "2GiB");
+    let enqueue = [1024, 1024, 6144].map(|m| serde_json::json!({"mem": m, "hold": 2.0}));
+    let err = run_enqueued(&sweep, &enqueue);
     assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
     let trials = sweep.trials();
     let failed: Vec<&Value> = trials.iter().filter(|t| t["state"] == "FAIL").collect();
@@ -339,32 +348,10 @@ fn the_first_trial_starts_at_the_small_prior_hits_its_cap_and_completes_re_run_l
     let params = "[params.mem]\ntype = \"categorical\"\nchoices = [512, 3072]\n\
                   [params.steps]\ntype = \"categorical\"\nchoices = [6]\n\
                   [params.hold]\ntype = \"categorical\"\nchoices = [2.0, 3.0]\n";
-    let cfg = Cfg {
-        n_trials: Some(3),
-        max_par: 3,
-        command: vec![
-            python(),
-            repo()
-                .join("tests/workers/torch_sim_worker.py")
-                .to_string_lossy()
-                .into_owned(),
-        ],
-        params: params.into(),
-        ..Cfg::default()
-    }
-    .env("FAKE_TORCH_CONTEXT", "256M");
-    let gpu = "devices = \"all\"\nheadroom = \"1GiB\"\ntrial_memory = \"4GiB\"\n\
-               poll_interval = \"100ms\"\n";
-    let (sweep, _gpus) = gpu_study(&cfg, &["8G Fake T4"], gpu);
-    sweep.optuna("optuna_create.py", &["t", "minimize", "0"]);
+    let sweep = torch_study(params, "4GiB");
     let enqueue = [(512, 3.0), (512, 2.0), (3072, 2.0)]
-        .map(|(m, h)| serde_json::json!({"mem": m, "steps": 6, "hold": h}).to_string());
-    let mut args = vec!["t"];
-    args.extend(enqueue.iter().map(String::as_str));
-    sweep.optuna("optuna_enqueue.py", &args);
-    let out = sweep.run(&[], LIMIT);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
+        .map(|(m, h)| serde_json::json!({"mem": m, "steps": 6, "hold": h}));
+    let err = run_enqueued(&sweep, &enqueue);
     assert_eq!(sweep.count("COMPLETE"), 3, "{err}");
     let admitted: Vec<&str> = err.lines().filter(|l| l.contains("admitted:")).collect();
     assert!(

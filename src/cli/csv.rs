@@ -283,18 +283,8 @@ mod tests {
             number,
             state: "COMPLETE".into(),
             value: json!(1.0),
-            values: None,
             params: params.as_object().unwrap().clone(),
-            datetime_start: None,
-            datetime_complete: None,
-            worker_id: None,
-            worker_pid: None,
-            fail_kind: None,
-            fail_reason: None,
-            gpu: None,
-            step: None,
-            reason: None,
-            user_attrs: Default::default(),
+            ..TrialView::default()
         }
     }
 

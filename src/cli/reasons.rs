@@ -175,18 +175,7 @@ mod tests {
             number: trial_id - 1,
             state: "WAITING".into(),
             value: serde_json::Value::Null,
-            values: None,
-            params: Default::default(),
-            datetime_start: None,
-            datetime_complete: None,
-            worker_id: None,
-            worker_pid: None,
-            fail_kind: None,
-            fail_reason: None,
-            gpu: None,
-            step: None,
-            reason: None,
-            user_attrs: Default::default(),
+            ..TrialView::default()
         }
     }
 

@@ -185,16 +185,7 @@ mod tests {
                 .as_object()
                 .unwrap()
                 .clone(),
-            datetime_start: None,
-            datetime_complete: None,
-            worker_id: None,
-            worker_pid: None,
-            fail_kind: None,
-            fail_reason: None,
-            gpu: None,
-            step: None,
-            reason: None,
-            user_attrs: Default::default(),
+            ..TrialView::default()
         }
     }
 

@@ -532,18 +532,8 @@ mod tests {
             number,
             state: "RUNNING".into(),
             value: Value::Null,
-            values: None,
-            params: serde_json::Map::new(),
-            datetime_start: None,
-            datetime_complete: None,
             worker_id: Some(7),
-            worker_pid: None,
-            fail_kind: None,
-            fail_reason: None,
-            gpu: None,
-            step: None,
-            reason: None,
-            user_attrs: Default::default(),
+            ..TrialView::default()
         }
     }
 

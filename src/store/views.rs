@@ -33,8 +33,8 @@ struct TrialRow {
     datetime_complete: Option<String>,
 }
 
-/// One trial as the CLI shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+/// One trial as the CLI shows it; its `Default` is an empty row that its builders fill in.
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct TrialView {
     pub trial_id: i64,
     pub number: i64,
@@ -364,18 +364,9 @@ impl Store {
             number: row.number,
             state: row.state,
             value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
-            values: None,
-            params: serde_json::Map::new(),
             datetime_start: row.datetime_start,
             datetime_complete: row.datetime_complete,
-            worker_id: None,
-            worker_pid: None,
-            fail_kind: None,
-            fail_reason: None,
-            gpu: None,
-            step: None,
-            reason: None,
-            user_attrs: Default::default(),
+            ..TrialView::default()
         };
         if study.is_multi_objective() {
             view.value = Value::Null;
