@@ -215,42 +215,100 @@ def release_caches():
             pass
 
 
-def _nvml_used(cuda_device):
-    """The bytes NVML counts as used on the device CUDA numbers ``cuda_device``, every
-    process's included, or None. Device-wide, so it works where NVML cannot name this
-    process (a container's PID namespace); sweepd sets CUDA_VISIBLE_DEVICES to NVML indices."""
+def _nvml_index(cuda_device):
+    """The NVML index of the device CUDA numbers ``cuda_device``, or None: sweepd sets
+    CUDA_VISIBLE_DEVICES to NVML indices."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        index = cuda_device
-    else:
-        entries = [e.strip() for e in visible.split(",")]
-        if cuda_device >= len(entries) or not entries[cuda_device].isdigit():
-            return None
-        index = int(entries[cuda_device])
+        return cuda_device
+    entries = [e.strip() for e in visible.split(",")]
+    if cuda_device >= len(entries) or not entries[cuda_device].isdigit():
+        return None
+    return int(entries[cuda_device])
 
-    class Memory(ctypes.Structure):  # nvmlMemory_v2_t
+
+class _Nvml:
+    """NVML (``libnvidia-ml``, through ctypes: the helper has no dependency), open for the
+    readings of one measurement, so that they are taken as close together as NVML allows.
+    Every reading is None where NVML or the device cannot give it."""
+
+    class _Memory(ctypes.Structure):  # nvmlMemory_v2_t
         _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong),
                     ("reserved", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
                     ("used", ctypes.c_ulonglong)]
 
-    try:
-        lib = ctypes.CDLL(os.environ.get("SWEEPD_NVML_LIB") or "libnvidia-ml.so.1")
-        if lib.nvmlInit_v2() != 0:
+    class _Process(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3)
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                    ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+    def __enter__(self):
+        self.lib = None
+        try:
+            lib = ctypes.CDLL(os.environ.get("SWEEPD_NVML_LIB") or "libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() == 0:
+                self.lib = lib
+        except (OSError, AttributeError):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.lib is not None:
+            self.lib.nvmlShutdown()
+        return False
+
+    def _handle(self, cuda_device):
+        index = _nvml_index(cuda_device)
+        if self.lib is None or index is None:
             return None
-    except (OSError, AttributeError):
-        return None
-    try:
-        handle, mem = ctypes.c_void_p(), Memory()
-        mem.version = ctypes.sizeof(Memory) | (2 << 24)  # NVML_MEMORY_V2
-        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
+        handle = ctypes.c_void_p()
+        try:
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index),
+                                                      ctypes.byref(handle)) != 0:
+                return None
+        except AttributeError:
             return None
-        if lib.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(mem)) != 0:
+        return handle
+
+    def device_used(self, cuda_device):
+        """The bytes NVML counts as used on the device, every process's included. Device-wide,
+        so it works where NVML cannot name this process (a container's PID namespace)."""
+        handle = self._handle(cuda_device)
+        if handle is None:
+            return None
+        mem = self._Memory()
+        mem.version = ctypes.sizeof(self._Memory) | (2 << 24)  # NVML_MEMORY_V2
+        try:
+            if self.lib.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(mem)) != 0:
+                return None
+        except AttributeError:
             return None
         return int(mem.used)
-    except AttributeError:
+
+    def process_used(self, cuda_device):
+        """The bytes NVML counts for this process on the device: None where it lists this
+        process under another PID (a container's PID namespace) or gives no figure per process
+        (NVML_VALUE_NOT_AVAILABLE, as on Windows' WDDM or some vGPUs)."""
+        handle = self._handle(cuda_device)
+        if handle is None:
+            return None
+        try:
+            fn = self.lib.nvmlDeviceGetComputeRunningProcesses_v3
+        except AttributeError:
+            return None
+        for _ in range(3):  # the list may grow between the count and the read
+            count = ctypes.c_uint(0)
+            rc = fn(handle, ctypes.byref(count), None)
+            if rc == 0:
+                return None  # no process at all: not this one either
+            infos = (self._Process * (count.value + 4))()
+            count = ctypes.c_uint(count.value + 4)
+            if fn(handle, ctypes.byref(count), infos) == 0:
+                for info in infos[:count.value]:
+                    if info.pid == os.getpid():
+                        used = int(info.usedGpuMemory)
+                        return None if used >= (1 << 63) else used
+                return None
         return None
-    finally:
-        lib.nvmlShutdown()
 
 
 # --------------------------------------------------------------------------
@@ -294,38 +352,58 @@ class _Memory(object):
                 return  # never limited: leave CUDA uninitialised
             if not torch.cuda.is_available():
                 return
-            # NVML's reading before anything here initialises CUDA (whatever creates the
-            # context: the initialisation or, as with PyTorch's lazy one, the fraction's call).
-            before = None
-            if not self.context_tried:
+            if self.context_tried:
+                self._set_torch_fraction(torch, None)
+            else:
                 self.context_tried = True
-                if not torch.cuda.is_initialized():
-                    before = (0, _nvml_used(0))  # CUDA's device until the script picks one
-                elif torch.cuda.memory_reserved() == 0:
-                    before = (torch.cuda.current_device(),
-                              _nvml_used(torch.cuda.current_device()))
-            device = torch.cuda.current_device()
-            total = int(torch.cuda.get_device_properties(device).total_memory)
-            fraction = cap_fraction(self.cap, total)
-            if self.torch_set == (device, fraction):
-                return
-            torch.cuda.set_per_process_memory_fraction(fraction, device)
-            self.torch_set, self.total = (device, fraction), total
-            if before is not None and before[0] == device and before[1] is not None:
-                self._measure_context(torch, device, before[1])
+                with _Nvml() as nvml:  # one NVML session: its readings close together
+                    self._set_torch_fraction(torch, nvml)
         except Exception as exc:
             if not self.torch_warned:  # once: the same failure would repeat at every trial
                 self.torch_warned = True
                 _warn("could not set PyTorch's memory fraction for a cap of %s bytes (the "
                       "trials run uncapped): %s" % (self.cap, exc))
 
-    def _measure_context(self, torch, device, before):
-        """The context: what NVML counts more on the device since ``before``, less what the
-        allocator reserves (racy with other processes, so only a plausible figure is kept)."""
-        after = _nvml_used(device)
-        if after is None:
+    def _set_torch_fraction(self, torch, nvml):
+        """Sets the cap as PyTorch's fraction of the device; with ``nvml``, measures the
+        context too where this call is what creates it."""
+        # NVML's reading before anything here initialises CUDA (whatever creates the context:
+        # the initialisation or, as with PyTorch's lazy one, the fraction's call).
+        before = None
+        if nvml is not None:
+            if not torch.cuda.is_initialized():
+                before = (0, nvml.device_used(0))  # CUDA's device until the script picks one
+            elif torch.cuda.memory_reserved() == 0:
+                before = (torch.cuda.current_device(),
+                          nvml.device_used(torch.cuda.current_device()))
+        device = torch.cuda.current_device()
+        total = int(torch.cuda.get_device_properties(device).total_memory)
+        fraction = cap_fraction(self.cap, total)
+        if self.torch_set == (device, fraction):
             return
-        context = after - before - int(torch.cuda.memory_reserved(device))
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        self.torch_set, self.total = (device, fraction), total
+        if nvml is not None:
+            self._measure_context(torch, nvml, device,
+                                  before[1] if before is not None and before[0] == device
+                                  else None)
+
+    def _measure_context(self, torch, nvml, device, before):
+        """The context: what NVML counts for this process, less what the allocator reserves
+        (whenever the context was created). Where NVML cannot name this process, what it counts
+        more on the whole device since ``before`` (None: the context existed before, no figure),
+        less the same: racy, as other processes allocate and free meanwhile (on a card that
+        trials were filling, it came out two and three times too large, and every cap as much
+        too small), so only a plausible figure is kept."""
+        reserved = int(torch.cuda.memory_reserved(device))
+        own = nvml.process_used(device)
+        if own is not None:
+            context = own - reserved
+        else:
+            after = nvml.device_used(device)
+            if after is None or before is None:
+                return
+            context = after - before - reserved
         if _MIB <= context < (self.total or 0) // 2:
             self.context = context
 

@@ -250,21 +250,51 @@ class PersistentCaps(CapsBase):
         self.assertEqual([m.get("memory") for m in memory], [None] * len(memory))
 
 
-    def test_a_context_that_existed_before_the_cap_is_left_out_not_measured_as_nothing(self):
+    def test_a_context_that_existed_before_the_cap_is_measured_where_nvml_names_the_process(self):
         if fake_nvml_lib() is None:
             self.skipTest("no C compiler for the fake libnvidia-ml")
-        gpu = Gpu(self)
-        w = self.worker(gpu, source=TORCH_WORKER.replace("import torch\n", """import torch
+        source = TORCH_WORKER.replace("import torch\n", """import torch
 x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # the context, before any cap
 del x
 torch.cuda.empty_cache()
-"""))
-        self.assertEqual(w.recv(), {"type": "ready", "pid": w.proc.pid, "protocol": 2})
-        final, memory = self.trial(w, 1, {"alloc": 64, "hold": 0.3}, cap=2 * GIB)
-        self.assertEqual(final["type"], "result", final)
-        self.assertEqual(gpu.fractions(), [[2 * GIB / (24 * GIB), 0]])
-        self.assertEqual([sorted(m) for m in memory],
-                         [["peak_reserved", "reserved", "trial_id", "type"]])
+""")
+        for extra, context in (((), CONTEXT), (("pid_offset 100000",), None)):
+            with self.subTest(extra=extra):
+                gpu = Gpu(self, extra=extra)
+                w = self.worker(gpu, source=source)
+                self.assertEqual(w.recv(), {"type": "ready", "pid": w.proc.pid, "protocol": 2})
+                final, memory = self.trial(w, 1, {"alloc": 64, "hold": 0.3}, cap=2 * GIB)
+                self.assertEqual(final["type"], "result", final)
+                self.assertEqual(gpu.fractions(), [[2 * GIB / (24 * GIB), 0]])
+                # Under another PID only the device's figure is left, and it saw no change:
+                # no context is said rather than one of nothing.
+                self.assertEqual([m.get("context") for m in memory], [context])
+
+    def test_a_neighbour_that_allocates_while_the_context_is_created_is_not_counted_in_it(self):
+        """Regression (issue 41): the context was what the device used more after its creation
+        than before. On a card that other trials were filling, it came out at 1-1.5 GiB for a
+        500 MiB context, and every cap of that worker 0.5-1 GiB too small: trials failed at
+        their caps that had been admitted with room enough."""
+        if fake_nvml_lib() is None:
+            self.skipTest("no C compiler for the fake libnvidia-ml")
+        gpu = Gpu(self)
+        # A neighbour takes 1 GiB as PyTorch creates this worker's context (torch wrapped
+        # before the helper is imported, which caps it at once).
+        source = TORCH_WORKER.replace("import sweepd_worker\nimport torch\n", """import os
+import torch
+_set = torch.cuda.set_per_process_memory_fraction
+def _racing(fraction, device=None):
+    _set(fraction, device)
+    with open(%r, "a") as f:
+        f.write("proc 0 %%d 1G\\n" %% os.getppid())
+torch.cuda.set_per_process_memory_fraction = _racing
+import sweepd_worker
+""" % gpu.state)
+        self.assertIn("_racing", source)
+        w = self.worker(gpu, cap=2 * GIB, source=source)
+        ready = w.recv()
+        self.assertEqual(ready["memory"], {"framework": "torch", "context": CONTEXT,
+                                           "total": 24 * GIB})
 
 
 class OneshotCaps(CapsBase):
