@@ -163,6 +163,22 @@ pub struct Estimate {
     pub why: String,
 }
 
+impl Estimate {
+    /// `why` headed by the figure it ends at: each step writes its own figure first and a
+    /// raise only appends ("…, raised to 1.9 GiB by its memory cap reached"), so the head
+    /// still named the figure before the raises ("admitted: expected peak 1.8 GiB: …, raised
+    /// to 1.9 GiB …" for a trial admitted with 1.9 GiB).
+    fn headed(mut self) -> Estimate {
+        let final_figure = format_gib(self.bytes);
+        if let Some((head, rest)) = self.why.split_once(": ") {
+            if head.ends_with(" GiB") && head != final_figure {
+                self.why = format!("{final_figure}: {rest}");
+            }
+        }
+        self
+    }
+}
+
 /// Where a trial lies along one param ([`MemoryModel::position`]): a number (a numeric param's
 /// position in its range, or a categorical's choice where every choice is a number), a choice
 /// with no order, or the param absent from the trial.
@@ -474,7 +490,7 @@ impl MemoryModel {
             self.raise_to_smaller_measured(fit, own, &mut estimate);
         }
         self.raise_to_oom_floor(fit, own, x, &mut estimate);
-        estimate
+        estimate.headed()
     }
 
     /// Before any fit: the guess with its margin.

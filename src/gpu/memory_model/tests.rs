@@ -899,6 +899,13 @@ fn a_trial_from_the_small_prior_reaches_its_peak_in_a_few_re_runs(
         // It asked for 64 MiB more than its cap left it.
         m.record_cap(&p, admitted + 64 * MIB, admitted, 24 * G);
         hits += 1;
+        // Regression: the head named the figure before the raise, not the one admitted.
+        let e = m.estimate(&p);
+        assert!(
+            e.why.starts_with(&format!("{}: ", format_gib(e.bytes))),
+            "{}",
+            e.why
+        );
         assert!(hits < 20, "never converged");
     }
     assert_eq!(hits, re_runs);
