@@ -706,6 +706,7 @@ def packing_figures(internals, runs, ramp):
         "runs": [dict(label=r.label, makespan=r.makespan(), at_once=r.mean_parallel(),
                       ooms=r.ooms(), stopped=r.stopped is not None, **r.caps()) for r in runs],
         "est_ratios": estimate_ratios(sweepd_run, est),
+        "memory_s": memory_seconds(sweepd_run, est),
         "ooms_within": sweepd_run.ooms_within_estimate(),
         "foreign": sweepd_run.foreign,
     }
@@ -722,6 +723,33 @@ def estimate_ratios(run, est):
     return sorted(ratios)
 
 
+def memory_seconds(run, est):
+    """Where sweepd's card-time went: {"admitted": GiB-s that every attempt held as admitted
+    (its estimate, `est`, over its `duration_s`), "failed": those of the attempts that failed,
+    "peaks": GiB-s of the completed trials at their peaks}. admitted / peaks over 1 is memory
+    held beyond what the trials used: estimates above the peak, capped attempts, their re-runs'
+    growth."""
+    admitted = failed = peaks = 0.0
+    for i, d in enumerate(run.daemons):
+        records = d.records()
+        for t in d.trials:
+            seconds = t.get("duration_s") or 0.0
+            held = est.get((i, t["number"]), 0) * seconds / GIB
+            admitted += held
+            if t.get("state") == "COMPLETE":
+                peak, _, _ = records.get(t["number"], (0, 0.0, False))
+                peaks += peak * seconds / GIB
+            elif t.get("state") == "FAIL":
+                failed += held
+    return {"admitted": admitted, "failed": failed, "peaks": peaks}
+
+
+def held_over_peaks(x):
+    """sweepd's admitted GiB-s over its completed trials' peak GiB-s (None: not measured)."""
+    m = x.get("memory_s")
+    return m["admitted"] / m["peaks"] if m and m["peaks"] else None
+
+
 def lost_share(run):
     """The share of a run's trial-seconds lost to attempts that failed at their cap (0 in a raw
     file written before caps were counted)."""
@@ -732,7 +760,7 @@ def packing_table(results, baselines):
     head = ["workload", "oracle makespan s", "oracle at once", "oracle with headroom",
             "learner bound", "caps bound", "oracle on estimates",
             "sweepd oracle/sweepd", "sweepd at once", "sweepd OOMs", "collateral OOMs",
-            "capped re-runs", "s lost to caps"]
+            "capped re-runs", "s lost to caps", "held / peak GiB-s"]
     if baselines:
         head += ["PAR=3 oracle/PAR", "PAR=3 at once", "PAR=3 OOMs",
                  "PAR=4 oracle/PAR", "PAR=4 at once", "PAR=4 OOMs"]
@@ -745,8 +773,10 @@ def packing_table(results, baselines):
             cells += ["%.2f%s" % (x["span"] / r["makespan"], " (stopped)" if r.get("stopped")
                                   else ""), "%.2f" % r["at_once"], str(r["ooms"])]
             if j == 0:
+                held = held_over_peaks(x)
                 cells += [str(r.get("collateral", x["ooms_within"])), str(r.get("capped", "-")),
-                          "%.1f%%" % (100 * lost_share(r)) if "trial_s" in r else "-"]
+                          "%.1f%%" % (100 * lost_share(r)) if "trial_s" in r else "-",
+                          "%.2f" % held if held else "-"]
         rows.append(cells)
     return table(head, rows)
 
@@ -840,9 +870,11 @@ def packing_columns(raw):
         "trials failed `oom` (a full card, not a cap), `collateral OOMs` those of them whose "
         "reason says the trial was within what it was admitted with and other processes held "
         "the rest of the card (it died because another grew), `capped re-runs` the attempts "
-        "that failed at their own cap (`fail_kind = cap`; each is re-run), and `s lost to caps` "
+        "that failed at their own cap (`fail_kind = cap`; each is re-run), `s lost to caps` "
         "their seconds, from start to failure, over all the run's trial-seconds (every attempt "
-        "of every trial, `duration_s`). Issue 41's goal, every workload at the defaults: at "
+        "of every trial, `duration_s`), and `held / peak GiB-s` the card-time sweepd's attempts "
+        "held (each at what it was admitted with, for its `duration_s`) over the card-time its "
+        "completed trials used at their peaks: above 1, memory held that no trial used. Issue 41's goal, every workload at the defaults: at "
         "least %g of the oracle's throughput at %d trials and %g at %d, no collateral OOM, at "
         "most %g%% of the trial-seconds lost to caps."
         % (learn_k, margin, bl.gib(prior), caps_k, bl.gib(caps_prior), caps_share,
@@ -880,6 +912,12 @@ def packing_reading(raw):
                     "trial-seconds to capped attempts)" % (
                         bl.span([x["caps"] for x in default]),
                         bl.span([100 * x["caps_lost"] for x in default], "%.1f%%")))
+    held = [(held_over_peaks(x), x["memory_s"]) for x in default if held_over_peaks(x)]
+    if held:
+        out.append("its attempts held %s times the card-time its completed trials used at their "
+                   "peaks, %s of it in attempts that failed" % (
+                       bl.span([h for h, _ in held]),
+                       bl.span([100 * m["failed"] / m["admitted"] for _, m in held], "%.0f%%")))
     long_judged, long_met = goal_met(raw["long_results"], GOAL_RATIO_LONG)
     if long_judged:
         out.append("with %d trials per run sweepd reached %s (the goal, %g, met on %d of %d)"
