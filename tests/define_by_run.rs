@@ -381,9 +381,18 @@ fn example(name: &str, n_trials: u64) -> Sweep {
                 q(script.to_str().unwrap())
             ),
         )
-        .replace(&url, "url = \"sqlite:///study.db\"")
-        .replace("n_trials = 100", &format!("n_trials = {n_trials}"));
-    Sweep::with_toml(&toml)
+        .replace(&url, "url = \"sqlite:///study.db\"");
+    let toml: Vec<String> = toml
+        .lines()
+        .map(|l| match l.strip_prefix("n_trials = ") {
+            Some(rest) => {
+                let comment = rest.find('#').map_or("", |i| &rest[i..]);
+                format!("n_trials = {n_trials}  {comment}")
+            }
+            None => l.to_owned(),
+        })
+        .collect();
+    Sweep::with_toml(&(toml.join("\n") + "\n"))
 }
 
 #[test]
@@ -443,6 +452,75 @@ fn the_pytorch_example_runs_as_ported_from_optuna_examples() {
             assert_eq!(p.contains_key(&format!("n_units_l{i}")), i < layers, "{t}");
         }
     }
+}
+
+/// optuna-examples' `pytorch_checkpoint.py`, ported with one line changed (issue 42): its
+/// worker is killed -9 once it has saved a checkpoint, sweepd re-enqueues the trial with
+/// Optuna's `failed_trial`, and the retry, through Optuna's own
+/// `RetryFailedTrialCallback.retried_trial_number(trial)`, loads that checkpoint and goes on
+/// from the next epoch. Before, the helper's trial had no `system_attrs` and the example could
+/// not run unchanged.
+#[test]
+fn the_pytorch_checkpoint_example_resumes_a_trial_killed_mid_run() {
+    if !importable("torch") {
+        eprintln!(
+            "SKIPPED the_pytorch_checkpoint_example_resumes_a_trial_killed_mid_run: PyTorch is \
+             not installed in the test Python (it is optional; `pip install torch` to run it)"
+        );
+        return;
+    }
+    let mut sweep = example("pytorch_checkpoint", 1);
+    // Epochs enough to kill the trial between two of them.
+    sweep.env.push(("EPOCHS".into(), "400".into()));
+    let daemon = sweep.spawn_run();
+    // Every worker's output (which of the two slots runs the trial is not fixed).
+    let logs = || -> String {
+        std::fs::read_dir(sweep.path("pytorch-checkpoint-logs"))
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.is_file())
+                    .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    wait_until(LIMIT, "a checkpoint of the third epoch", || {
+        logs().contains("Saving a checkpoint in epoch 2.")
+    });
+    let running = sweep.trials();
+    let pid = running[0]["worker_pid"]
+        .as_i64()
+        .expect("the running trial's worker");
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let group = nix::unistd::getpgid(Some(pid)).unwrap();
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = wait_output(daemon, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let states: Vec<String> = sweep
+        .trials()
+        .iter()
+        .map(|t| t["state"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(states, ["FAIL", "COMPLETE"], "{}", stderr(&out));
+    // The retry resumed past the third epoch, and never trained the first one again.
+    let logs = logs();
+    let epoch: i64 = logs
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Loading a checkpoint from trial 0 in epoch ")?
+                .strip_suffix('.')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("the retry did not resume:\n{logs}"));
+    assert!(epoch >= 2, "{logs}");
+    assert_eq!(
+        logs.matches("Saving a checkpoint in epoch 0.").count(),
+        1,
+        "{logs}"
+    );
+    // The example removes its checkpoint once the trial is done.
+    assert!(!sweep.path("pytorch_checkpoint/0").exists());
 }
 
 /// `sweepd ARGS` run in `dir`, without a config argument.
