@@ -940,17 +940,22 @@ class _ReadOnly(collections.abc.Mapping):
 class StudyInfo(object):
     """``trial.study``: what a worker knows of its study (read-only): ``study_name``,
     ``directions`` and, for a single objective, ``direction`` (``"minimize"`` or
-    ``"maximize"``, as strings: Optuna is never imported)."""
+    ``"maximize"``, as strings: Optuna is never imported) and ``best_value`` (the best value
+    of the study's COMPLETE trials when sweepd handed the trial over)."""
 
-    __slots__ = ("_name", "_directions")
+    __slots__ = ("_name", "_directions", "_best_value")
 
     def __init__(self, info):
         name = info.get("name")
         directions = info.get("directions")
+        best = info.get("best_value")
         object.__setattr__(self, "_name", name if isinstance(name, str) else None)
         object.__setattr__(self, "_directions",
                            tuple(d for d in directions if isinstance(d, str))
                            if isinstance(directions, list) else ())
+        object.__setattr__(self, "_best_value",
+                           float(best) if isinstance(best, (int, float))
+                           and not isinstance(best, bool) else None)
 
     def __setattr__(self, name, value):
         raise AttributeError("trial.study is read-only in a sweepd worker")
@@ -968,6 +973,17 @@ class StudyInfo(object):
         if len(self._directions) != 1:
             raise RuntimeError("a multi-objective study has no single direction; use directions")
         return self._directions[0]
+
+    @property
+    def best_value(self):
+        """As Optuna's ``study.best_value``: ValueError while no trial is complete,
+        RuntimeError for a study with several objectives."""
+        if len(self._directions) > 1:
+            raise RuntimeError("a single best value cannot be retrieved from a multi-objective "
+                               "study; read its Pareto front with `sweepd best` or Optuna")
+        if self._best_value is None:
+            raise ValueError("Record does not exist: no trial of the study is complete yet")
+        return self._best_value
 
     def __repr__(self):
         return "StudyInfo(study_name=%r, directions=%r)" % (self._name, list(self._directions))
@@ -1493,10 +1509,15 @@ def _env_json(name):
 
 def _env_study():
     """The study as a oneshot worker's environment names it (``SWEEPD_STUDY``,
-    ``SWEEPD_DIRECTIONS``)."""
+    ``SWEEPD_DIRECTIONS``, ``SWEEPD_BEST_VALUE``)."""
     directions = os.environ.get("SWEEPD_DIRECTIONS")
+    best = None
+    try:
+        best = float(os.environ["SWEEPD_BEST_VALUE"])
+    except (KeyError, ValueError):
+        pass
     return {"name": os.environ.get("SWEEPD_STUDY"),
-            "directions": directions.split(",") if directions else []}
+            "directions": directions.split(",") if directions else [], "best_value": best}
 
 
 def _serve_oneshot(objective, protocol):

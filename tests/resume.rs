@@ -113,3 +113,49 @@ fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode:
     );
     assert!(!Path::new(dir).exists(), "{dir} is left behind");
 }
+
+/// Issue 42: a worker reads the study's best value so far as Optuna's `study.best_value`
+/// (`trial.study.best_value`): none before a trial is complete, then the best of those that
+/// are, in both worker modes.
+#[rstest]
+#[case::persistent("persistent")]
+#[case::oneshot("oneshot")]
+fn a_worker_reads_the_study_s_best_value_so_far(#[case] mode: &'static str) {
+    let cfg = Cfg {
+        n_trials: Some(3),
+        max_par: 1,
+        mode,
+        command: vec![
+            python(),
+            repo()
+                .join("tests/workers/checkpoint_worker.py")
+                .to_string_lossy()
+                .into_owned(),
+        ],
+        params: String::new(),
+        ..Cfg::default()
+    };
+    let mut sweep = Sweep::new(&cfg);
+    let log = sweep.path("resume.jsonl");
+    sweep
+        .env
+        .push(("RESUME_LOG".into(), log.to_string_lossy().into_owned()));
+    sweep.env.push(("RESUME_STEPS".into(), "1".into()));
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let values: Vec<f64> = sweep
+        .trials()
+        .iter()
+        .map(|t| t["value"].as_f64().unwrap())
+        .collect();
+    let bests: Vec<Value> = starts(&log_lines(&log))
+        .iter()
+        .map(|s| s["best"].clone())
+        .collect();
+    let want = [
+        Value::Null,
+        serde_json::json!(values[0]),
+        serde_json::json!(values[0].min(values[1])),
+    ];
+    assert_eq!(bests, want, "values {values:?}");
+}

@@ -62,11 +62,13 @@ pub(super) fn release(cfg: &Config, c: &Claimed, how: &Finish) {
 
 /// The trial message's additions: `system_attrs` (Optuna's `failed_trial` and
 /// `retry_history` on a retry, as `RetryFailedTrialCallback` reads them; empty otherwise),
-/// `study` (name and directions) and `checkpoint_dir`.
+/// `study` (name, directions and, one objective, the `best` value of its COMPLETE trials so
+/// far, `trial.study.best_value`) and `checkpoint_dir`.
 pub(super) fn message_fields(
     cfg: &Config,
     c: &Claimed,
     dir: Option<&PathBuf>,
+    best: Option<f64>,
 ) -> Map<String, Value> {
     let mut attrs = Map::new();
     if let Some(r) = &c.retry_of {
@@ -78,7 +80,8 @@ pub(super) fn message_fields(
     fields.insert("system_attrs".to_owned(), Value::Object(attrs));
     fields.insert(
         "study".to_owned(),
-        json!({"name": cfg.study.name, "directions": directions}),
+        json!({"name": cfg.study.name, "directions": directions,
+               "best_value": best.filter(|b| b.is_finite())}),
     );
     fields.insert(
         "checkpoint_dir".to_owned(),
@@ -95,10 +98,15 @@ pub(super) fn directions(cfg: &Config) -> String {
 }
 
 /// What a oneshot worker gets of [`message_fields`], as environment variables:
-/// `SWEEPD_SYSTEM_ATTRS` (JSON) and `SWEEPD_CHECKPOINT_DIR` (the study is in `SWEEPD_STUDY`
-/// and `SWEEPD_DIRECTIONS`, which every worker gets).
-pub(super) fn env(cfg: &Config, c: &Claimed, dir: Option<&PathBuf>) -> Vec<(String, String)> {
-    let fields = message_fields(cfg, c, dir);
+/// `SWEEPD_SYSTEM_ATTRS` (JSON), `SWEEPD_CHECKPOINT_DIR` and `SWEEPD_BEST_VALUE` (the study is
+/// in `SWEEPD_STUDY` and `SWEEPD_DIRECTIONS`, which every worker gets).
+pub(super) fn env(
+    cfg: &Config,
+    c: &Claimed,
+    dir: Option<&PathBuf>,
+    best: Option<f64>,
+) -> Vec<(String, String)> {
+    let fields = message_fields(cfg, c, dir, best);
     let mut env = vec![(
         "SWEEPD_SYSTEM_ATTRS".to_owned(),
         fields["system_attrs"].to_string(),
@@ -108,6 +116,10 @@ pub(super) fn env(cfg: &Config, c: &Claimed, dir: Option<&PathBuf>) -> Vec<(Stri
             "SWEEPD_CHECKPOINT_DIR".to_owned(),
             d.to_string_lossy().into_owned(),
         ));
+    }
+    if let Some(b) = fields["study"]["best_value"].as_f64() {
+        // Rust's shortest round-trip form: Python's float() reads the same value back.
+        env.push(("SWEEPD_BEST_VALUE".to_owned(), format!("{b:?}")));
     }
     env
 }

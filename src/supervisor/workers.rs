@@ -292,10 +292,12 @@ pub(super) async fn start_oneshot(
         env.extend(cap_env(cap, total));
     }
     let cfg = sh.cfg();
+    let best = sh.core.lock().await.best_value();
     env.extend(checkpoint::env(
         &cfg,
         c,
         checkpoint::prepare(&cfg, c).as_ref(),
+        best,
     ));
     let w = spawn_worker(slot, sh, device, args, env).await?;
     Ok(w.map(|mut w| {

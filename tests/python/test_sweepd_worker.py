@@ -757,6 +757,10 @@ def objective(trial):
            "checkpoint_dir": trial.checkpoint_dir,
            "env": os.environ.get("SWEEPD_CHECKPOINT_DIR")}
     try:
+        out["best"] = trial.study.best_value
+    except (ValueError, RuntimeError) as exc:
+        out["best"] = type(exc).__name__
+    try:
         trial.system_attrs["x"] = 1
         out["writable"] = True
     except TypeError:
@@ -794,7 +798,7 @@ class RetryAttrsTests(Base):
         w.expect_ready()
         _, final = w.run_trial(5, 4, {}, extra={
             "system_attrs": {"failed_trial": 1, "retry_history": [1, 3]},
-            "study": {"name": "s", "directions": ["minimize"]},
+            "study": {"name": "s", "directions": ["minimize"], "best_value": 0.25},
             "checkpoint_dir": "/ckpt/trial-1"})
         self.assertEqual(final["type"], "result", final)
         # A first attempt after it: nothing of the retry is left over.
@@ -805,7 +809,8 @@ class RetryAttrsTests(Base):
         first, second = self.lines(out)
         self.assertEqual(first, {"history": [1, 3], "failed": 1, "study": "s",
                                  "directions": ["minimize"], "checkpoint_dir": "/ckpt/trial-1",
-                                 "env": "/ckpt/trial-1", "writable": False})
+                                 "env": "/ckpt/trial-1", "writable": False, "best": 0.25})
+        self.assertEqual(second["best"], "ValueError")  # no complete trial said
         self.assertEqual(second["history"], [])
         self.assertIsNone(second["failed"])
         self.assertIsNone(second["checkpoint_dir"])
@@ -818,6 +823,7 @@ class RetryAttrsTests(Base):
                "SWEEPD_PARAMS": "{}", "SWEEPD_SYSTEM_ATTRS": json.dumps(
                    {"failed_trial": 2, "retry_history": [2]}),
                "SWEEPD_DIRECTIONS": "minimize,maximize", "SWEEPD_CHECKPOINT_DIR": "/c/trial-2",
+               "SWEEPD_BEST_VALUE": "1.5",
                "SWEEPD_RESULT_FILE": os.path.join(os.path.dirname(out), "result")}
         w = FakeSweepd(self, self.write_script(RETRY_WORKER), mode="oneshot", env=env,
                        channel=False)
@@ -826,7 +832,7 @@ class RetryAttrsTests(Base):
         self.assertEqual(line, {"history": [2], "failed": 2, "study": "test-study",
                                 "directions": ["minimize", "maximize"],
                                 "checkpoint_dir": "/c/trial-2", "env": "/c/trial-2",
-                                "writable": False})
+                                "writable": False, "best": "RuntimeError"})
 
 
 class MiscTests(Base):

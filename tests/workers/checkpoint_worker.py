@@ -2,7 +2,8 @@
 
 Each step saves the step reached in `trial.checkpoint_dir`; on start it reads it back and goes
 on from there. Each attempt appends one JSON line to $RESUME_LOG when it starts (its pid, the
-step it starts from, what the helper says of the attempts it replaces) and one per step.
+step it starts from, what the helper says of the attempts it replaces and of the study's best
+value) and one per step. A trial's value is its `x` plus the step it started from.
 """
 
 import json
@@ -27,7 +28,12 @@ def objective(trial):
     if os.path.exists(path):
         with open(path) as f:
             start = int(f.read())
+    try:
+        best = trial.study.best_value
+    except ValueError:
+        best = None
     log({"event": "start", "number": trial.number, "pid": os.getpid(), "start": start,
+         "best": best,
          "retry_history": RetryFailedTrialCallback.retry_history(trial),
          "failed_trial": RetryFailedTrialCallback.retried_trial_number(trial),
          "study": trial.study.study_name, "checkpoint_dir": trial.checkpoint_dir,
@@ -39,7 +45,7 @@ def objective(trial):
         os.replace(path + ".tmp", path)
         log({"event": "step", "number": trial.number, "step": step + 1})
         trial.report(x + step, step)
-    return float(start)
+    return x + float(start)
 
 
 if __name__ == "__main__":
