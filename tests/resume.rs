@@ -31,12 +31,10 @@ fn starts(lines: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-#[rstest]
-#[case::persistent("persistent")]
-#[case::oneshot("oneshot")]
-fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode: &'static str) {
-    let cfg = Cfg {
-        n_trials: Some(1),
+/// A study of `n_trials` run one at a time by `tests/workers/checkpoint_worker.py` in `mode`.
+fn checkpoint_study(n_trials: u64, mode: &'static str) -> Cfg {
+    Cfg {
+        n_trials: Some(n_trials),
         max_par: 1,
         mode,
         command: vec![
@@ -48,8 +46,14 @@ fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode:
         ],
         params: String::new(),
         ..Cfg::default()
-    };
-    let sweep = Sweep::new(&cfg);
+    }
+}
+
+#[rstest]
+#[case::persistent("persistent")]
+#[case::oneshot("oneshot")]
+fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode: &'static str) {
+    let sweep = Sweep::new(&checkpoint_study(1, mode));
     let log = sweep.path("resume.jsonl");
     let toml = std::fs::read_to_string(&sweep.config).unwrap().replace(
         "[worker.env]\n",
@@ -121,21 +125,7 @@ fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode:
 #[case::persistent("persistent")]
 #[case::oneshot("oneshot")]
 fn a_worker_reads_the_study_s_best_value_so_far(#[case] mode: &'static str) {
-    let cfg = Cfg {
-        n_trials: Some(3),
-        max_par: 1,
-        mode,
-        command: vec![
-            python(),
-            repo()
-                .join("tests/workers/checkpoint_worker.py")
-                .to_string_lossy()
-                .into_owned(),
-        ],
-        params: String::new(),
-        ..Cfg::default()
-    };
-    let mut sweep = Sweep::new(&cfg);
+    let mut sweep = Sweep::new(&checkpoint_study(3, mode));
     let log = sweep.path("resume.jsonl");
     sweep
         .env

@@ -74,7 +74,9 @@ impl Reasons {
             .iter()
             .filter_map(|c| Some((c.trial_id, retry_reason(c, config)?)))
             .collect();
-        let paused = store.control(study).await?.state == ControlState::Paused;
+        // A file only Optuna has written has no control row (nor table): never paused.
+        let paused = store.has_sweepd_tables().await?
+            && store.control(study).await?.state == ControlState::Paused;
         Ok(Reasons {
             lines,
             retries,
