@@ -529,6 +529,16 @@ def run_daemon(sweepd, workdir, n, par, deadline_s, sampler="tpe"):
 # packing_whatif.py its what-ifs on a kept run (tests/python/test_bench_oracle.py pins it).
 
 
+def capacity_at(capacity, steps, t):
+    """The card's capacity at time `t`: `capacity`, or the last of `steps` ([(time, capacity
+    from then on)]) that has come by then."""
+    c = capacity
+    for s, v in steps:
+        if s <= t:
+            c = v
+    return c
+
+
 def oracle(jobs, cap_count, capacity, steps=(), learn=None):
     """List scheduling of `jobs` ([(peak, seconds)] in trial-number order) on one card: at every
     moment a trial ends (or the card's capacity changes), every waiting trial that fits, in list
@@ -543,13 +553,6 @@ def oracle(jobs, cap_count, capacity, steps=(), learn=None):
     peak, may start only once `known` (default `k`) of those first jobs are. A first job is
     known `settle` seconds after it starts (default: when it ends), and held at its peak from
     then on."""
-    def cap_at(t):
-        c = capacity
-        for s, v in steps:
-            if s <= t:
-                c = v
-        return c
-
     studies, k, prior, known_after, settle = [None] * len(jobs), 0, 0, 0, math.inf
     if learn is not None:
         studies, k, prior = learn[:3]
@@ -574,8 +577,8 @@ def oracle(jobs, cap_count, capacity, steps=(), learn=None):
                 continue
             held = max(peak, prior) if first[i] else peak
             checks = [t] + [s for s, _ in steps if t < s < t + dur]
-            if all(sum(held_at(r, c) for r in running if r["end"] > c) + held <= cap_at(c)
-                   for c in checks) or not running:
+            if all(sum(held_at(r, c) for r in running if r["end"] > c) + held
+                   <= capacity_at(capacity, steps, c) for c in checks) or not running:
                 running.append(dict(end=t + dur, peak=peak, held=held, study=studies[i],
                                     known_at=t + min(dur, settle) if first[i] else None))
                 ends.append(t + dur)
@@ -641,13 +644,6 @@ def caps_bound(jobs, cap_count, capacity, steps=(), first=(), prior=0, ramp=0.0)
     peak in its place in the list (before every later trial). Every other peak is known
     exactly, and a first trial within the prior is held at its peak. Returns (makespan,
     seconds lost to capped attempts)."""
-    def cap_at(t):
-        c = capacity
-        for s, v in steps:
-            if s <= t:
-                c = v
-        return c
-
     first = set(first)
     pending = []  # (list position, attempt, held, seconds)
     for i, (peak, dur) in enumerate(jobs):
@@ -665,8 +661,8 @@ def caps_bound(jobs, cap_count, capacity, steps=(), first=(), prior=0, ramp=0.0)
                 break
             i, attempt, held, dur = job
             checks = [t] + [s for s, _ in steps if t < s < t + dur]
-            if running and not all(sum(h for end, h, _ in running if end > c) + held <= cap_at(c)
-                                   for c in checks):
+            if running and not all(sum(h for end, h, _ in running if end > c) + held
+                                   <= capacity_at(capacity, steps, c) for c in checks):
                 continue
             running.append((t + dur, held, None if attempt else i))
             pending.remove(job)
