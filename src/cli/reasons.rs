@@ -14,7 +14,9 @@ use crate::study::{ControlState, DaemonState};
 use crate::supervisor;
 use std::time::Duration;
 
-/// The lines of the daemons that run now, and the study's WAITING retry copies.
+/// The lines of the daemons that run now, and the study's WAITING retry copies. A file only
+/// Optuna has written (no sweepd tables, no daemon ever ran it) has none: `Default`.
+#[derive(Default)]
 pub(super) struct Reasons {
     lines: Vec<Line>,
     /// The WAITING retry copies by trial id, oldest first, each with its retry's reason.
@@ -49,6 +51,7 @@ pub(super) fn runs(d: &DaemonView, gone_after: Duration) -> bool {
 }
 
 impl Reasons {
+    /// Reads them from a database sweepd has run (`Store::has_sweepd_tables`).
     pub(super) async fn read(
         store: &Store,
         study: &Study,
@@ -74,9 +77,7 @@ impl Reasons {
             .iter()
             .filter_map(|c| Some((c.trial_id, retry_reason(c, config)?)))
             .collect();
-        // A file only Optuna has written has no control row (nor table): never paused.
-        let paused = store.has_sweepd_tables().await?
-            && store.control(study).await?.state == ControlState::Paused;
+        let paused = store.control(study).await?.state == ControlState::Paused;
         Ok(Reasons {
             lines,
             retries,

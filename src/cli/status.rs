@@ -93,7 +93,8 @@ impl Status {
         };
         // A file only Optuna has written: no daemon ever ran it, so no workers, hosts, GPUs or
         // budgets spent.
-        let (workers, hosts, gpus, budgets) = if store.has_sweepd_tables().await? {
+        let ours = store.has_sweepd_tables().await?;
+        let (workers, hosts, gpus, budgets) = if ours {
             (
                 store.live_workers(&study).await?,
                 store.hosts(&study).await?,
@@ -113,7 +114,11 @@ impl Status {
                 (h.daemon.host.clone(), l)
             })
             .collect();
-        let reasons = Reasons::read(&store, &study, &hosts, gone_after, config.as_ref()).await?;
+        let reasons = if ours {
+            Reasons::read(&store, &study, &hosts, gone_after, config.as_ref()).await?
+        } else {
+            Reasons::default()
+        };
         reasons.fill(&mut running);
         let mut waiting = Vec::new();
         for id in reasons.trial_ids(WAITING_SHOWN) {
