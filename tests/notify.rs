@@ -149,18 +149,7 @@ fn cpu_study(n_trials: u64, body: &str, tail: &str) -> (Sweep, std::path::PathBu
         ),
     )
     .unwrap();
-    let cfg = Cfg {
-        n_trials: Some(n_trials),
-        max_par: 1,
-        command: vec![
-            python(),
-            script.to_str().unwrap().to_owned(),
-            repo().join("python").to_str().unwrap().to_owned(),
-            gate.to_str().unwrap().to_owned(),
-        ],
-        params: String::new(),
-        ..Cfg::default()
-    };
+    let cfg = gated_study(n_trials, &script, &gate);
     let keep = format!(
         "cat > \"{0}/$SWEEPD_EVENT.json\"; \
          env | grep '^SWEEPD_' | sort > \"{0}/$SWEEPD_EVENT.env\"; \

@@ -215,18 +215,7 @@ fn a_waiting_retry_copy_did_not_say_which_retry_it_is_after_which_failure() {
     let script = dir.path().join("oom_once.py");
     std::fs::write(&script, OOM_ONCE).unwrap();
     let gate = dir.path().join("gate");
-    let cfg = Cfg {
-        n_trials: Some(1),
-        max_par: 1,
-        command: vec![
-            python(),
-            script.to_str().unwrap().to_owned(),
-            repo().join("python").to_str().unwrap().to_owned(),
-            gate.to_str().unwrap().to_owned(),
-        ],
-        params: String::new(),
-        ..Cfg::default()
-    };
+    let cfg = gated_study(1, &script, &gate);
     let sweep = Sweep::with_toml(&format!("{}\n[retry]\noom = 3\n", cfg.to_toml()));
     let daemon = sweep.spawn_run();
     wait_until(LIMIT, "trial 0 RUNNING", || running(&sweep) == 1);

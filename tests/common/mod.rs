@@ -32,6 +32,24 @@ pub fn python() -> String {
     venv.to_string_lossy().into_owned()
 }
 
+/// A CPU study of `n_trials` on one slot whose worker is the Python `script`, run as
+/// `python script HELPER_DIR gate`: the helper's directory (`python/`) to import
+/// `sweepd_worker` from, then the path of a file the test creates to let a trial go on.
+pub fn gated_study(n_trials: u64, script: &Path, gate: &Path) -> Cfg {
+    Cfg {
+        n_trials: Some(n_trials),
+        max_par: 1,
+        command: vec![
+            python(),
+            script.to_str().unwrap().to_owned(),
+            repo().join("python").to_str().unwrap().to_owned(),
+            gate.to_str().unwrap().to_owned(),
+        ],
+        params: String::new(),
+        ..Cfg::default()
+    }
+}
+
 /// A study config. `Default` is a persistent faulty_worker study over four params.
 #[derive(Clone)]
 pub struct Cfg {
