@@ -286,6 +286,7 @@ async fn run_locked(
         notifier,
         stops: Default::default(),
         par_override: control.par_override,
+        progress: control.progress.subscribe(),
     });
     let slots_done = CancellationToken::new();
     let housekeeping = spawn_tasks(&shared, &config, &slots_done).await?;

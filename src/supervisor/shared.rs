@@ -54,12 +54,22 @@ pub(super) struct Shared {
     pub(super) stops: Stops,
     /// `--par` from the command line, which reloads keep.
     pub(super) par_override: Option<usize>,
+    /// The progress the core publishes once a finish is durable (`Snapshot::send`): read
+    /// without the core's lock, which a slot's turn holds across its database round trips.
+    pub(super) progress: tokio::sync::watch::Receiver<crate::progress::Progress>,
 }
 
 impl Shared {
     /// The config in force now.
     pub(super) fn cfg(&self) -> Arc<Config> {
         self.settings.get()
+    }
+
+    /// One objective: the best value of the study's feasible COMPLETE trials as last
+    /// published (this daemon's own, once durable, and those it learnt of), for
+    /// `trial.study.best_value` in a worker.
+    pub(super) fn best_value(&self) -> Option<f64> {
+        self.progress.borrow().best.map(|(_, v)| v)
     }
 
     /// This daemon, as the single-instance rule compares a row's daemon with it.

@@ -112,7 +112,7 @@ pub(super) async fn run_trial(
         let mut msg = json!({"type": "trial", "trial_id": c.trial_id, "number": c.number,
             "params": params, "memory_cap": cap});
         let dir = checkpoint::prepare(&cfg, c);
-        let best = sh.core.lock().await.best_value();
+        let best = sh.best_value();
         if let Some(m) = msg.as_object_mut() {
             m.extend(checkpoint::message_fields(&cfg, c, dir.as_ref(), best));
         }

@@ -292,7 +292,7 @@ pub(super) async fn start_oneshot(
         env.extend(cap_env(cap, total));
     }
     let cfg = sh.cfg();
-    let best = sh.core.lock().await.best_value();
+    let best = sh.best_value();
     env.extend(checkpoint::env(
         &cfg,
         c,

@@ -425,12 +425,6 @@ impl Core {
         super::reasons::line_of(&ids, busy, rows, held)
     }
 
-    /// One objective: the best value of the study's COMPLETE trials as this daemon knows it
-    /// (its own and those it learnt of), for `trial.study.best_value` in a worker.
-    pub(super) fn best_value(&self) -> Option<f64> {
-        self.progress.best().map(|(_, v)| v)
-    }
-
     /// The line `systemctl status` shows: "running 3/4 on gpu0, 812/5000 done, best 0.388".
     pub(super) fn status_line(&self) -> String {
         let cfg = self.settings.get();
