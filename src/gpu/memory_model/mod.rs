@@ -164,16 +164,14 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    /// `why` headed by the figure it ends at: each step writes its own figure first and a
-    /// raise only appends ("…, raised to 1.9 GiB by its memory cap reached"), so the head
-    /// still named the figure before the raises ("admitted: expected peak 1.8 GiB: …, raised
-    /// to 1.9 GiB …" for a trial admitted with 1.9 GiB).
+    /// `why` headed by the figure it ends at, once every raise is made: the steps write how
+    /// they came to it, and a raise appends ("…, raised to 1.9 GiB by its memory cap
+    /// reached"). Each step once wrote its own figure as the head, and the head then named the
+    /// figure before the raises ("admitted: expected peak 1.8 GiB: …, raised to 1.9 GiB …" for
+    /// a trial admitted with 1.9 GiB).
     fn headed(mut self) -> Estimate {
-        let final_figure = format_gib(self.bytes);
-        if let Some((head, rest)) = self.why.split_once(": ") {
-            if head.ends_with(" GiB") && head != final_figure {
-                self.why = format!("{final_figure}: {rest}");
-            }
+        if self.bytes > 0 {
+            self.why = format!("{}: {}", format_gib(self.bytes), self.why);
         }
         self
     }
@@ -493,18 +491,28 @@ impl MemoryModel {
         estimate.headed()
     }
 
+    /// "2 of 3 trials measured": how far a study is from its first fit.
+    fn progress(&self) -> String {
+        format!("{} of {MIN_MEASURED} trials measured", self.measured.len())
+    }
+
+    /// ", 2 of them running at their level": the measured trials that are settled running
+    /// ones (none: nothing).
+    fn running_words(&self) -> String {
+        match self.measured.iter().filter(|m| m.running.is_some()).count() {
+            0 => String::new(),
+            k => format!(", {k} of them running at their level"),
+        }
+    }
+
     /// Before any fit: the guess with its margin.
     fn unfitted(&self, guess: &Guess) -> Estimate {
-        let progress = format!("{} of {MIN_MEASURED} trials measured", self.measured.len());
+        let progress = self.progress();
         let (bytes, why) = if guess.bytes == 0 {
-            (
-                0,
-                format!("no estimate yet: trial_memory unset, {progress}"),
-            )
+            (0, no_estimate(&progress))
         } else {
             let why = format!(
-                "{}: {} ({}) x {PRIOR_MARGIN}, {progress}",
-                format_gib(guess.margined),
+                "{} ({}) x {PRIOR_MARGIN}, {progress}",
                 guess.what,
                 format_gib(guess.bytes)
             );
@@ -523,24 +531,18 @@ impl MemoryModel {
     /// and is re-run larger ([`cap_floor`]); one admitted at a bound would hold memory it never
     /// uses for its whole run.
     fn small_prior(&self, largest: u64) -> Estimate {
-        let progress = format!("{} of {MIN_MEASURED} trials measured", self.measured.len());
+        let progress = self.progress();
         let (bytes, why) = if largest > 0 {
-            let why = format!(
-                "{}: the largest peak measured, {progress} (under caps: aimed at the peak)",
-                format_gib(largest)
-            );
+            let why =
+                format!("the largest peak measured, {progress} (under caps: aimed at the peak)");
             (largest, why)
         } else if self.prior == 0 {
-            (
-                0,
-                format!("no estimate yet: trial_memory unset, {progress}"),
-            )
+            (0, no_estimate(&progress))
         } else {
             let b = (self.prior as f64 * BOLD_PRIOR_SHARE).ceil() as u64;
             let why = format!(
-                "{}: trial_memory ({}) x {BOLD_PRIOR_SHARE}, {progress} (under caps: a trial \
-                 that needs more is re-run larger)",
-                format_gib(b),
+                "trial_memory ({}) x {BOLD_PRIOR_SHARE}, {progress} (under caps: a trial that \
+                 needs more is re-run larger)",
                 format_gib(self.prior)
             );
             (b, why)
@@ -588,14 +590,10 @@ impl MemoryModel {
                 format_gib(largest)
             ));
         }
-        let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
-            0 => String::new(),
-            k => format!(", {k} of them running at their level"),
-        };
         let why = format!(
-            "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin ({words})",
-            format_gib(b),
+            "{} fitted on {n} trials{} ({}) + {:.0}% margin ({words})",
             format_gib(predicted),
+            self.running_words(),
             self.drivers(fit),
             (margin.exp() - 1.0) * 100.0,
         );
@@ -618,15 +616,11 @@ impl MemoryModel {
         let margin = bold_margin(fit, fit.nearest(x));
         let b = bytes(log_pred + margin).ceil() as u64;
         let shown = (b as f64 / predicted.max(1) as f64).ln();
-        let running = match self.measured.iter().filter(|m| m.running.is_some()).count() {
-            0 => String::new(),
-            k => format!(", {k} of them running at their level"),
-        };
         let why = format!(
-            "{}: {} fitted on {n} trials{running} ({}) + {:.0}% margin (p{:.0} of its errors on \
-             the last {} trials left out: under caps, aimed at the peak)",
-            format_gib(b),
+            "{} fitted on {n} trials{} ({}) + {:.0}% margin (p{:.0} of its errors on the last {} \
+             trials left out: under caps, aimed at the peak)",
             format_gib(predicted),
+            self.running_words(),
             self.drivers(fit),
             (shown.exp() - 1.0) * 100.0,
             BOLD_QUANTILE * 100.0,
@@ -670,8 +664,7 @@ impl MemoryModel {
             if same.len() >= SAME_CONFIG_TRUSTED || b > estimate.bytes {
                 estimate.bytes = b;
                 estimate.why = format!(
-                    "{}: the largest peak of {} measured trials of the same config ({}) + {:.0}%",
-                    format_gib(b),
+                    "the largest peak of {} measured trials of the same config ({}) + {:.0}%",
                     same.len(),
                     format_gib(peak),
                     MIN_MARGIN * 100.0
@@ -961,6 +954,11 @@ pub fn cap_floor(level: u64, admitted: u64) -> u64 {
     let learnt = level as f64 * OOM_GROWTH;
     let grown = admitted as f64 * CAP_GROWTH;
     learnt.max(grown).min(u64::MAX as f64).ceil() as u64
+}
+
+/// Why there is no estimate: nothing to start from (`progress`: [`MemoryModel::progress`]).
+fn no_estimate(progress: &str) -> String {
+    format!("no estimate yet: trial_memory unset, {progress}")
 }
 
 /// `bytes` with [`PRIOR_MARGIN`], rounded up.
