@@ -84,7 +84,12 @@ fn a_trial_killed_mid_run_resumes_from_its_checkpoint_in_its_retry(#[case] mode:
     let out = wait_output(daemon, LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
     let attempts = starts(&log_lines(&log));
-    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        attempts.len(),
+        2,
+        "{attempts:?}\n{}",
+        std::fs::read_to_string(sweep.path("sweepd.stderr")).unwrap_or_default()
+    );
     let (first, retry) = (&attempts[0], &attempts[1]);
     assert_eq!(first["start"], 0, "{first}");
     assert_eq!(first["retry_history"], serde_json::json!([]), "{first}");

@@ -237,6 +237,16 @@ impl Channel {
                 Event::Garbage(format!("a protocol line longer than {MAX_LINE} bytes")),
                 MAX_LINE,
             )),
+            // The worker's end went away with our messages unread in it (killed while it
+            // had not read a reply yet): the kernel resets the connection rather than ending
+            // it. The peer is gone as surely as at end of file, and its exit says how;
+            // taken for garbage, a worker killed with -9 was failed `protocol`, never retried.
+            Some(Err(LinesCodecError::Io(e)))
+                if e.kind() == std::io::ErrorKind::ConnectionReset =>
+            {
+                self.closed = true;
+                None
+            }
             Some(Err(e)) => Some((Event::Garbage(e.to_string()), 0)),
             None => {
                 self.closed = true;
@@ -807,5 +817,21 @@ mod tests {
         assert!(events.len() <= most, "{} events", events.len());
         drop(ch);
         writer.join().unwrap();
+    }
+
+    /// Regression: a worker killed with -9 while our reply to its report sat unread in its
+    /// socket made our read fail with ECONNRESET, and the trial failed `protocol` ("worker sent
+    /// garbage on the protocol channel: Connection reset by peer"), not retried as a killed
+    /// worker is (tests/resume.rs, about one run in ten under load).
+    #[tokio::test]
+    async fn a_peer_gone_with_our_message_unread_ends_the_channel_not_garbage() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ch = Channel::new(ours).unwrap();
+        ch.send(&serde_json::json!({"type": "prune", "trial_id": 1, "prune": false}))
+            .await
+            .unwrap();
+        drop(theirs);
+        assert!(ch.recv().await.is_none());
+        assert!(ch.is_closed());
     }
 }
