@@ -42,7 +42,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
 import search_bench as sb  # noqa: E402
 
-SAMPLERS = ["sweepd-gp", "optuna-gp", "sweepd-tpe", "optuna-tpe"]
+SAMPLERS = ["sweepd-gp", "optuna-gp", "optuna-gp-ref", "sweepd-tpe", "optuna-tpe"]
+# `optuna-gp-ref` is Optuna's GP again on seeds N..2N-1: what a run of the same sampler scores
+# against `optuna-gp`, so that a P of sweepd's GP is read against chance.
+REF = "optuna-gp-ref"
 CHECKPOINTS = (30, 60, 100)
 
 
@@ -67,7 +70,7 @@ def optuna_run(job):
 
     name, sampler_name, seed, trials, batch = job
     f, space, _, _ = sb.functions()[name]
-    if sampler_name == "optuna-gp":
+    if sampler_name in ("optuna-gp", REF):
         sampler = optuna.samplers.GPSampler(seed=seed)
     else:
         sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
@@ -145,8 +148,10 @@ def run(args):
     sweepd_timing = [json.loads(line) for line in timing.splitlines()]
     jobs = [(n, s, seed, args.trials, args.batch) for n in names for s in ("optuna-gp", "optuna-tpe")
             for seed in range(args.seeds)]
+    jobs += [(n, REF, seed, args.trials, args.batch) for n in names
+             for seed in range(args.seeds, 2 * args.seeds)]
     # The slow ones first, so that the pool ends together.
-    jobs.sort(key=lambda j: j[1] != "optuna-gp")
+    jobs.sort(key=lambda j: j[1] == "optuna-tpe")
     bl.log("Optuna: %d runs on %d processes" % (len(jobs), args.jobs))
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(args.jobs, initializer=_init) as ex:
@@ -225,33 +230,46 @@ def render(raw):
                                               bl.fmt(bl.percentile(vals, 25)),
                                               bl.fmt(bl.percentile(vals, 75))))
             final[(n, s, "ms")] = ask_ms_near(runs, T - 10, T)
-            label = "**%s**" % s if s == "sweepd-gp" else s
+            label = {"sweepd-gp": "**sweepd-gp**",
+                     REF: "optuna-gp, seeds %d..%d" % (args.seeds, 2 * args.seeds - 1)}.get(s, s)
             L.append("| `%s` | %s | %s | %s |" % (n, label, " | ".join(cells), bl.fmt(final[(n, s, "ms")])))
     L.append("")
     L.append("### Summary")
     L.append("")
     L.append("P(A < B): the probability that a run of A ends lower than a run of B (0.5 = no "
-             "difference; the Mann-Whitney common-language effect size over the %d x %d pairs)."
-             % (args.seeds, args.seeds))
+             "difference; the Mann-Whitney common-language effect size over the %d x %d pairs); "
+             "in brackets its 95%% bootstrap interval (the runs of each side redrawn, 2000 times). "
+             "`optuna-gp'` is Optuna's GP on seeds %d..%d: P(optuna-gp' < optuna-gp) is what a "
+             "sampler that *is* Optuna's GP scores, chance alone."
+             % (args.seeds, args.seeds, args.seeds, 2 * args.seeds - 1))
     L.append("")
     L.append("| function | " + " | ".join("P(sweepd-gp < optuna-gp) @%d" % c for c in cps)
-             + " | P(sweepd-gp < sweepd-tpe) @%d | P(optuna-gp < sweepd-tpe) @%d | ms/ask @%d: sweepd-gp / optuna-gp |"
-             % (T, T, T))
-    L.append("|---|" + "---|" * (len(cps) + 3))
-    ok, tpe_rows, slower = [], [], []
+             + " | P(optuna-gp' < optuna-gp) @%d | P(sweepd-gp < sweepd-tpe) @%d | "
+             "P(optuna-gp < sweepd-tpe) @%d | ms/ask @%d: sweepd-gp / optuna-gp |" % (T, T, T, T))
+    L.append("|---|" + "---|" * (len(cps) + 4))
+    ok, tpe_rows, slower, ref = [], [], [], []
     for n in names:
         if (n, "optuna-gp", T) not in final or (n, "sweepd-gp", T) not in final:
             continue
         ps = [bl.prob_less(final[(n, "sweepd-gp", c)], final[(n, "optuna-gp", c)]) for c in cps]
+        iv = bl.prob_less_interval(final[(n, "sweepd-gp", T)], final[(n, "optuna-gp", T)])
         p_st = bl.prob_less(final[(n, "sweepd-gp", T)], final[(n, "sweepd-tpe", T)])
         p_ot = bl.prob_less(final[(n, "optuna-gp", T)], final[(n, "sweepd-tpe", T)])
         ms_s, ms_o = final[(n, "sweepd-gp", "ms")], final[(n, "optuna-gp", "ms")]
-        ok.append((n, ps[-1]))
+        ok.append((n, ps[-1], iv))
         tpe_rows.append((n, p_st, p_ot))
         if not ms_s < ms_o:
             slower.append(n)
-        L.append("| `%s` | %s | %.2f | %.2f | %s / %s |" % (n, " | ".join("%.2f" % p for p in ps), p_st,
-                                                          p_ot, bl.fmt(ms_s), bl.fmt(ms_o)))
+        cells = ["%.2f" % p for p in ps[:-1]] + ["%.2f [%.2f, %.2f]" % (ps[-1], *iv)]
+        if (n, REF, T) in final:
+            p_ref = bl.prob_less(final[(n, REF, T)], final[(n, "optuna-gp", T)])
+            ref.append((n, p_ref))
+            iv_ref = bl.prob_less_interval(final[(n, REF, T)], final[(n, "optuna-gp", T)])
+            cells.append("%.2f [%.2f, %.2f]" % (p_ref, *iv_ref))
+        else:
+            cells.append("not run")
+        L.append("| `%s` | %s | %.2f | %.2f | %s / %s |" % (n, " | ".join(cells), p_st, p_ot,
+                                                          bl.fmt(ms_s), bl.fmt(ms_o)))
     L.append("")
     L.append("### Cost per ask as trials pile up")
     L.append("")
@@ -268,17 +286,29 @@ def render(raw):
             L.append("| `%s` | %s | %s |" % (f, label, " | ".join(
                 bl.fmt(got[s]) if s in got else "not run" for s in sizes)))
     L.append("")
-    L.append("**Reading.** " + reading(ok, tpe_rows, slower, raw, cap, T))
+    L.append("**Reading.** " + reading(ok, ref, tpe_rows, slower, raw, cap, T))
     return "\n".join(L) + "\n"
 
 
-def reading(ok, tpe_rows, slower, raw, cap, T):
+def reading(ok, ref, tpe_rows, slower, raw, cap, T):
     args = argparse.Namespace(**raw["args"])
     out = []
-    met = [n for n, p in ok if p >= 0.5]
+    met = [n for n, p, _ in ok if p >= 0.5]
     out.append("P(sweepd-gp < optuna-gp) at %d trials is at least 0.5 on %d of %d functions%s"
                % (T, len(met), len(ok), "" if len(met) == len(ok) else " (below on %s)" % ", ".join(
-                   "`%s` %.2f" % (n, p) for n, p in ok if p < 0.5)))
+                   "`%s` %.2f" % (n, p) for n, p, _ in ok if p < 0.5)))
+    inside = [n for n, _, (lo, hi) in ok if lo <= 0.5 <= hi]
+    out.append("its 95%% interval holds 0.5 on %d of %d%s"
+               % (len(inside), len(ok), "" if len(inside) == len(ok) else " (not on %s)" % ", ".join(
+                   "`%s`" % n for n, _, (lo, hi) in ok if not lo <= 0.5 <= hi)))
+    if ref:
+        below = [(n, p) for n, p in ref if p < 0.5]
+        out.append("Optuna's GP against itself on other seeds scores %.2f to %.2f, below 0.5 on "
+                   "%d of %d functions%s, so at %d seeds a P moves that far from 0.5 by chance "
+                   "alone"
+                   % (min(p for _, p in ref), max(p for _, p in ref), len(below), len(ref),
+                      "" if not below else " (%s)" % ", ".join("`%s` %.2f" % b for b in below),
+                      args.seeds))
     gp_ahead = [(n, ps, po) for n, ps, po in tpe_rows if po >= 0.6]
     if gp_ahead:
         out.append("where Optuna's GP is ahead of TPE (P(optuna-gp < sweepd-tpe) >= 0.6: %s), "
