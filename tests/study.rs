@@ -535,6 +535,46 @@ fn a_study_whose_best_value_stalls_for_patience_trials_stops_and_says_why() {
     assert_eq!(json["budgets"]["patience"], 3);
 }
 
+/// The stall rule once counted a COMPLETE trial that broke its constraints as an improvement:
+/// that value, which `best` and Optuna's `best_trial` never report, restarted the count.
+#[test]
+fn the_stall_rule_does_not_take_an_infeasible_trial_s_value_for_the_best() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("infeasible_best.py");
+    // Trial 1 is the lowest value but breaks its constraint; none of the others beats trial 0.
+    std::fs::write(
+        &script,
+        "import sweepd_worker\n\
+         def objective(trial):\n\
+         \x20   trial.suggest_float('x', 0.0, 1.0)\n\
+         \x20   trial.set_constraint('c', 1.0 if trial.number == 1 else -1.0)\n\
+         \x20   return 1.0 if trial.number == 1 else 5.0 + trial.number\n\
+         sweepd_worker.serve(objective)\n",
+    )
+    .unwrap();
+    let cfg = Cfg {
+        n_trials: Some(20),
+        max_par: 1,
+        command: vec![python(), script.to_string_lossy().into_owned()],
+        study_extra: "patience = 3\nmin_delta = 0.01\n".into(),
+        params: "[params.x]\ntype = \"float\"\nlow = 0.0\nhigh = 1.0\n".into(),
+        ..Cfg::default()
+    };
+    let sweep = Sweep::new(&cfg);
+    let out = sweep.run(&[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("study ended: the best value (5) has not improved"),
+        "{err}"
+    );
+    assert_eq!(
+        sweep.count("COMPLETE"),
+        4,
+        "trial 0 sets the best; 1 (infeasible), 2 and 3 do not beat it"
+    );
+}
+
 #[test]
 fn a_study_that_keeps_improving_runs_to_its_n_trials_despite_patience() {
     // Each trial beats the one before by 5%, more than min_delta's 1%.

@@ -26,6 +26,8 @@ pub struct FinalTrial {
     pub peak: Option<u64>,
     /// A FAIL whose retry copy carries its attempt on.
     pub retried: bool,
+    /// A constraint of it is above 0 (Optuna's infeasible): its value is nobody's best.
+    pub infeasible: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -73,11 +75,18 @@ impl Store {
         .fetch_all(c)
         .await)
         .at(&self.path)?;
-        Ok(rows.into_iter().filter_map(final_trial).collect())
+        let infeasible = self.infeasible_of(study).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let bad = infeasible.contains(&r.trial_id);
+                final_trial(r, bad)
+            })
+            .collect())
     }
 }
 
-fn final_trial(r: Row) -> Option<FinalTrial> {
+fn final_trial(r: Row, infeasible: bool) -> Option<FinalTrial> {
     let json = |t: &Option<String>| {
         t.as_deref()
             .and_then(|t| serde_json::from_str::<Value>(t).ok())
@@ -102,13 +111,14 @@ fn final_trial(r: Row) -> Option<FinalTrial> {
             .and_then(|v| v.as_f64())
             .map(|mib| (mib * 1048576.0) as u64),
         retried: r.retried.is_some(),
+        infeasible,
     })
 }
 
 /// What `trials` spent: GPU-seconds (each trial's by `study::budget::gpu_seconds`, the device's
 /// memory from `total(host, device)`), and the values the stall rule reads, in the order the
 /// trials finished, by trial id (a FAIL that is retried is left out there: its copy counts when
-/// it ends).
+/// it ends; an infeasible trial's value is `None` there, as it can be no best).
 pub fn spent(
     trials: &[FinalTrial],
     total: impl Fn(Option<&str>, u32) -> Option<u64>,
@@ -122,7 +132,8 @@ pub fn spent(
         if !(t.state == TrialState::Fail && t.retried) {
             values.push((
                 t.trial_id,
-                t.value.filter(|_| t.state == TrialState::Complete),
+                t.value
+                    .filter(|_| t.state == TrialState::Complete && !t.infeasible),
             ));
         }
     }
@@ -143,6 +154,7 @@ mod tests {
             host: Some("a".into()),
             peak: Some(peak_gib << 30),
             retried: false,
+            infeasible: false,
         }
     }
 
@@ -164,5 +176,18 @@ mod tests {
         assert_eq!(secs, 900.0 + 3600.0 + 900.0);
         let values: Vec<Option<f64>> = values.into_iter().map(|v| v.1).collect();
         assert_eq!(values, [Some(1.0), None, Some(2.0)]);
+    }
+
+    #[test]
+    fn an_infeasible_complete_trial_gives_the_stall_rule_no_value() {
+        let mut infeasible = t(TrialState::Complete, Some(0.5), None, 0);
+        infeasible.infeasible = true;
+        let trials = [t(TrialState::Complete, Some(1.0), None, 0), infeasible];
+        let values: Vec<Option<f64>> = spent(&trials, |_, _| None)
+            .1
+            .into_iter()
+            .map(|v| v.1)
+            .collect();
+        assert_eq!(values, [Some(1.0), None]);
     }
 }

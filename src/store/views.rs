@@ -234,7 +234,7 @@ impl Store {
     }
 
     /// The trials of `study` with a constraint above 0, in either of Optuna 5's forms.
-    async fn infeasible_of(&self, study: &Study) -> Result<HashSet<i64>> {
+    pub(super) async fn infeasible_of(&self, study: &Study) -> Result<HashSet<i64>> {
         let attrs: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
             sqlx::query_as(
                 "SELECT CAST(a.trial_id AS BIGINT), a.key, a.value_json \

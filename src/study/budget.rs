@@ -31,7 +31,8 @@ pub struct Patience {
 /// What the stall rule found.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stall {
-    /// The best value that last counted as an improvement (`None`: no COMPLETE trial yet).
+    /// The best value that last counted as an improvement (`None`: no feasible COMPLETE trial
+    /// yet).
     pub best: Option<f64>,
     /// Finished trials since it did (none are counted before the first COMPLETE trial: a
     /// study has no best to improve until then).
@@ -41,8 +42,8 @@ pub struct Stall {
 }
 
 /// The stall rule over the finished trials' values in the order they finished (`None`: a
-/// trial without a value, PRUNED or FAILed, which improves nothing; a NaN improves nothing
-/// either).
+/// trial without a value, PRUNED or FAILed, or one that breaks its constraints, which improves
+/// nothing; a NaN improves nothing either).
 pub fn stall(values: &[Option<f64>], direction: Direction, rule: Patience) -> Stall {
     let mut best: Option<f64> = None;
     let mut since = 0u32;
