@@ -320,7 +320,8 @@ fn constrained_worker(dir: &std::path::Path) -> Vec<String> {
 /// constraint reads back through Optuna as it wrote it, and the sampler learns from it: the
 /// late trials gather at the feasible side's edge (x = -0.5; the GP closes in on it from both
 /// sides), where the objective alone pulls them to x = 1.5, and a feasible trial is near it.
-fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
+/// `settings`: the sampler's `[sampler]` keys beside the seed.
+fn a_constraint_steers(sampler: &'static str, n_trials: u64, settings: &str) {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("constrained-{sampler}");
     let cfg = Cfg {
@@ -333,7 +334,7 @@ fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
         ..Cfg::default()
     };
     let sweep = Sweep::with_toml(&format!(
-        "{}\n[sampler]\nn_startup_trials = 8\nseed = 3\n",
+        "{}\n[sampler]\n{settings}seed = 3\n",
         cfg.to_toml()
     ));
     let out = sweep.run(&[], LIMIT);
@@ -382,10 +383,19 @@ fn a_constraint_steers(sampler: &'static str, n_trials: u64) {
 
 #[test]
 fn a_constraint_set_by_the_objective_steers_tpe_to_the_feasible_side() {
-    a_constraint_steers("tpe", 36);
+    a_constraint_steers("tpe", 36, "n_startup_trials = 8\n");
 }
 
 #[test]
 fn a_constraint_set_by_the_objective_steers_the_gp_to_the_feasible_side() {
-    a_constraint_steers("gp", 24);
+    a_constraint_steers("gp", 24, "n_startup_trials = 8\n");
+}
+
+/// NSGA-II with one objective: Optuna's constrained domination puts every feasible trial ahead
+/// of every infeasible one, so the parents, and their children, stay on the feasible side. With
+/// one param the default `mutation_prob` (1 / params) redraws every child at random, so it is
+/// set lower here.
+#[test]
+fn a_constraint_set_by_the_objective_steers_nsga2_to_the_feasible_side() {
+    a_constraint_steers("nsga2", 48, "population_size = 8\nmutation_prob = 0.2\n");
 }
