@@ -201,7 +201,9 @@ def render(raw):
     L.append("**What is measured.** The functions of the sampler section above, each minimized "
              "from seeds 0..%d, %d trials per run, %d at a time: %d asks (each made while the "
              "ones before it run), then their %d values told. `sweepd-gp` and `sweepd-tpe` are "
-             "`sampler = \"gp\"` and `\"tpe\"` with the `[sampler]` defaults, driven by "
+             "`sampler = \"gp\"` and `\"tpe\"` with the `[sampler]` defaults (sweepd's GP models "
+             "power-transformed values: `docs/decisions.md`, \"The GP learns from "
+             "power-transformed values\"), driven by "
              "`bench/sampler_bench.rs --batch %d` through the calls the daemon makes; "
              "`optuna-gp` is Optuna %s's `GPSampler(seed=s)`, `optuna-tpe` its "
              "`TPESampler(seed=s, multivariate=True, constant_liar=True)`, through "
@@ -297,10 +299,12 @@ def reading(ok, ref, tpe_rows, slower, raw, cap, T):
     out.append("P(sweepd-gp < optuna-gp) at %d trials is at least 0.5 on %d of %d functions%s"
                % (T, len(met), len(ok), "" if len(met) == len(ok) else " (below on %s)" % ", ".join(
                    "`%s` %.2f" % (n, p) for n, p, _ in ok if p < 0.5)))
-    inside = [n for n, _, (lo, hi) in ok if lo <= 0.5 <= hi]
-    out.append("its 95%% interval holds 0.5 on %d of %d%s"
-               % (len(inside), len(ok), "" if len(inside) == len(ok) else " (not on %s)" % ", ".join(
-                   "`%s`" % n for n, _, (lo, hi) in ok if not lo <= 0.5 <= hi)))
+    sides = [("lies above 0.5", [n for n, _, (lo, _) in ok if lo > 0.5]),
+             ("holds 0.5", [n for n, _, (lo, hi) in ok if lo <= 0.5 <= hi]),
+             ("lies below 0.5", [n for n, _, (_, hi) in ok if hi < 0.5])]
+    out.append("its 95%% interval %s" % ", ".join(
+        "%s on %s" % (what, "all %d" % len(ok) if len(ns) == len(ok) else ", ".join(
+            "`%s`" % n for n in ns)) for what, ns in sides if ns))
     if ref:
         below = [(n, p) for n, p in ref if p < 0.5]
         out.append("Optuna's GP against itself on other seeds scores %.2f to %.2f, below 0.5 on "
