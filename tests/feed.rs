@@ -302,6 +302,69 @@ async fn constraints_are_recorded_and_read_back_by_key(target: Target) {
     );
 }
 
+/// `trials` once read each trial's params and attributes with statements of its own, three or
+/// four per trial: thousands of round trips for a large study over PostgreSQL. It now reads
+/// them for many trials per statement; past one statement's share (500 trials) each trial must
+/// still show its own params, user attributes and step.
+async fn the_trials_listing_shows_each_trial_its_own_details(target: Target) {
+    let (store, study) = open(&target).await;
+    let mut w = Writer {
+        store: &store,
+        study: &study,
+        owner: daemon("me"),
+        tally: Tally::default(),
+    };
+    let n = 1100;
+    for i in 0..n {
+        let x = -1.0 + i as f64 / n as f64;
+        let (id, _) = w.start(x).await;
+        store
+            .set_user_attr(id, "i", &serde_json::json!(i))
+            .await
+            .unwrap();
+        w.complete(id, x * x).await;
+    }
+    let (running, _) = w.start(0.25).await;
+    store.report(running, 0, 3.0).await.unwrap();
+    store.report(running, 7, 2.0).await.unwrap();
+    let views = store.trials(&study, None, None).await.unwrap();
+    assert_eq!(views.len(), n + 1);
+    for (i, v) in views[..n].iter().enumerate() {
+        let x = -1.0 + i as f64 / n as f64;
+        assert_eq!(v.number, i as i64);
+        assert_eq!(v.params["x"], serde_json::json!(x), "trial {i}");
+        assert_eq!(v.user_attrs["i"], serde_json::json!(i), "trial {i}");
+        assert_eq!(v.value, serde_json::json!(x * x), "trial {i}");
+        assert_eq!(v.step, None, "a COMPLETE trial shows no step");
+    }
+    let last = &views[n];
+    assert_eq!(last.state, "RUNNING");
+    assert_eq!(last.step, Some(7));
+    assert_eq!(last.params["x"], serde_json::json!(0.25));
+    // The last few alone, as `trials --last 3` reads them.
+    let tail = store.trials(&study, None, Some(3)).await.unwrap();
+    let numbers: Vec<i64> = tail.iter().map(|v| v.number).collect();
+    assert_eq!(numbers, [n as i64 - 2, n as i64 - 1, n as i64]);
+    assert_eq!(tail[0].user_attrs["i"], serde_json::json!(n - 2));
+}
+
+#[test]
+fn the_trials_listing_shows_each_trial_its_own_details_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(the_trials_listing_shows_each_trial_its_own_details(
+        sqlite_target(&dir),
+    ));
+}
+
+#[test]
+fn the_trials_listing_shows_each_trial_its_own_details_on_postgresql() {
+    let pg = PgServer::start();
+    let url = pg.create_db("listing");
+    rt().block_on(the_trials_listing_shows_each_trial_its_own_details(
+        pg_target(&url),
+    ));
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -5,7 +5,7 @@
 use super::attrs::NegativeZeros;
 use super::engine::{sql, Label};
 use super::outage::retrying;
-use super::{decode_value, read_value, Result, SqlContext, Store, Study};
+use super::{decode_value, placeholders, read_value, Result, SqlContext, Store, Study};
 use crate::study::attrs::{
     CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, GPU_ATTR,
     NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
@@ -31,6 +31,101 @@ struct TrialRow {
     value_type: Option<String>,
     datetime_start: Option<String>,
     datetime_complete: Option<String>,
+}
+
+/// The system attributes a [`TrialView`] shows.
+const SHOWN_SYSTEM_ATTRS: [&str; 6] = [
+    WORKER_ID_ATTR,
+    WORKER_PID_ATTR,
+    FAIL_KIND_ATTR,
+    FAIL_REASON_ATTR,
+    NEGATIVE_ZERO_ATTR,
+    GPU_ATTR,
+];
+
+/// The most trial ids one statement of `Store::views` binds (SQLite and PostgreSQL both take
+/// far more; this keeps each statement's text short).
+const IDS_PER_READ: usize = 500;
+
+/// What a trial's view is made of beside its row, read for many trials at once.
+#[derive(Debug, Default)]
+struct Details {
+    /// (name, internal value, distribution JSON), in the order they were recorded.
+    params: Vec<(String, f64, String)>,
+    /// (key, JSON) of [`SHOWN_SYSTEM_ATTRS`].
+    system: Vec<(String, String)>,
+    /// (key, JSON), in the order they were set.
+    user: Vec<(String, String)>,
+    /// (value, value_type) by objective; read only for a study with several objectives.
+    values: Vec<(Option<f64>, String)>,
+    /// The last reported step; read only for RUNNING and PRUNED trials.
+    step: Option<i64>,
+}
+
+/// A trial's view from its row and details.
+fn view_of(study: &Study, row: TrialRow, d: Details) -> TrialView {
+    let mut view = TrialView {
+        trial_id: row.trial_id,
+        number: row.number,
+        state: row.state,
+        value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
+        datetime_start: row.datetime_start,
+        datetime_complete: row.datetime_complete,
+        step: d.step,
+        ..TrialView::default()
+    };
+    if study.is_multi_objective() {
+        view.value = Value::Null;
+        view.values = Some(if d.values.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(d.values.iter().map(|(v, t)| decode_value(*v, t)).collect())
+        });
+    }
+    for (name, internal, dist) in d.params {
+        let ext = Distribution::from_optuna_json(&dist)
+            .ok()
+            .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
+            .unwrap_or(json!(internal));
+        view.params.insert(name, ext);
+    }
+    for (key, json) in d.system {
+        let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+        match key.as_str() {
+            WORKER_ID_ATTR => view.worker_id = value.as_i64(),
+            WORKER_PID_ATTR => view.worker_pid = value.as_i64(),
+            FAIL_KIND_ATTR => view.fail_kind = value.as_str().map(str::to_owned),
+            FAIL_REASON_ATTR => view.fail_reason = value.as_str().map(str::to_owned),
+            GPU_ATTR => view.gpu = value.as_u64().and_then(|d| u32::try_from(d).ok()),
+            _ => negative_zeros(&mut view, &json),
+        }
+    }
+    view.user_attrs = d
+        .user
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
+        .collect();
+    view
+}
+
+/// The -0.0 values and params that `NEGATIVE_ZERO_ATTR`'s JSON names, put back into `view`.
+fn negative_zeros(view: &mut TrialView, json: &str) {
+    let zeros = NegativeZeros::parse(Some(json));
+    if let Some(v) = view.value.as_f64() {
+        view.value = json!(zeros.value(0, v));
+    }
+    if let Some(Value::Array(vs)) = &mut view.values {
+        for (objective, v) in vs.iter_mut().enumerate() {
+            if let Some(x) = v.as_f64() {
+                *v = json!(zeros.value(objective as i64, x));
+            }
+        }
+    }
+    for name in &zeros.params {
+        if view.params.get(name).and_then(Value::as_f64) == Some(0.0) {
+            view.params.insert(name.clone(), json!(-0.0));
+        }
+    }
 }
 
 /// One trial as the CLI shows it; its `Default` is an empty row that its builders fill in.
@@ -154,11 +249,8 @@ impl Store {
             q.fetch_all(c).await
         })
         .at(&self.path)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows.into_iter().rev() {
-            out.push(self.view(study, row).await?);
-        }
-        Ok(out)
+        // Newest first for the limit; shown oldest first.
+        self.views(study, rows.into_iter().rev().collect()).await
     }
 
     /// The names of every param the study's trials have, in the order each was first recorded
@@ -353,125 +445,134 @@ impl Store {
         .fetch_one(c)
         .await)
         .at(&self.path)?;
-        self.view(study, row).await
+        // One view per row.
+        Ok(self.views(study, vec![row]).await?.remove(0))
     }
 
-    /// A `TrialView` from its row, with its params, attributes and (for a study with several
-    /// objectives) values.
-    async fn view(&self, study: &Study, row: TrialRow) -> Result<TrialView> {
-        let mut view = TrialView {
-            trial_id: row.trial_id,
-            number: row.number,
-            state: row.state,
-            value: decode_value(row.value, row.value_type.as_deref().unwrap_or("")),
-            datetime_start: row.datetime_start,
-            datetime_complete: row.datetime_complete,
-            ..TrialView::default()
-        };
-        if study.is_multi_objective() {
-            view.value = Value::Null;
-            let rows: Vec<(Option<f64>, String)> =
-                sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-                    "SELECT value, CAST(value_type AS TEXT) FROM trial_values \
-                     WHERE trial_id = $1 ORDER BY objective",
-                )
-                .bind(view.trial_id)
-                .fetch_all(c)
-                .await)
-                .at(&self.path)?;
-            view.values = Some(if rows.is_empty() {
-                Value::Null
-            } else {
-                Value::Array(rows.iter().map(|(v, t)| decode_value(*v, t)).collect())
-            });
+    /// The views of `rows`, in their order. Each kind of detail is read in one statement per
+    /// [`IDS_PER_READ`] trials, not one per trial: `trials` on a study of thousands of trials
+    /// over PostgreSQL would otherwise wait for thousands of round trips.
+    async fn views(&self, study: &Study, rows: Vec<TrialRow>) -> Result<Vec<TrialView>> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.trial_id).collect();
+        // Only a RUNNING or PRUNED trial shows a step.
+        let stepped: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.state == "RUNNING" || r.state == "PRUNED")
+            .map(|r| r.trial_id)
+            .collect();
+        let mut details: HashMap<i64, Details> = HashMap::new();
+        for chunk in ids.chunks(IDS_PER_READ) {
+            self.read_details(chunk, study.is_multi_objective(), &mut details)
+                .await?;
         }
-        self.fill_details(&mut view).await?;
-        Ok(view)
-    }
-
-    async fn fill_details(&self, view: &mut TrialView) -> Result<()> {
-        let params: Vec<(String, f64, String)> =
-            sql!(self.acquire().await?.conn(), |c| sqlx::query_as(
-                "SELECT param_name, param_value, distribution_json FROM trial_params \
-             WHERE trial_id = $1 ORDER BY param_id",
-            )
-            .bind(view.trial_id)
-            .fetch_all(c)
-            .await)
-            .at(&self.path)?;
-        for (name, internal, dist) in params {
-            let ext = Distribution::from_optuna_json(&dist)
-                .ok()
-                .and_then(|d| d.from_internal(internal).map(|v| d.external(&v)))
-                .unwrap_or(json!(internal));
-            view.params.insert(name, ext);
-        }
-        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = $1 AND key IN \
-             ($2, $3, $4, $5, $6, $7)",
-        )
-        .bind(view.trial_id)
-        .bind(WORKER_ID_ATTR)
-        .bind(WORKER_PID_ATTR)
-        .bind(FAIL_KIND_ATTR)
-        .bind(FAIL_REASON_ATTR)
-        .bind(NEGATIVE_ZERO_ATTR)
-        .bind(GPU_ATTR)
-        .fetch_all(c)
-        .await
-        })
-        .at(&self.path)?;
-        for (key, json) in attrs {
-            let value: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
-            match key.as_str() {
-                WORKER_ID_ATTR => view.worker_id = value.as_i64(),
-                WORKER_PID_ATTR => view.worker_pid = value.as_i64(),
-                FAIL_KIND_ATTR => view.fail_kind = value.as_str().map(str::to_owned),
-                FAIL_REASON_ATTR => view.fail_reason = value.as_str().map(str::to_owned),
-                GPU_ATTR => view.gpu = value.as_u64().and_then(|d| u32::try_from(d).ok()),
-                _ => {
-                    let zeros = NegativeZeros::parse(Some(&json));
-                    if let Some(v) = view.value.as_f64() {
-                        view.value = json!(zeros.value(0, v));
-                    }
-                    if let Some(Value::Array(vs)) = &mut view.values {
-                        for (objective, v) in vs.iter_mut().enumerate() {
-                            if let Some(x) = v.as_f64() {
-                                *v = json!(zeros.value(objective as i64, x));
-                            }
-                        }
-                    }
-                    for name in &zeros.params {
-                        if view.params.get(name).and_then(Value::as_f64) == Some(0.0) {
-                            view.params.insert(name.clone(), json!(-0.0));
-                        }
-                    }
+        for chunk in stepped.chunks(IDS_PER_READ) {
+            let sql = format!(
+                "SELECT CAST(trial_id AS BIGINT), CAST(MAX(step) AS BIGINT) \
+                 FROM trial_intermediate_values WHERE trial_id IN ({}) GROUP BY trial_id",
+                placeholders(1, chunk.len())
+            );
+            let steps: Vec<(i64, Option<i64>)> = sql!(self.acquire().await?.conn(), |c| {
+                let mut q = sqlx::query_as(&sql);
+                for id in chunk {
+                    q = q.bind(*id);
                 }
+                q.fetch_all(c).await
+            })
+            .at(&self.path)?;
+            for (id, step) in steps {
+                details.entry(id).or_default().step = step;
             }
         }
-        let attrs: Vec<(String, String)> = sql!(self.acquire().await?.conn(), |c| {
-            sqlx::query_as(
-                "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = $1 \
-                 ORDER BY trial_user_attribute_id",
-            )
-            .bind(view.trial_id)
-            .fetch_all(c)
-            .await
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let d = details.remove(&row.trial_id).unwrap_or_default();
+                view_of(study, row, d)
+            })
+            .collect())
+    }
+
+    /// The params, shown attributes and (with several objectives) values of the trials `ids`,
+    /// into `into`.
+    async fn read_details(
+        &self,
+        ids: &[i64],
+        multi: bool,
+        into: &mut HashMap<i64, Details>,
+    ) -> Result<()> {
+        let keys = SHOWN_SYSTEM_ATTRS;
+        let params_sql = format!(
+            "SELECT CAST(trial_id AS BIGINT), param_name, param_value, distribution_json \
+             FROM trial_params WHERE trial_id IN ({}) ORDER BY trial_id, param_id",
+            placeholders(1, ids.len())
+        );
+        let system_sql = format!(
+            "SELECT CAST(trial_id AS BIGINT), key, value_json FROM trial_system_attributes \
+             WHERE key IN ({}) AND trial_id IN ({})",
+            placeholders(1, keys.len()),
+            placeholders(keys.len() + 1, ids.len())
+        );
+        let user_sql = format!(
+            "SELECT CAST(trial_id AS BIGINT), key, value_json FROM trial_user_attributes \
+             WHERE trial_id IN ({}) ORDER BY trial_id, trial_user_attribute_id",
+            placeholders(1, ids.len())
+        );
+        let values_sql = format!(
+            "SELECT CAST(trial_id AS BIGINT), value, CAST(value_type AS TEXT) FROM trial_values \
+             WHERE trial_id IN ({}) ORDER BY trial_id, objective",
+            placeholders(1, ids.len())
+        );
+        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
+            let mut q = sqlx::query_as(&params_sql);
+            for id in ids {
+                q = q.bind(*id);
+            }
+            q.fetch_all(c).await
         })
         .at(&self.path)?;
-        view.user_attrs = attrs
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
-            .collect();
-        if view.state == "RUNNING" || view.state == "PRUNED" {
-            view.step = sql!(self.acquire().await?.conn(), |c| sqlx::query_scalar(
-                "SELECT CAST(MAX(step) AS BIGINT) FROM trial_intermediate_values WHERE trial_id = $1",
-            )
-            .bind(view.trial_id)
-            .fetch_one(c)
-            .await)
+        let system: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            let mut q = sqlx::query_as(&system_sql);
+            for key in keys {
+                q = q.bind(key);
+            }
+            for id in ids {
+                q = q.bind(*id);
+            }
+            q.fetch_all(c).await
+        })
+        .at(&self.path)?;
+        let user: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
+            let mut q = sqlx::query_as(&user_sql);
+            for id in ids {
+                q = q.bind(*id);
+            }
+            q.fetch_all(c).await
+        })
+        .at(&self.path)?;
+        for (id, name, internal, dist) in params {
+            into.entry(id)
+                .or_default()
+                .params
+                .push((name, internal, dist));
+        }
+        for (id, key, json) in system {
+            into.entry(id).or_default().system.push((key, json));
+        }
+        for (id, key, json) in user {
+            into.entry(id).or_default().user.push((key, json));
+        }
+        if multi {
+            let values: Vec<(i64, Option<f64>, String)> = sql!(self.acquire().await?.conn(), |c| {
+                let mut q = sqlx::query_as(&values_sql);
+                for id in ids {
+                    q = q.bind(*id);
+                }
+                q.fetch_all(c).await
+            })
             .at(&self.path)?;
+            for (id, value, kind) in values {
+                into.entry(id).or_default().values.push((value, kind));
+            }
         }
         Ok(())
     }
