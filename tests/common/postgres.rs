@@ -43,11 +43,11 @@ impl PgServer {
                 .expect("user nobody");
             nix::unistd::chown(dir.path(), Some(u.uid), Some(u.gid)).unwrap();
         }
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
+        let mut server = PgServer {
+            dir,
+            port: free_port(),
+            as_user,
         };
-        let server = PgServer { dir, port, as_user };
         server.pg(
             "initdb",
             &[
@@ -64,7 +64,7 @@ impl PgServer {
         );
         // Small and quick: no fsync (a test's cluster does not outlive a crash), few workers.
         let conf = format!(
-            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
+            "listen_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
              fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 100\n\
              shared_buffers = 32MB\n",
             server.dir.path().display()
@@ -72,8 +72,24 @@ impl PgServer {
         let path = std::path::Path::new(&server.data()).join("postgresql.conf");
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str(&conf);
-        std::fs::write(&path, text).unwrap();
-        server.ctl_start();
+        // The port was free when asked for, but initdb takes seconds, and meanwhile another
+        // test's server or any client socket may take it. A start that fails (once in a full
+        // suite, its cause not kept) is tried again on another port (the last `port` line of
+        // the file counts), and the last failure shows the server's log.
+        for attempt in 1.. {
+            text.push_str(&format!("port = {}\n", server.port));
+            std::fs::write(&path, &text).unwrap();
+            match server.try_ctl_start() {
+                Ok(()) => break,
+                Err(e) if attempt < 3 => {
+                    eprintln!("PostgreSQL did not start, trying another port: {e}");
+                    let _ =
+                        server.try_pg("pg_ctl", &["-D", &server.data(), "-m", "immediate", "stop"]);
+                    server.port = free_port();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         server
     }
 
@@ -83,6 +99,13 @@ impl PgServer {
 
     /// Runs a server program as the cluster's owner; panics with its output when it fails.
     fn pg(&self, program: &str, args: &[&str]) {
+        if let Err(e) = self.try_pg(program, args) {
+            panic!("{e}");
+        }
+    }
+
+    /// Runs a server program as the cluster's owner; its output when it fails.
+    fn try_pg(&self, program: &str, args: &[&str]) -> Result<(), String> {
         let bin = pg_bin(program);
         let mut cmd = match self.as_user {
             Some(user) => {
@@ -97,17 +120,26 @@ impl PgServer {
             .current_dir(self.dir.path())
             .output()
             .unwrap_or_else(|e| panic!("{program}: {e}"));
-        assert!(
-            out.status.success(),
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{program} {args:?} failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
+        ))
     }
 
     fn ctl_start(&self) {
+        if let Err(e) = self.try_ctl_start() {
+            panic!("{e}");
+        }
+    }
+
+    /// `pg_ctl start`; when it fails, its output and the server's log.
+    fn try_ctl_start(&self) -> Result<(), String> {
         let log = self.dir.path().join("server.log");
-        self.pg(
+        self.try_pg(
             "pg_ctl",
             &[
                 "-D",
@@ -119,7 +151,8 @@ impl PgServer {
                 "120",
                 "start",
             ],
-        );
+        )
+        .map_err(|e| format!("{e}\nserver log:\n{}", self.log()))
     }
 
     /// Stops the server (`fast`: every session ended, what was committed kept).
@@ -146,6 +179,12 @@ impl PgServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }
 
 impl Drop for PgServer {
