@@ -57,7 +57,16 @@ struct Writer<'a> {
     tally: Tally,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    fn new(store: &'a Store, study: &'a Study, owner: DaemonId) -> Writer<'a> {
+        Writer {
+            store,
+            study,
+            owner,
+            tally: Tally::default(),
+        }
+    }
+
     async fn start(&mut self, x: f64) -> (i64, i64) {
         let params = Params::from([("x".to_owned(), ParamValue::Float(x))]);
         let ctx = StartCtx {
@@ -155,18 +164,8 @@ fn states(c: &Changes) -> Vec<TrialState> {
 async fn a_read_returns_and_costs_only_what_changed(target: Target) {
     let (store, study) = open(&target).await;
     let me = daemon("me");
-    let mut other = Writer {
-        store: &store,
-        study: &study,
-        owner: daemon("other"),
-        tally: Tally::default(),
-    };
-    let mut mine = Writer {
-        store: &store,
-        study: &study,
-        owner: me.clone(),
-        tally: Tally::default(),
-    };
+    let mut other = Writer::new(&store, &study, daemon("other"));
+    let mut mine = Writer::new(&store, &study, me.clone());
     for i in 0..1000 {
         other.trial(-1.0 + i as f64 / 1000.0).await;
     }
@@ -249,12 +248,7 @@ async fn a_read_returns_and_costs_only_what_changed(target: Target) {
 async fn constraints_are_recorded_and_read_back_by_key(target: Target) {
     let (store, study) = open(&target).await;
     let me = daemon("me");
-    let mut other = Writer {
-        store: &store,
-        study: &study,
-        owner: daemon("other"),
-        tally: Tally::default(),
-    };
+    let mut other = Writer::new(&store, &study, daemon("other"));
     let (id, _) = other.start(0.5).await;
     assert!(store.set_constraint(id, "mem", 2.0).await.unwrap());
     assert!(
@@ -308,12 +302,7 @@ async fn constraints_are_recorded_and_read_back_by_key(target: Target) {
 /// still show its own params, user attributes and step.
 async fn the_trials_listing_shows_each_trial_its_own_details(target: Target) {
     let (store, study) = open(&target).await;
-    let mut w = Writer {
-        store: &store,
-        study: &study,
-        owner: daemon("me"),
-        tally: Tally::default(),
-    };
+    let mut w = Writer::new(&store, &study, daemon("me"));
     let n = 1100;
     for i in 0..n {
         let x = -1.0 + i as f64 / n as f64;
@@ -348,21 +337,23 @@ async fn the_trials_listing_shows_each_trial_its_own_details(target: Target) {
     assert_eq!(tail[0].user_attrs["i"], serde_json::json!(n - 2));
 }
 
-#[test]
-fn the_trials_listing_shows_each_trial_its_own_details_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    rt().block_on(the_trials_listing_shows_each_trial_its_own_details(
-        sqlite_target(&dir),
-    ));
-}
+/// The tests `$sqlite` and `$pg`: `$body(target)` on a SQLite file and on database `$db` of a
+/// PostgreSQL server of its own.
+macro_rules! on_both_engines {
+    ($body:ident, $sqlite:ident, $pg:ident, $db:literal) => {
+        #[test]
+        fn $sqlite() {
+            let dir = tempfile::tempdir().unwrap();
+            rt().block_on($body(sqlite_target(&dir)));
+        }
 
-#[test]
-fn the_trials_listing_shows_each_trial_its_own_details_on_postgresql() {
-    let pg = PgServer::start();
-    let url = pg.create_db("listing");
-    rt().block_on(the_trials_listing_shows_each_trial_its_own_details(
-        pg_target(&url),
-    ));
+        #[test]
+        fn $pg() {
+            let pg = PgServer::start();
+            let url = pg.create_db($db);
+            rt().block_on($body(pg_target(&url)));
+        }
+    };
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -384,37 +375,26 @@ fn pg_target(url: &str) -> Target {
     }
 }
 
-#[test]
-fn a_read_returns_and_costs_only_what_changed_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    rt().block_on(a_read_returns_and_costs_only_what_changed(sqlite_target(
-        &dir,
-    )));
-}
+on_both_engines!(
+    the_trials_listing_shows_each_trial_its_own_details,
+    the_trials_listing_shows_each_trial_its_own_details_on_sqlite,
+    the_trials_listing_shows_each_trial_its_own_details_on_postgresql,
+    "listing"
+);
 
-#[test]
-fn a_read_returns_and_costs_only_what_changed_on_postgresql() {
-    let pg = PgServer::start();
-    let url = pg.create_db("rows");
-    rt().block_on(a_read_returns_and_costs_only_what_changed(pg_target(&url)));
-}
+on_both_engines!(
+    a_read_returns_and_costs_only_what_changed,
+    a_read_returns_and_costs_only_what_changed_on_sqlite,
+    a_read_returns_and_costs_only_what_changed_on_postgresql,
+    "rows"
+);
 
-#[test]
-fn constraints_are_recorded_and_read_back_by_key_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    rt().block_on(constraints_are_recorded_and_read_back_by_key(
-        sqlite_target(&dir),
-    ));
-}
-
-#[test]
-fn constraints_are_recorded_and_read_back_by_key_on_postgresql() {
-    let pg = PgServer::start();
-    let url = pg.create_db("constraints");
-    rt().block_on(constraints_are_recorded_and_read_back_by_key(pg_target(
-        &url,
-    )));
-}
+on_both_engines!(
+    constraints_are_recorded_and_read_back_by_key,
+    constraints_are_recorded_and_read_back_by_key_on_sqlite,
+    constraints_are_recorded_and_read_back_by_key_on_postgresql,
+    "constraints"
+);
 
 /// A WAITING trial created since a daemon last looked (a retry copy here; an Optuna
 /// `enqueue_trial` or another host's failover alike) goes before the daemon's next new trial:
@@ -423,12 +403,7 @@ fn constraints_are_recorded_and_read_back_by_key_on_postgresql() {
 /// trials before every start; this refusal is what keeps them first.)
 async fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(target: Target) {
     let (store, study) = open(&target).await;
-    let mut w = Writer {
-        store: &store,
-        study: &study,
-        owner: daemon("me"),
-        tally: Tally::default(),
-    };
+    let mut w = Writer::new(&store, &study, daemon("me"));
     let (failed, _) = w.start(0.1).await;
     let fail = Finish::Fail(sweepd::study::Failure {
         kind: sweepd::study::FailureKind::Oom,
@@ -482,22 +457,12 @@ async fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(targe
     assert_eq!(trials().await, ["FAIL", "WAITING", "RUNNING", "RUNNING"]);
 }
 
-#[test]
-fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    rt().block_on(
-        a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(sqlite_target(&dir)),
-    );
-}
-
-#[test]
-fn a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_postgresql() {
-    let pg = PgServer::start();
-    let url = pg.create_db("waiting");
-    rt().block_on(
-        a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look(pg_target(&url)),
-    );
-}
+on_both_engines!(
+    a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look,
+    a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_sqlite,
+    a_new_trial_waits_for_a_waiting_trial_created_since_the_last_look_on_postgresql,
+    "waiting"
+);
 
 // ---------------------------------------------------------------------------------------------
 // Daemons learning other processes' trials while they run.
@@ -1052,12 +1017,7 @@ async fn feed_cost_at(target: Target, engine: &str, n: usize) {
             },
         ],
     };
-    let mut other = Writer {
-        store: &store,
-        study: &study,
-        owner: daemon("other"),
-        tally: Tally::default(),
-    };
+    let mut other = Writer::new(&store, &study, daemon("other"));
     let mut i = 0;
     for _ in 0..n {
         i += 1;
