@@ -536,20 +536,27 @@ fn a_study_whose_best_value_stalls_for_patience_trials_stops_and_says_why() {
 }
 
 /// The stall rule once counted a COMPLETE trial that broke its constraints as an improvement:
-/// that value, which `best` and Optuna's `best_trial` never report, restarted the count.
-#[test]
-fn the_stall_rule_does_not_take_an_infeasible_trial_s_value_for_the_best() {
+/// that value, which `best` and Optuna's `best_trial` never report, restarted the count. Trial
+/// `infeasible` is the lowest value but breaks its constraint; none of the others beats trial
+/// 0, so the study stalls after 4 trials whichever it is. As the last before the stall (3),
+/// its finish reaches the rule through the daemon's own account, before the database is read.
+#[rstest::rstest]
+#[case::read_from_the_database(1)]
+#[case::the_daemons_own_finish(3)]
+fn the_stall_rule_does_not_take_an_infeasible_trial_s_value_for_the_best(#[case] infeasible: u64) {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("infeasible_best.py");
-    // Trial 1 is the lowest value but breaks its constraint; none of the others beats trial 0.
     std::fs::write(
         &script,
-        "import sweepd_worker\n\
-         def objective(trial):\n\
-         \x20   trial.suggest_float('x', 0.0, 1.0)\n\
-         \x20   trial.set_constraint('c', 1.0 if trial.number == 1 else -1.0)\n\
-         \x20   return 1.0 if trial.number == 1 else 5.0 + trial.number\n\
-         sweepd_worker.serve(objective)\n",
+        format!(
+            "import sweepd_worker\n\
+             def objective(trial):\n\
+             \x20   trial.suggest_float('x', 0.0, 1.0)\n\
+             \x20   bad = trial.number == {infeasible}\n\
+             \x20   trial.set_constraint('c', 1.0 if bad else -1.0)\n\
+             \x20   return 1.0 if bad else 5.0 + trial.number\n\
+             sweepd_worker.serve(objective)\n"
+        ),
     )
     .unwrap();
     let cfg = Cfg {
@@ -571,7 +578,7 @@ fn the_stall_rule_does_not_take_an_infeasible_trial_s_value_for_the_best() {
     assert_eq!(
         sweep.count("COMPLETE"),
         4,
-        "trial 0 sets the best; 1 (infeasible), 2 and 3 do not beat it"
+        "trial 0 sets the best; the three after it (one infeasible) do not beat it"
     );
 }
 

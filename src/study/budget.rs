@@ -34,8 +34,8 @@ pub struct Stall {
     /// The best value that last counted as an improvement (`None`: no feasible COMPLETE trial
     /// yet).
     pub best: Option<f64>,
-    /// Finished trials since it did (none are counted before the first COMPLETE trial: a
-    /// study has no best to improve until then).
+    /// Finished trials since it did (none are counted before the first feasible COMPLETE
+    /// trial: a study has no best to improve until then).
     pub since: u32,
     /// `since` reached `patience`.
     pub stalled: bool,

@@ -265,9 +265,12 @@ impl Core {
             Finish::Pruned => (TrialState::Pruned, Vec::new()),
             Finish::Fail(_) => (TrialState::Fail, Vec::new()),
         };
+        // Only a feasible trial can be the best (Optuna's `best_trial`), as in `learn`; the
+        // stall rule reads no value from the others (`store::spent`'s rule for what it reads).
+        let feasible = !f.constraints.iter().any(|c| *c > 0.0);
         let counted = self.tally.finished_own(trial_id, f.spends());
         if f.spends() {
-            self.spending_own(trial_id, values.first().copied());
+            self.spending_own(trial_id, values.first().copied().filter(|_| feasible));
         }
         if f.halts {
             // The earlier trials of the streak were recorded as final failures: re-enqueue
@@ -285,8 +288,6 @@ impl Core {
                 }
             }
         }
-        // Only a feasible trial can be the best (Optuna's `best_trial`), as in `learn`.
-        let feasible = !f.constraints.iter().any(|c| *c > 0.0);
         match &f.how {
             Finish::Complete(v) if feasible => self.progress.completed(number, v),
             Finish::Complete(_) => {}
