@@ -152,6 +152,23 @@ macro_rules! sql {
 }
 pub(super) use sql;
 
+/// `sqlx::query_as(sql)` with the items of each of `binds` bound in turn, every row fetched: a
+/// statement whose `IN (…)` lists are bound value by value.
+macro_rules! fetch_bound {
+    ($conn:expr, $sql:expr, $($binds:expr),+ $(,)?) => {
+        $crate::store::engine::sql!($conn, |c| {
+            let mut q = sqlx::query_as($sql);
+            $(
+                for b in $binds {
+                    q = q.bind(b);
+                }
+            )+
+            q.fetch_all(c).await
+        })
+    };
+}
+pub(super) use fetch_bound;
+
 impl Pool {
     pub(super) fn engine(&self) -> Engine {
         match self {

@@ -20,18 +20,15 @@
 
 use super::attrs::NegativeZeros;
 use super::daemon::DaemonId;
-use super::engine::{sql, Conn};
+use super::engine::{fetch_bound, sql, Conn};
 use super::outage::retrying;
-use super::{placeholders, read_value, Result, SqlContext, Store, Study};
+use super::{placeholders, read_value, Result, SqlContext, Store, Study, IDS_PER_STATEMENT};
 use crate::study::attrs::{
     CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, NEGATIVE_ZERO_ATTR, OWNER_ATTR, PEAK_MEMORY_ATTR,
 };
 use crate::study::{ConstraintAttrs, Distribution, Params, TrialRecord, TrialState};
 use serde_json::Value;
 use std::collections::HashMap;
-
-/// Ids bound one by one in an `IN (…)` list: well under SQLite's and PostgreSQL's limits.
-const CHUNK: usize = 500;
 
 /// The columns of a [`StateRow`]; `$1` is the owner attribute's key, `$2` this daemon's
 /// [`DaemonId::json`] text.
@@ -155,7 +152,7 @@ impl Store {
             }
         }
         let open: Vec<i64> = feed.open.keys().copied().collect();
-        for chunk in open.chunks(CHUNK) {
+        for chunk in open.chunks(IDS_PER_STATEMENT) {
             let sql = format!(
                 "{STATE_COLUMNS} WHERE t.trial_id IN ({})",
                 placeholders(3, chunk.len())
@@ -197,7 +194,7 @@ impl Store {
             }
         }
         let mut trials = Vec::with_capacity(wanted.len());
-        for chunk in wanted.chunks(CHUNK) {
+        for chunk in wanted.chunks(IDS_PER_STATEMENT) {
             let chunk: Vec<(i64, i64, TrialState)> =
                 chunk.iter().map(|&(id, n, s, _)| (id, n, s)).collect();
             let (read, n) = self.records(conn.reborrow(), &chunk, curves).await?;
@@ -247,14 +244,8 @@ impl Store {
              FROM trial_params WHERE trial_id IN ({}) ORDER BY param_id",
             placeholders(1, ids.len())
         );
-        let params: Vec<(i64, String, f64, String)> = sql!(conn, |c| {
-            let mut q = sqlx::query_as(&sql);
-            for id in ids {
-                q = q.bind(id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
+        let params: Vec<(i64, String, f64, String)> =
+            fetch_bound!(conn, &sql, ids).at(&self.path)?;
         batch.rows += params.len();
         for (trial_id, name, internal, dist) in params {
             let record = &mut batch.get(trial_id).record;
@@ -281,14 +272,8 @@ impl Store {
             "SELECT CAST(trial_id AS BIGINT), value, CAST(value_type AS TEXT) FROM trial_values \
              WHERE trial_id IN ({marks}) ORDER BY trial_id, objective"
         );
-        let values: Vec<(i64, Option<f64>, Option<String>)> = sql!(conn, |c| {
-            let mut q = sqlx::query_as(&sql);
-            for id in ids {
-                q = q.bind(id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
+        let values: Vec<(i64, Option<f64>, Option<String>)> =
+            fetch_bound!(conn, &sql, ids).at(&self.path)?;
         batch.rows += values.len();
         for (trial_id, value, value_type) in values {
             // A NaN stored by another writer reads as NaN.
@@ -377,14 +362,7 @@ impl Store {
              FROM trial_intermediate_values WHERE trial_id IN ({marks}) \
              AND intermediate_value_type = 'FINITE' ORDER BY trial_id, step"
         );
-        let steps: Vec<(i64, i64, f64)> = sql!(conn, |c| {
-            let mut q = sqlx::query_as(&sql);
-            for id in ids {
-                q = q.bind(id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
+        let steps: Vec<(i64, i64, f64)> = fetch_bound!(conn, &sql, ids).at(&self.path)?;
         batch.rows += steps.len();
         for (trial_id, step, value) in steps {
             batch.get(trial_id).curve.push((step, value));

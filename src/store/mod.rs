@@ -337,6 +337,10 @@ pub fn file_system_state(path: &Path) -> Option<String> {
     }
 }
 
+/// Ids bound one by one in an `IN (…)` list, at most: well under SQLite's and PostgreSQL's
+/// limits.
+const IDS_PER_STATEMENT: usize = 500;
+
 /// `$first, $first+1, …`, `count` of them: the placeholders of a list bound value by value.
 fn placeholders(first: usize, count: usize) -> String {
     (first..first + count)

@@ -2,7 +2,7 @@
 
 use super::engine::{sql, Conn};
 use super::outage::retrying;
-use super::{placeholders, Result, SqlContext, Store, Study};
+use super::{placeholders, Result, SqlContext, Store, Study, IDS_PER_STATEMENT};
 use crate::study::attrs::{OWNER_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR};
 use crate::study::{Tally, TrialState};
 
@@ -80,7 +80,7 @@ impl Store {
             row.apply_to(tally);
         }
         let open: Vec<i64> = tally.open();
-        for chunk in open.chunks(500) {
+        for chunk in open.chunks(IDS_PER_STATEMENT) {
             let marks = placeholders(1, chunk.len());
             let sql = format!("{columns} WHERE t.trial_id IN ({marks})");
             let rows: Vec<TallyRow> = sql!(conn.reborrow(), |c| {

@@ -3,9 +3,11 @@
 //! through `feed`).
 
 use super::attrs::NegativeZeros;
-use super::engine::{sql, Label};
+use super::engine::{fetch_bound, sql, Label};
 use super::outage::retrying;
-use super::{decode_value, placeholders, read_value, Result, SqlContext, Store, Study};
+use super::{
+    decode_value, placeholders, read_value, Result, SqlContext, Store, Study, IDS_PER_STATEMENT,
+};
 use crate::study::attrs::{
     CONSTRAINTS_ATTR, CONSTRAINT_KEY_PREFIX, FAIL_KIND_ATTR, FAIL_REASON_ATTR, GPU_ATTR,
     NEGATIVE_ZERO_ATTR, PEAK_MEMORY_ATTR, RETRIED_AS_ATTR, WORKER_ID_ATTR, WORKER_PID_ATTR,
@@ -42,10 +44,6 @@ const SHOWN_SYSTEM_ATTRS: [&str; 6] = [
     NEGATIVE_ZERO_ATTR,
     GPU_ATTR,
 ];
-
-/// The most trial ids one statement of `Store::views` binds (SQLite and PostgreSQL both take
-/// far more; this keeps each statement's text short).
-const IDS_PER_READ: usize = 500;
 
 /// What a trial's view is made of beside its row, read for many trials at once.
 #[derive(Debug, Default)]
@@ -450,7 +448,7 @@ impl Store {
     }
 
     /// The views of `rows`, in their order. Each kind of detail is read in one statement per
-    /// [`IDS_PER_READ`] trials, not one per trial: `trials` on a study of thousands of trials
+    /// [`IDS_PER_STATEMENT`] trials, not one per trial: `trials` on a study of thousands of trials
     /// over PostgreSQL would otherwise wait for thousands of round trips.
     async fn views(&self, study: &Study, rows: Vec<TrialRow>) -> Result<Vec<TrialView>> {
         let ids: Vec<i64> = rows.iter().map(|r| r.trial_id).collect();
@@ -461,24 +459,18 @@ impl Store {
             .map(|r| r.trial_id)
             .collect();
         let mut details: HashMap<i64, Details> = HashMap::new();
-        for chunk in ids.chunks(IDS_PER_READ) {
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
             self.read_details(chunk, study.is_multi_objective(), &mut details)
                 .await?;
         }
-        for chunk in stepped.chunks(IDS_PER_READ) {
+        for chunk in stepped.chunks(IDS_PER_STATEMENT) {
             let sql = format!(
                 "SELECT CAST(trial_id AS BIGINT), CAST(MAX(step) AS BIGINT) \
                  FROM trial_intermediate_values WHERE trial_id IN ({}) GROUP BY trial_id",
                 placeholders(1, chunk.len())
             );
-            let steps: Vec<(i64, Option<i64>)> = sql!(self.acquire().await?.conn(), |c| {
-                let mut q = sqlx::query_as(&sql);
-                for id in chunk {
-                    q = q.bind(*id);
-                }
-                q.fetch_all(c).await
-            })
-            .at(&self.path)?;
+            let steps: Vec<(i64, Option<i64>)> =
+                fetch_bound!(self.acquire().await?.conn(), &sql, chunk).at(&self.path)?;
             for (id, step) in steps {
                 details.entry(id).or_default().step = step;
             }
@@ -517,38 +509,12 @@ impl Store {
              WHERE trial_id IN ({}) ORDER BY trial_id, trial_user_attribute_id",
             placeholders(1, ids.len())
         );
-        let values_sql = format!(
-            "SELECT CAST(trial_id AS BIGINT), value, CAST(value_type AS TEXT) FROM trial_values \
-             WHERE trial_id IN ({}) ORDER BY trial_id, objective",
-            placeholders(1, ids.len())
-        );
-        let params: Vec<(i64, String, f64, String)> = sql!(self.acquire().await?.conn(), |c| {
-            let mut q = sqlx::query_as(&params_sql);
-            for id in ids {
-                q = q.bind(*id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
-        let system: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
-            let mut q = sqlx::query_as(&system_sql);
-            for key in keys {
-                q = q.bind(key);
-            }
-            for id in ids {
-                q = q.bind(*id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
-        let user: Vec<(i64, String, String)> = sql!(self.acquire().await?.conn(), |c| {
-            let mut q = sqlx::query_as(&user_sql);
-            for id in ids {
-                q = q.bind(*id);
-            }
-            q.fetch_all(c).await
-        })
-        .at(&self.path)?;
+        let params: Vec<(i64, String, f64, String)> =
+            fetch_bound!(self.acquire().await?.conn(), &params_sql, ids).at(&self.path)?;
+        let system: Vec<(i64, String, String)> =
+            fetch_bound!(self.acquire().await?.conn(), &system_sql, keys, ids).at(&self.path)?;
+        let user: Vec<(i64, String, String)> =
+            fetch_bound!(self.acquire().await?.conn(), &user_sql, ids).at(&self.path)?;
         for (id, name, internal, dist) in params {
             into.entry(id)
                 .or_default()
@@ -562,14 +528,13 @@ impl Store {
             into.entry(id).or_default().user.push((key, json));
         }
         if multi {
-            let values: Vec<(i64, Option<f64>, String)> = sql!(self.acquire().await?.conn(), |c| {
-                let mut q = sqlx::query_as(&values_sql);
-                for id in ids {
-                    q = q.bind(*id);
-                }
-                q.fetch_all(c).await
-            })
-            .at(&self.path)?;
+            let values_sql = format!(
+                "SELECT CAST(trial_id AS BIGINT), value, CAST(value_type AS TEXT) FROM trial_values \
+                 WHERE trial_id IN ({}) ORDER BY trial_id, objective",
+                placeholders(1, ids.len())
+            );
+            let values: Vec<(i64, Option<f64>, String)> =
+                fetch_bound!(self.acquire().await?.conn(), &values_sql, ids).at(&self.path)?;
             for (id, value, kind) in values {
                 into.entry(id).or_default().values.push((value, kind));
             }
